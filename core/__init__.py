@@ -1,0 +1,1 @@
+"""enginecache core: the build/load library (no database, no Streamlit)."""

@@ -1,0 +1,96 @@
+"""Catalog tables (SQLModel). No TensorRT, no core imports here.
+
+JSON columns hold structured facts (inspection, key ingredients); every field a query filters
+or sorts on has a column and an index of its own.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+import sqlalchemy as sa
+from sqlmodel import Field, SQLModel
+
+from db.types import UTCDateTime
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class EngineStatus(StrEnum):
+    PENDING = "PENDING"
+    READY = "READY"
+    FAILED = "FAILED"
+    CORRUPT = "CORRUPT"
+    RETIRED = "RETIRED"
+
+
+def _json() -> Any:
+    return Field(default_factory=dict, sa_column=sa.Column(sa.JSON, nullable=False))
+
+
+def _tz_time(*, nullable: bool = False, index: bool = False) -> Any:
+    return Field(
+        default_factory=utcnow if not nullable else None,
+        sa_column=sa.Column(UTCDateTime(), nullable=nullable, index=index),
+    )
+
+
+class ModelRecord(SQLModel, table=True):
+    """An ONNX model (a user's upload or a precision-converted variant) in the store."""
+
+    __tablename__ = "models"
+
+    id: int | None = Field(default=None, primary_key=True)
+    name: str = Field(index=True)
+    digest: str = Field(sa_column=sa.Column(sa.String(64), nullable=False, unique=True))
+    filename: str
+    store_path: str
+    size_bytes: int = Field(sa_column=sa.Column(sa.BigInteger, nullable=False))
+    info: dict[str, Any] = _json()
+    parent_id: int | None = Field(default=None, foreign_key="models.id", index=True)
+    recipe: dict[str, Any] = _json()
+    recipe_key: str | None = Field(default=None, index=True)
+    created_at: datetime = _tz_time()
+
+
+class EngineRecord(SQLModel, table=True):
+    """One engine build: its request (cache key and ingredients) and, once READY, its blob."""
+
+    __tablename__ = "engines"
+    __table_args__ = (
+        sa.Index("ix_engines_model_created", "model_id", "created_at"),
+        sa.Index("ix_engines_key_status", "cache_key", "status"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    model_id: int = Field(foreign_key="models.id")
+    variant_model_id: int | None = Field(default=None, foreign_key="models.id")
+    backend: str = Field(index=True)
+    backend_version: str
+    precision: str = Field(index=True)
+    targets: str = Field(index=True)  # comma-joined, sorted: "sm80,sm86"
+    cache_key: str = Field(sa_column=sa.Column(sa.String(64), nullable=False))
+    status: str = Field(default=EngineStatus.PENDING, index=True)
+    onnx_digest: str
+    key_ingredients: dict[str, Any] = _json()
+    precision_recipe: dict[str, Any] = _json()
+    build_options: dict[str, Any] = _json()
+    target_info: dict[str, Any] = _json()
+    os: str
+    host: dict[str, Any] = _json()
+    io: list[dict[str, Any]] = Field(default_factory=list, sa_column=sa.Column(sa.JSON, nullable=False))
+    warnings: list[str] = Field(default_factory=list, sa_column=sa.Column(sa.JSON, nullable=False))
+    sha256: str | None = Field(default=None, index=True)
+    blake3: str | None = None
+    size_bytes: int | None = Field(default=None, sa_column=sa.Column(sa.BigInteger, nullable=True))
+    blob_path: str | None = None
+    build_seconds: float | None = None
+    builder_log: str = Field(default="", sa_column=sa.Column(sa.Text, nullable=False))
+    error: str | None = Field(default=None, sa_column=sa.Column(sa.Text, nullable=True))
+    created_at: datetime = _tz_time(index=True)
+    finished_at: datetime | None = _tz_time(nullable=True)
+    verified_at: datetime | None = _tz_time(nullable=True)

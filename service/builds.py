@@ -1,0 +1,281 @@
+"""Use case: plan a build (resolve everything that decides reuse, compute the cache key), then
+return the cached engine or run the build and record it.
+
+A build request names a model, backend, targets, precision, profiles and options. Planning
+validates all of it (bad input raises before anything is stored) and derives the cache key;
+running converts the precision (the converted ONNX is stored as a model of its own, linked to
+its source), builds with the backend into a scratch file, publishes the blob, then flips the
+engine row PENDING -> READY. A failure leaves only a FAILED row with the backend's message.
+"""
+
+from __future__ import annotations
+
+import logging
+import platform
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sqlmodel import col, select
+
+from core.backends.base import Backend, BuildSpec, ProgressCallback
+from core.backends.registry import get_backend
+from core.cachekey import KEY_SCHEMA, canonical_json, compute_cache_key
+from core.calibration import load_calibration, read_model_inputs
+from core.errors import BuildOptionError, CoreError
+from core.fingerprint import HostFingerprint, host_fingerprint
+from core.precision import PrecisionSpec, convert_precision, plan_recipe
+from core.profiles import ProfileResult, parse_profile_args, resolve_profile
+from db.models import EngineRecord, EngineStatus, ModelRecord, utcnow
+from service.context import AppContext
+from service.errors import BuildFailedError
+from service.models import get_model, model_inputs, model_path, register_model
+
+logger = logging.getLogger(__name__)
+
+OPT_LEVELS = range(0, 6)
+
+
+@dataclass(frozen=True)
+class BuildRequest:
+    model: str
+    backend: str = "rtx"
+    targets: tuple[str, ...] = ()
+    precision: str = "fp32"
+    profiles: tuple[str, ...] = ()
+    calibration: Path | None = None
+    converter: str | None = None
+    opt_level: int | None = None
+    workspace_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    model: ModelRecord
+    backend: Backend
+    backend_version: str
+    targets: tuple[str, ...]
+    profile: ProfileResult
+    precision: PrecisionSpec
+    recipe: dict[str, Any]
+    build_options: dict[str, Any]
+    target_info: dict[str, Any]
+    ingredients: dict[str, Any]
+    cache_key: str
+    host: HostFingerprint
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    engine: EngineRecord
+    model: ModelRecord
+    cache_hit: bool
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+def plan_build(app: AppContext, request: BuildRequest, *, host: HostFingerprint | None = None) -> BuildPlan:
+    """Validate a request and compute its cache key; raises a CoreError subclass on bad input."""
+    backend = get_backend(request.backend)
+    host = host or host_fingerprint()
+    model = get_model(app, request.model)
+    precision = PrecisionSpec(request.precision, calibration=request.calibration, converter=request.converter)
+    backend_version = backend.version()
+    targets = backend.resolve_targets(tuple(request.targets), host)
+    profile = resolve_profile(model_inputs(model), parse_profile_args(request.profiles))
+    if request.opt_level is not None and request.opt_level not in OPT_LEVELS:
+        raise BuildOptionError(f"optimization level {request.opt_level} is out of range 0..5")
+    if request.workspace_bytes is not None and request.workspace_bytes <= 0:
+        raise BuildOptionError(f"workspace must be a positive number of bytes, got {request.workspace_bytes}")
+    if request.calibration is not None:
+        load_calibration(request.calibration, read_model_inputs(model_path(app, model)))
+    recipe = plan_recipe(precision, input_shapes=profile.opt_shapes())
+    build_options = {
+        "profiles": profile.to_dict(),
+        "opt_level": request.opt_level,
+        "workspace_bytes": request.workspace_bytes,
+        "strongly_typed": True,
+    }
+    target_info = _target_info(backend.name, targets, host)
+    ingredients = {
+        "schema": KEY_SCHEMA,
+        "onnx_digest": model.digest,
+        "precision": recipe,
+        "build_options": build_options,
+        "backend": backend.name,
+        "backend_version": backend_version,
+        "target": target_info,
+        "os": platform.system(),
+    }
+    return BuildPlan(
+        model=model,
+        backend=backend,
+        backend_version=backend_version,
+        targets=targets,
+        profile=profile,
+        precision=precision,
+        recipe=recipe,
+        build_options=build_options,
+        target_info=target_info,
+        ingredients=ingredients,
+        cache_key=compute_cache_key(ingredients),
+        host=host,
+        notes=tuple(profile.describe_defaults()),
+    )
+
+
+def _target_info(backend: str, targets: tuple[str, ...], host: HostFingerprint) -> dict[str, Any]:
+    if backend == "rtx":
+        return {"compute_capabilities": list(targets)}
+    if backend == "trt":
+        gpu = next(g for g in host.gpus if g.compute_capability == targets[0])
+        return {"compute_capability": targets[0], "gpu": gpu.name}
+    return {"cpu": targets[0], "cpu_model": host.cpu_model}
+
+
+def find_ready_engine(app: AppContext, cache_key: str) -> EngineRecord | None:
+    with app.catalog.read() as session:
+        return session.exec(
+            select(EngineRecord)
+            .where(EngineRecord.cache_key == cache_key, EngineRecord.status == EngineStatus.READY)
+            .order_by(col(EngineRecord.id))
+        ).first()
+
+
+def build_engine(
+    app: AppContext,
+    request: BuildRequest,
+    *,
+    progress: ProgressCallback | None = None,
+    host: HostFingerprint | None = None,
+) -> BuildResult:
+    """Return the READY engine for this request's cache key, or build and record it."""
+    plan = plan_build(app, request, host=host)
+    existing = find_ready_engine(app, plan.cache_key)
+    if existing is not None:
+        return BuildResult(existing, plan.model, cache_hit=True, notes=plan.notes)
+    return run_build(app, plan, progress=progress)
+
+
+def create_pending_engine(app: AppContext, plan: BuildPlan) -> EngineRecord:
+    record = EngineRecord(
+        model_id=plan.model.id or 0,
+        backend=plan.backend.name,
+        backend_version=plan.backend_version,
+        precision=plan.precision.precision,
+        targets=",".join(plan.targets),
+        cache_key=plan.cache_key,
+        status=EngineStatus.PENDING,
+        onnx_digest=plan.model.digest,
+        key_ingredients=plan.ingredients,
+        precision_recipe=plan.recipe,
+        build_options=plan.build_options,
+        target_info=plan.target_info,
+        os=plan.ingredients["os"],
+        host=plan.host.to_dict(),
+    )
+    with app.catalog.write() as session:
+        session.add(record)
+    return record
+
+
+def run_build(app: AppContext, plan: BuildPlan, *, progress: ProgressCallback | None = None) -> BuildResult:
+    """Run a planned build: PENDING row, precision variant, backend build, blob, READY row."""
+    record = create_pending_engine(app, plan)
+    engine_id = record.id or 0
+    started = time.perf_counter()
+    try:
+        with app.store.temp_dir(prefix=f"build-{engine_id}-") as work:
+            variant, warnings = _precision_variant(app, plan, work)
+            source = model_path(app, variant)
+            spec = BuildSpec(
+                onnx_path=source,
+                targets=plan.targets,
+                profile=plan.profile,
+                precision=plan.precision.precision,
+                opt_level=plan.build_options["opt_level"],
+                workspace_bytes=plan.build_options["workspace_bytes"],
+            )
+            output = plan.backend.build(spec, work / "engine.plan", progress)
+            blob = app.store.ingest_file(output.engine_path)
+        seconds = time.perf_counter() - started
+    except CoreError as err:
+        _mark_failed(app, engine_id, str(err), getattr(err, "log", ""))
+        raise BuildFailedError(f"build {engine_id} failed: {err}", engine_id) from err
+    except BaseException as err:
+        _mark_failed(app, engine_id, f"interrupted: {type(err).__name__}: {err}", "")
+        raise
+    with app.catalog.write() as session:
+        row = session.get(EngineRecord, engine_id)
+        assert row is not None
+        row.status = EngineStatus.READY
+        row.variant_model_id = variant.id if variant.id != plan.model.id else None
+        row.sha256 = blob.sha256
+        row.blake3 = blob.blake3
+        row.size_bytes = blob.size
+        row.blob_path = app.store.relative(blob.path)
+        row.build_seconds = seconds
+        row.builder_log = output.log
+        row.io = [t.to_dict() for t in output.io]
+        row.warnings = [*plan.notes, *warnings, *output.warnings]
+        row.finished_at = utcnow()
+        session.add(row)
+    logger.info(
+        "engine %s READY: %s %s %s in %.2f s",
+        engine_id,
+        plan.backend.name,
+        plan.precision.precision,
+        ",".join(plan.targets),
+        seconds,
+    )
+    return BuildResult(row, plan.model, cache_hit=False, notes=plan.notes)
+
+
+def _mark_failed(app: AppContext, engine_id: int, error: str, log: str) -> None:
+    with app.catalog.write() as session:
+        row = session.get(EngineRecord, engine_id)
+        if row is None:
+            return
+        row.status = EngineStatus.FAILED
+        row.error = error
+        row.builder_log = log or row.builder_log
+        row.finished_at = utcnow()
+        session.add(row)
+
+
+def recipe_key(source_digest: str, recipe: dict[str, Any]) -> str:
+    import hashlib
+
+    return hashlib.sha256(canonical_json({"source": source_digest, "recipe": recipe}).encode()).hexdigest()
+
+
+def _precision_variant(app: AppContext, plan: BuildPlan, work: Path) -> tuple[ModelRecord, tuple[str, ...]]:
+    """The model to build from: the source for fp32, else its stored converted variant."""
+    if not plan.precision.precision or plan.precision.precision == "fp32":
+        return plan.model, ()
+    key = recipe_key(plan.model.digest, plan.recipe)
+    with app.catalog.read() as session:
+        existing = session.exec(select(ModelRecord).where(ModelRecord.recipe_key == key)).first()
+    if existing is not None:
+        return existing, tuple(str(w) for w in existing.recipe.get("warnings", []))
+    converted = convert_precision(
+        model_path(app, plan.model),
+        plan.precision,
+        work / "convert",
+        input_shapes=plan.profile.opt_shapes(),
+    )
+    recipe = {**converted.recipe, "warnings": list(converted.warnings), "seconds": round(converted.seconds, 3)}
+    registered = register_model(
+        app,
+        converted.path,
+        name=f"{plan.model.name}.{plan.precision.precision}",
+        parent_id=plan.model.id,
+        recipe=recipe,
+        recipe_key=key,
+    )
+    return registered.model, converted.warnings
+
+
+ProgressPrinter = Callable[[str], None]

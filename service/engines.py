@@ -1,0 +1,155 @@
+"""Use cases for engines: list, show, verify blobs, check compatibility with this host."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlmodel import col, select
+
+from core.backends.base import CompatibilityResult, EngineRef
+from core.backends.registry import get_backend
+from core.cachekey import INGREDIENTS
+from core.errors import IntegrityError
+from core.fingerprint import HostFingerprint, host_fingerprint
+from db.errors import NotFoundError
+from db.models import EngineRecord, EngineStatus, ModelRecord, utcnow
+from service.context import AppContext
+from service.models import get_model
+
+logger = logging.getLogger(__name__)
+
+
+def get_engine(app: AppContext, engine_id: int) -> EngineRecord:
+    with app.catalog.read() as session:
+        found = session.get(EngineRecord, engine_id)
+    if found is None:
+        raise NotFoundError(f"no engine with id {engine_id} in the catalog")
+    return found
+
+
+def list_engines(app: AppContext, *, model: str | None = None, status: str | None = None) -> list[EngineRecord]:
+    query = select(EngineRecord).order_by(col(EngineRecord.created_at).desc(), col(EngineRecord.id).desc())
+    if model is not None:
+        query = query.where(EngineRecord.model_id == get_model(app, model).id)
+    if status is not None:
+        query = query.where(EngineRecord.status == status.upper())
+    with app.catalog.read() as session:
+        return list(session.exec(query).all())
+
+
+def model_names(app: AppContext) -> dict[int, str]:
+    with app.catalog.read() as session:
+        return {m.id or 0: m.name for m in session.exec(select(ModelRecord)).all()}
+
+
+def engine_to_dict(
+    app: AppContext,
+    engine: EngineRecord,
+    *,
+    model_name: str | None = None,
+    detail: bool = False,
+    cache_hit: bool | None = None,
+) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "id": engine.id,
+        "model": model_name if model_name is not None else model_names(app).get(engine.model_id),
+        "model_id": engine.model_id,
+        "variant_model_id": engine.variant_model_id,
+        "backend": engine.backend,
+        "backend_version": engine.backend_version,
+        "precision": engine.precision,
+        "targets": engine.targets.split(",") if engine.targets else [],
+        "cache_key": engine.cache_key,
+        "sha256": engine.sha256,
+        "blake3": engine.blake3,
+        "size_bytes": engine.size_bytes,
+        "build_seconds": engine.build_seconds,
+        "status": engine.status,
+        "path": str(app.home / engine.blob_path) if engine.blob_path else None,
+        "created_at": engine.created_at.isoformat(),
+        "finished_at": engine.finished_at.isoformat() if engine.finished_at else None,
+        "warnings": list(engine.warnings),
+        "error": engine.error,
+    }
+    if cache_hit is not None:
+        data["cache_hit"] = cache_hit
+    if detail:
+        data["key_ingredients"] = {name: engine.key_ingredients.get(name) for name in INGREDIENTS}
+        for name in INGREDIENTS:
+            data[f"key_{name}"] = engine.key_ingredients.get(name)
+        data["precision_recipe"] = engine.precision_recipe
+        data["build_options"] = engine.build_options
+        data["target_info"] = engine.target_info
+        data["os"] = engine.os
+        data["host"] = engine.host
+        data["io"] = engine.io
+        data["verified_at"] = engine.verified_at.isoformat() if engine.verified_at else None
+        data["builder_log"] = engine.builder_log
+    return data
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    engine_id: int
+    ok: bool
+    status: str
+    message: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.engine_id, "ok": self.ok, "status": self.status, "message": self.message}
+
+
+def verify_engines(app: AppContext, engine_ids: list[int] | None = None) -> list[VerifyResult]:
+    """Re-hash each engine's blob in one pass; a mismatch or a missing blob marks it CORRUPT."""
+    if engine_ids:
+        engines = [get_engine(app, engine_id) for engine_id in engine_ids]
+    else:
+        engines = list_engines(app, status=EngineStatus.READY) + list_engines(app, status=EngineStatus.CORRUPT)
+    results = []
+    for engine in engines:
+        if engine.sha256 is None:
+            results.append(
+                VerifyResult(engine.id or 0, False, engine.status, f"engine {engine.id} has no blob ({engine.status})")
+            )
+            continue
+        try:
+            app.store.verify_blob(engine.sha256)
+        except IntegrityError as err:
+            _set_status(app, engine.id or 0, EngineStatus.CORRUPT)
+            logger.warning("engine %s is corrupt: %s", engine.id, err)
+            results.append(VerifyResult(engine.id or 0, False, EngineStatus.CORRUPT, str(err)))
+            continue
+        status = EngineStatus.READY if engine.status == EngineStatus.CORRUPT else engine.status
+        _set_status(app, engine.id or 0, status, verified=True)
+        results.append(VerifyResult(engine.id or 0, True, status, f"sha256 {engine.sha256} matches"))
+    return results
+
+
+def _set_status(app: AppContext, engine_id: int, status: str, *, verified: bool = False) -> None:
+    with app.catalog.write() as session:
+        row = session.get(EngineRecord, engine_id)
+        if row is None:
+            return
+        row.status = status
+        if verified:
+            row.verified_at = utcnow()
+        session.add(row)
+
+
+def check_engine(app: AppContext, engine_id: int, *, host: HostFingerprint | None = None) -> CompatibilityResult:
+    """Can this host load the engine? Verdict compatible | incompatible | unknown, with a reason."""
+    engine = get_engine(app, engine_id)
+    if engine.status != EngineStatus.READY or engine.blob_path is None:
+        return CompatibilityResult("unknown", f"engine {engine_id} is {engine.status}, there is no engine to load")
+    backend = get_backend(engine.backend)
+    ref = EngineRef(
+        path=Path(app.home / engine.blob_path),
+        backend=engine.backend,
+        backend_version=engine.backend_version,
+        targets=tuple(engine.targets.split(",")),
+        precision=engine.precision,
+    )
+    return backend.check_compatibility(ref, host or host_fingerprint())

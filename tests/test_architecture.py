@@ -1,0 +1,35 @@
+"""Layering: imports point dashboard -> service -> core, db; importing loads no GPU library."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+GPU_MODULES = ("tensorrt", "tensorrt_rtx", "cuda", "pycuda", "torch", "modelopt")
+
+
+def test_importing_the_layers_loads_no_gpu_library() -> None:
+    code = (
+        "import json, sys, pkgutil, importlib\n"
+        "import core, db, service, dashboard\n"
+        "for package in (core, db, service, dashboard):\n"
+        "    for info in pkgutil.walk_packages(package.__path__, package.__name__ + '.'):\n"
+        "        if '.migrations' in info.name or info.name.startswith('dashboard.views'):\n"
+        "            continue\n"
+        "        importlib.import_module(info.name)\n"
+        f"print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in {list(GPU_MODULES)!r})))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == []
+
+
+def test_import_linter_contracts_hold() -> None:
+    lint_imports = shutil.which("lint-imports", path=str(Path(sys.executable).parent))
+    assert lint_imports is not None, "import-linter is a dev dependency"
+    result = subprocess.run([lint_imports], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "2 kept, 0 broken" in result.stdout

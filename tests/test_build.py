@@ -1,0 +1,252 @@
+"""Real builds with TensorRT-RTX (CPU-only AOT) and ONNX Runtime, through the service and CLI."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import sqlalchemy as sa
+from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
+
+from core.fingerprint import host_fingerprint
+from db.models import EngineRecord, EngineStatus
+from service.builds import BuildRequest, build_engine
+from service.context import AppContext
+from service.engines import check_engine, verify_engines
+from service.errors import BuildFailedError
+from service.models import register_model
+from tests.clirunner import run_cli
+from tests.modelfactory import make_conv, make_mlp
+
+
+def _engines(app: AppContext) -> list[EngineRecord]:
+    with app.catalog.read() as session:
+        return list(session.exec(sa.select(EngineRecord)).scalars())  # type: ignore[call-overload]
+
+
+def test_rtx_build_records_everything_and_hits_on_repeat(catalog_ctx: AppContext, tmp_path: Path) -> None:
+    app = catalog_ctx
+    model = register_model(app, make_mlp(tmp_path / "mlp.onnx"), name="mlp").model
+    request = BuildRequest(model="mlp", backend="rtx", targets=("sm86,sm89",))
+    first = build_engine(app, request)
+    engine = first.engine
+    assert first.cache_hit is False
+    assert engine.status == EngineStatus.READY
+    assert engine.targets == "sm86,sm89"
+    blob = app.home / (engine.blob_path or "")
+    assert hashlib.sha256(blob.read_bytes()).hexdigest() == engine.sha256
+    assert engine.size_bytes == blob.stat().st_size > 1000
+    assert engine.build_seconds is not None and engine.build_seconds > 0
+    assert engine.onnx_digest == model.digest
+    ingredients = engine.key_ingredients
+    assert ingredients["onnx_digest"] == model.digest
+    assert ingredients["backend"] == "rtx"
+    assert ingredients["backend_version"].startswith("1.7")
+    assert ingredients["target"] == {"compute_capabilities": ["sm86", "sm89"]}
+    assert ingredients["precision"]["name"] == "fp32"
+    assert ingredients["build_options"]["profiles"] == {"input": {"min": [1, 16], "opt": [1, 16], "max": [8, 16]}}
+    assert [(t["name"], t["mode"], t["dtype"]) for t in engine.io] == [
+        ("input", "input", "float32"),
+        ("output", "output", "float32"),
+    ]
+    assert "Building engine" in engine.builder_log or "[VERBOSE]" in engine.builder_log
+    assert engine.created_at.tzinfo is not None
+
+    second = build_engine(app, request)
+    assert second.cache_hit is True
+    assert second.engine.id == engine.id
+    assert len(_engines(app)) == 1, "a hit builds nothing"
+
+    other = build_engine(app, BuildRequest(model="mlp", backend="rtx", targets=("sm80",)))
+    assert other.cache_hit is False
+    assert other.engine.cache_key != engine.cache_key
+
+    [result] = verify_engines(app, [engine.id or 0])
+    assert result.ok
+
+
+def test_progress_phases_reach_the_callback(app_ctx: AppContext, tmp_path: Path) -> None:
+    register_model(app_ctx, make_conv(tmp_path / "conv.onnx"), name="conv")
+    events = []
+    build_engine(app_ctx, BuildRequest(model="conv", backend="rtx", targets=("sm86",)), progress=events.append)
+    starts = [e.phase for e in events if e.kind == "start"]
+    assert "Building engine" in starts
+    assert any(e.kind == "step" for e in events)
+
+
+def test_ort_build_targets_this_cpu_and_is_compatible(app_ctx: AppContext, tmp_path: Path) -> None:
+    register_model(app_ctx, make_mlp(tmp_path / "mlp.onnx"), name="mlp")
+    result = build_engine(app_ctx, BuildRequest(model="mlp", backend="ort"))
+    host = host_fingerprint()
+    assert result.engine.targets == host.cpu_target
+    assert result.engine.key_ingredients["target"]["cpu"] == host.cpu_target
+    blob = app_ctx.home / (result.engine.blob_path or "")
+    assert blob.read_bytes()[4:8] == b"ORTM", "an ORT-format model"
+    verdict = check_engine(app_ctx, result.engine.id or 0)
+    assert verdict.verdict == "compatible", verdict.reason
+
+
+def test_rtx_engine_is_incompatible_on_a_host_without_gpu(
+    app_ctx: AppContext, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    if host_fingerprint().gpus:
+        pytest.skip("this host has an NVIDIA GPU")
+    register_model(app_ctx, make_mlp(tmp_path / "mlp.onnx"), name="mlp")
+    engine = build_engine(app_ctx, BuildRequest(model="mlp", backend="rtx", targets=("sm86",))).engine
+    result = run_cli(capsys, "--home", str(app_ctx.home), "check", str(engine.id), "--json")
+    assert result.code == 0
+    data = result.json()
+    assert data["verdict"] == "incompatible"
+    assert data["reason"].startswith(
+        f"built for SM86 with TensorRT-RTX {engine.backend_version}; this host has no NVIDIA GPU"
+    )
+    assert data["details"]["validity"] == "INVALID", "TensorRT-RTX's own header check ran"
+
+
+def _int32_bias_qdq(tmp_path: Path) -> Path:
+    source = make_conv(tmp_path / "conv.onnx")
+
+    class Reader(CalibrationDataReader):  # type: ignore[misc]
+        def __init__(self) -> None:
+            self.items = iter([{"input": np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype(np.float32)}])
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            return next(self.items, None)
+
+    target = tmp_path / "conv_int8_default.onnx"
+    quantize_static(str(source), str(target), Reader(), quant_format=QuantFormat.QDQ)  # ORT defaults: INT32 bias
+    return target
+
+
+def test_failed_build_keeps_only_a_failed_record_with_tensorrt_message(
+    app_ctx: AppContext, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    register_model(app_ctx, _int32_bias_qdq(tmp_path), name="badq")
+    result = run_cli(
+        capsys, "--home", str(app_ctx.home), "build", "badq", "--backend", "rtx", "--target", "sm86", "--json"
+    )
+    assert result.code == 1
+    assert "conv_b_DequantizeLinear" in result.err
+    assert "Int32" in result.err
+    [engine] = _engines(app_ctx)
+    assert engine.status == EngineStatus.FAILED
+    assert engine.sha256 is None and engine.blob_path is None
+    assert "conv_b_DequantizeLinear" in (engine.error or "")
+    assert list((app_ctx.home / "objects").rglob("*.*")) == []
+    assert not any(p.is_file() for p in (app_ctx.home / "objects").rglob("*"))
+    assert list((app_ctx.home / "tmp").iterdir()) == []
+    with pytest.raises(BuildFailedError):
+        build_engine(app_ctx, BuildRequest(model="badq", backend="rtx", targets=("sm86",)))
+
+
+def _npz(path: Path, **arrays: np.ndarray) -> Path:
+    np.savez(path, **arrays)  # type: ignore[arg-type]
+    return path
+
+
+def test_bad_build_inputs_exit_2_and_store_nothing(
+    app_ctx: AppContext, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    register_model(app_ctx, make_mlp(tmp_path / "mlp.onnx"), name="mlp")
+    wrong_name = _npz(tmp_path / "wrong.npz", features=np.zeros((4, 16), np.float32))
+    wrong_rank = _npz(tmp_path / "rank.npz", input=np.zeros((4, 2, 16), np.float32))
+    cases = [
+        (["--profile", "input=1x3x224x224"], "rank"),
+        (["--profile", "tokens=1x16"], "does not have"),
+        (["--target", "sm90"], "SM90"),
+        (["--target", "banana"], "unknown target"),
+        (["--precision", "fp64"], "unknown precision"),
+        (["--backend", "xla"], "unknown backend"),
+        (["--precision", "int8", "--calib", str(wrong_name)], "features"),
+        (["--precision", "int8", "--calib", str(wrong_rank)], "input"),
+        (["--precision", "int8", "--calib", str(tmp_path / "absent.npz")], "does not exist"),
+        (["--opt-level", "9"], "optimization level"),
+        (["--backend", "trt"], "TensorRT is not installed"),
+    ]
+    for args, message in cases:
+        result = run_cli(capsys, "--home", str(app_ctx.home), "build", "mlp", *args)
+        assert result.code == 2, (args, result.err)
+        assert message in result.err, (args, result.err)
+        assert "Traceback" not in result.err
+    assert _engines(app_ctx) == []
+    models = run_cli(capsys, "--home", str(app_ctx.home), "model", "list", "--json").json()
+    assert len(models) == 1, "no converted variant was stored"
+
+
+def test_verify_marks_a_corrupted_blob(app_ctx: AppContext, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    register_model(app_ctx, make_mlp(tmp_path / "mlp.onnx"), name="mlp")
+    good = build_engine(app_ctx, BuildRequest(model="mlp", backend="ort")).engine
+    bad = build_engine(app_ctx, BuildRequest(model="mlp", backend="rtx", targets=("sm86",))).engine
+    blob = app_ctx.home / (bad.blob_path or "")
+    data = bytearray(blob.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    blob.chmod(0o644)
+    blob.write_bytes(bytes(data))
+    home = ["--home", str(app_ctx.home)]
+    result = run_cli(capsys, *home, "verify", "--all", "--json")
+    assert result.code == 1
+    by_id = {r["id"]: r for r in result.json()}
+    assert by_id[good.id]["ok"] is True
+    assert by_id[bad.id]["ok"] is False
+    assert by_id[bad.id]["status"] == "CORRUPT"
+    shown = run_cli(capsys, *home, "engine", "show", str(bad.id), "--json").json()
+    assert shown["status"] == "CORRUPT"
+    assert run_cli(capsys, *home, "verify", str(good.id)).code == 0
+    assert run_cli(capsys, *home, "verify").code == 2
+
+
+def test_engine_list_and_show_json(app_ctx: AppContext, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    register_model(app_ctx, make_mlp(tmp_path / "mlp.onnx"), name="mlp")
+    home = ["--home", str(app_ctx.home)]
+    built = run_cli(capsys, *home, "build", "mlp", "--backend", "rtx", "--target", "sm89", "--json")
+    assert built.code == 0, built.err
+    data = built.json()
+    for key in (
+        "id",
+        "model",
+        "backend",
+        "backend_version",
+        "precision",
+        "targets",
+        "cache_key",
+        "sha256",
+        "size_bytes",
+        "build_seconds",
+        "status",
+        "path",
+        "cache_hit",
+    ):
+        assert key in data, key
+    assert data["cache_hit"] is False and data["model"] == "mlp" and data["targets"] == ["sm89"]
+    assert any("default profile for input" in note for note in data["notes"])
+    assert Path(data["path"]).is_file()
+    again = run_cli(capsys, *home, "build", "mlp", "--backend", "rtx", "--target", "sm89", "--json").json()
+    assert again["cache_hit"] is True and again["id"] == data["id"]
+    listed = run_cli(capsys, *home, "engine", "list", "--model", "mlp", "--json").json()
+    assert [e["id"] for e in listed] == [data["id"]]
+    shown = run_cli(capsys, *home, "engine", "show", str(data["id"]), "--json").json()
+    assert shown["key_backend"] == "rtx"
+    assert shown["key_target"] == {"compute_capabilities": ["sm89"]}
+    assert shown["key_onnx_digest"] == shown["key_ingredients"]["onnx_digest"]
+    assert "[VERBOSE]" in shown["builder_log"] or "[INFO]" in shown["builder_log"]
+    assert shown["host"]["os"] == "Linux"
+
+
+def test_converted_variant_is_stored_with_lineage(app_ctx: AppContext, tmp_path: Path) -> None:
+    source = register_model(app_ctx, make_conv(tmp_path / "conv.onnx"), name="conv").model
+    result = build_engine(app_ctx, BuildRequest(model="conv", backend="rtx", targets=("sm86",), precision="int8"))
+    engine = result.engine
+    assert engine.status == EngineStatus.READY
+    assert engine.precision_recipe["tool"] == "onnxruntime.quantization"
+    assert any("uncalibrated" in w for w in engine.warnings)
+    with app_ctx.catalog.read() as session:
+        from db.models import ModelRecord
+
+        variant = session.get(ModelRecord, engine.variant_model_id)
+    assert variant is not None and variant.parent_id == source.id
+    assert variant.recipe["name"] == "int8"
+    stored = onnx.load(str(app_ctx.home / variant.store_path))
+    assert any(n.op_type == "QuantizeLinear" for n in stored.graph.node)

@@ -1,0 +1,90 @@
+"""The content-addressed store: durable, atomic, never overwrites."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+
+from core.errors import IntegrityError, StoreError
+from core.hashing import read_verified
+from core.store import ArtifactStore, HashingWriter
+
+
+def test_write_blob_is_content_addressed_and_leaves_no_temp(tmp_path: Path) -> None:
+    store = ArtifactStore(tmp_path)
+    data = os.urandom(3 * 1024 * 1024 + 17)
+    blob = store.write_blob([data[:1000], data[1000:]])
+    digest = hashlib.sha256(data).hexdigest()
+    assert blob.sha256 == digest
+    assert blob.size == len(data)
+    assert blob.path == tmp_path / "objects" / "sha256" / digest[:2] / digest
+    assert blob.path.read_bytes() == data
+    assert blob.created is True
+    assert list(store.tmp_dir.iterdir()) == []
+
+
+def test_same_bytes_twice_keep_the_first_copy(tmp_path: Path) -> None:
+    store = ArtifactStore(tmp_path)
+    first = store.write_blob([b"engine bytes"])
+    inode = first.path.stat().st_ino
+    second = store.write_blob([b"engine bytes"])
+    assert second.created is False
+    assert second.path == first.path
+    assert first.path.stat().st_ino == inode, "an existing blob is never replaced"
+
+
+def test_failed_write_leaves_nothing(tmp_path: Path) -> None:
+    store = ArtifactStore(tmp_path)
+
+    def explode(writer: HashingWriter) -> None:
+        writer.write(b"half an engine")
+        raise OSError("disk full")
+
+    with pytest.raises(StoreError, match="disk full"):
+        store._publish(explode)
+    assert list(store.tmp_dir.iterdir()) == []
+    assert list(store.objects_dir.rglob("*")) == []
+
+
+def test_ingest_file_and_verify(tmp_path: Path) -> None:
+    store = ArtifactStore(tmp_path / "store")
+    source = tmp_path / "engine.plan"
+    source.write_bytes(os.urandom(100_000))
+    blob = store.ingest_file(source)
+    assert store.verify_blob(blob.sha256).blake3 == blob.blake3
+    assert read_verified(blob.path, blake3_digest=blob.blake3) == source.read_bytes()
+    with open(blob.path, "r+b") as stream:
+        stream.seek(5000)
+        stream.write(b"\x00\x01\x02")
+    with pytest.raises(IntegrityError, match="hashes to"):
+        store.verify_blob(blob.sha256)
+    with pytest.raises(IntegrityError, match="blake3"):
+        read_verified(blob.path, blake3_digest=blob.blake3)
+    with pytest.raises(IntegrityError, match="sha256"):
+        read_verified(blob.path, sha256=blob.sha256)
+    blob.path.unlink()
+    with pytest.raises(IntegrityError, match="missing"):
+        store.verify_blob(blob.sha256)
+
+
+def test_blob_path_rejects_non_digests(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="not a sha256"):
+        ArtifactStore(tmp_path).blob_path("../../etc/passwd")
+
+
+def test_model_bundle_is_stored_once(tmp_path: Path) -> None:
+    store = ArtifactStore(tmp_path / "store")
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "m.onnx").write_bytes(b"model")
+    (src / "w.data").write_bytes(b"weights")
+    stored = store.put_model_bundle(src / "m.onnx", ["w.data"], "d" * 64)
+    assert stored.read_bytes() == b"model"
+    assert (stored.parent / "w.data").read_bytes() == b"weights"
+    (src / "m.onnx").write_bytes(b"changed")
+    again = store.put_model_bundle(src / "m.onnx", ["w.data"], "d" * 64)
+    assert again.read_bytes() == b"model", "an existing bundle is never overwritten"
+    assert list(store.tmp_dir.iterdir()) == []
