@@ -65,11 +65,11 @@ class HashingWriter:
 class ArtifactStore:
     """Blobs and model bundles under one home directory."""
 
-    def __init__(self, home: Path) -> None:
+    def __init__(self, home: Path, *, tmp_dir: Path | None = None) -> None:
         self.home = home
         self.objects_dir = home / "objects" / "sha256"
         self.models_dir = home / "models"
-        self.tmp_dir = home / "tmp"
+        self.tmp_dir = tmp_dir or home / "tmp"  # must be on the same filesystem as objects/
 
     def ensure(self) -> None:
         for path in (self.objects_dir, self.models_dir, self.tmp_dir):

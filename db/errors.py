@@ -13,3 +13,7 @@ class NotFoundError(CatalogError):
 
 class AmbiguousError(CatalogError):
     """A name matches more than one row."""
+
+
+class StaleLeaseError(CatalogError):
+    """A write by a job holder whose lease token is no longer the job's (expired, taken over)."""

@@ -94,3 +94,74 @@ class EngineRecord(SQLModel, table=True):
     created_at: datetime = _tz_time(index=True)
     finished_at: datetime | None = _tz_time(nullable=True)
     verified_at: datetime | None = _tz_time(nullable=True)
+    job_id: int | None = Field(default=None, index=True)
+    job_attempt: int | None = None
+
+
+class JobStatus(StrEnum):
+    QUEUED = "QUEUED"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"  # deterministic failure: not retried
+    DEAD = "DEAD"  # attempts exhausted
+    CANCELLED = "CANCELLED"
+
+
+ACTIVE_JOB_STATUSES = (JobStatus.QUEUED, JobStatus.RUNNING)
+
+
+class JobRecord(SQLModel, table=True):
+    """A unit of work (build, test_load) claimed by one worker at a time under a lease."""
+
+    __tablename__ = "jobs"
+    __table_args__ = (
+        sa.Index("ix_jobs_status_run_after", "status", "run_after"),
+        sa.Index(
+            "ux_jobs_active_key",
+            "idempotency_key",
+            unique=True,
+            sqlite_where=sa.text("status IN ('QUEUED', 'RUNNING')"),
+            postgresql_where=sa.text("status IN ('QUEUED', 'RUNNING')"),
+        ),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    kind: str = Field(index=True)
+    status: str = Field(default=JobStatus.QUEUED)
+    idempotency_key: str | None = None
+    payload: dict[str, Any] = _json()
+    requirements: dict[str, Any] = _json()
+    attempts: int = 0
+    max_attempts: int = 3
+    timeout_seconds: float = 3600.0
+    lease_owner: str | None = None
+    lease_token: str | None = None
+    lease_expires_at: datetime | None = _tz_time(nullable=True)
+    cancel_requested: bool = False
+    progress: float = 0.0
+    phase: str | None = None
+    log_tail: str = Field(default="", sa_column=sa.Column(sa.Text, nullable=False))
+    error: str | None = Field(default=None, sa_column=sa.Column(sa.Text, nullable=True))
+    result_engine_id: int | None = Field(default=None, foreign_key="engines.id")
+    run_after: datetime = _tz_time()
+    created_at: datetime = _tz_time(index=True)
+    started_at: datetime | None = _tz_time(nullable=True)
+    finished_at: datetime | None = _tz_time(nullable=True)
+    updated_at: datetime = _tz_time()
+
+
+class WorkerRecord(SQLModel, table=True):
+    """A worker process: its host fingerprint, what it can run, and its last heartbeat."""
+
+    __tablename__ = "workers"
+
+    id: int | None = Field(default=None, primary_key=True)
+    name: str = Field(sa_column=sa.Column(sa.String, nullable=False, unique=True))
+    hostname: str
+    pid: int
+    fingerprint: dict[str, Any] = _json()
+    capabilities: dict[str, Any] = _json()
+    status: str = "online"
+    current_job_id: int | None = None
+    started_at: datetime = _tz_time()
+    heartbeat_at: datetime = _tz_time(index=True)

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlmodel import col, select
+from sqlmodel import Session, col, select
 
-from core.backends.base import Backend, BuildSpec, ProgressCallback
+from core.backends.base import Backend, BuildSpec, LogCallback, ProgressCallback
 from core.backends.registry import get_backend
 from core.cachekey import KEY_SCHEMA, canonical_json, compute_cache_key
 from core.calibration import load_calibration, read_model_inputs
@@ -159,8 +159,12 @@ def build_engine(
     return run_build(app, plan, progress=progress)
 
 
-def create_pending_engine(app: AppContext, plan: BuildPlan) -> EngineRecord:
+def create_pending_engine(
+    app: AppContext, plan: BuildPlan, *, job_id: int | None = None, job_attempt: int | None = None
+) -> EngineRecord:
     record = EngineRecord(
+        job_id=job_id,
+        job_attempt=job_attempt,
         model_id=plan.model.id or 0,
         backend=plan.backend.name,
         backend_version=plan.backend_version,
@@ -181,9 +185,25 @@ def create_pending_engine(app: AppContext, plan: BuildPlan) -> EngineRecord:
     return record
 
 
-def run_build(app: AppContext, plan: BuildPlan, *, progress: ProgressCallback | None = None) -> BuildResult:
-    """Run a planned build: PENDING row, precision variant, backend build, blob, READY row."""
-    record = create_pending_engine(app, plan)
+Finalizer = Callable[[int, Callable[[Session], None]], None]
+
+
+def run_build(
+    app: AppContext,
+    plan: BuildPlan,
+    *,
+    progress: ProgressCallback | None = None,
+    log: LogCallback | None = None,
+    job_id: int | None = None,
+    job_attempt: int | None = None,
+    finalize: Finalizer | None = None,
+) -> BuildResult:
+    """Run a planned build: PENDING row, precision variant, backend build, blob, READY row.
+
+    `finalize(engine_id, mutate)` runs the READY transition in a transaction of the caller's
+    choosing (a queue job passes one that first checks its lease token); by default a plain write.
+    """
+    record = create_pending_engine(app, plan, job_id=job_id, job_attempt=job_attempt)
     engine_id = record.id or 0
     started = time.perf_counter()
     try:
@@ -198,7 +218,7 @@ def run_build(app: AppContext, plan: BuildPlan, *, progress: ProgressCallback | 
                 opt_level=plan.build_options["opt_level"],
                 workspace_bytes=plan.build_options["workspace_bytes"],
             )
-            output = plan.backend.build(spec, work / "engine.plan", progress)
+            output = plan.backend.build(spec, work / "engine.plan", progress, log)
             blob = app.store.ingest_file(output.engine_path)
         seconds = time.perf_counter() - started
     except CoreError as err:
@@ -207,9 +227,12 @@ def run_build(app: AppContext, plan: BuildPlan, *, progress: ProgressCallback | 
     except BaseException as err:
         _mark_failed(app, engine_id, f"interrupted: {type(err).__name__}: {err}", "")
         raise
-    with app.catalog.write() as session:
+    ready: list[EngineRecord] = []
+
+    def mark_ready(session: Session) -> None:
         row = session.get(EngineRecord, engine_id)
-        assert row is not None
+        if row is None:
+            raise BuildFailedError(f"engine row {engine_id} vanished", engine_id)
         row.status = EngineStatus.READY
         row.variant_model_id = variant.id if variant.id != plan.model.id else None
         row.sha256 = blob.sha256
@@ -222,6 +245,13 @@ def run_build(app: AppContext, plan: BuildPlan, *, progress: ProgressCallback | 
         row.warnings = [*plan.notes, *warnings, *output.warnings]
         row.finished_at = utcnow()
         session.add(row)
+        ready.append(row)
+
+    try:
+        (finalize or _plain_write(app))(engine_id, mark_ready)
+    except BaseException as err:
+        _mark_failed(app, engine_id, f"not published: {type(err).__name__}: {err}", output.log)
+        raise
     logger.info(
         "engine %s READY: %s %s %s in %.2f s",
         engine_id,
@@ -230,7 +260,15 @@ def run_build(app: AppContext, plan: BuildPlan, *, progress: ProgressCallback | 
         ",".join(plan.targets),
         seconds,
     )
-    return BuildResult(row, plan.model, cache_hit=False, notes=plan.notes)
+    return BuildResult(ready[0], plan.model, cache_hit=False, notes=plan.notes)
+
+
+def _plain_write(app: AppContext) -> Finalizer:
+    def run(_engine_id: int, mutate: Callable[[Session], None]) -> None:
+        with app.catalog.write() as session:
+            mutate(session)
+
+    return run
 
 
 def _mark_failed(app: AppContext, engine_id: int, error: str, log: str) -> None:
@@ -276,6 +314,3 @@ def _precision_variant(app: AppContext, plan: BuildPlan, work: Path) -> tuple[Mo
         recipe_key=key,
     )
     return registered.model, converted.warnings
-
-
-ProgressPrinter = Callable[[str], None]

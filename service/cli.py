@@ -5,16 +5,17 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import threading
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
 
-from core.backends.base import ProgressEvent
 from core.errors import CoreError
 from core.fingerprint import host_fingerprint
 from db.errors import CatalogError
-from service.builds import BuildRequest, build_engine
+from db.models import EngineRecord, JobRecord, JobStatus
+from service.builds import BuildRequest
 from service.context import AppContext
 from service.engines import (
     check_engine,
@@ -25,15 +26,29 @@ from service.engines import (
     verify_engines,
 )
 from service.errors import BuildFailedError, ServiceError
+from service.jobs import (
+    TERMINAL,
+    cancel_job,
+    capable_workers,
+    get_job,
+    job_to_dict,
+    list_jobs,
+    submit_build,
+    wait_for_job,
+    waiting_reason,
+)
 from service.models import get_model, list_models, model_to_dict, register_model
+from service.worker import WorkerConfig, default_worker_name, run_worker
 
 app = typer.Typer(
     name="enginecache", help="Build TensorRT engines once, load them in milliseconds.", no_args_is_help=True
 )
 model_app = typer.Typer(help="Register and inspect ONNX models.", no_args_is_help=True)
 engine_app = typer.Typer(help="List and inspect engines.", no_args_is_help=True)
+job_app = typer.Typer(help="Inspect and cancel jobs.", no_args_is_help=True)
 app.add_typer(model_app, name="model")
 app.add_typer(engine_app, name="engine")
+app.add_typer(job_app, name="job")
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 EXIT_FAILED = 1
@@ -136,17 +151,6 @@ def model_show(
     _emit(data, as_json, json.dumps(data, indent=2, default=str))
 
 
-def _progress_printer(enabled: bool) -> Any:
-    if not enabled:
-        return None
-
-    def show(event: ProgressEvent) -> None:
-        if event.kind == "start" and event.parent is None:
-            typer.echo(f"  phase: {event.phase}", err=True)
-
-    return show
-
-
 @app.command()
 def build(
     ctx: typer.Context,
@@ -165,9 +169,10 @@ def build(
     ] = None,
     opt_level: Annotated[int | None, typer.Option("--opt-level", help="Builder optimization level 0..5.")] = None,
     workspace: Annotated[int | None, typer.Option("--workspace", help="Workspace limit in bytes.")] = None,
+    queue_only: Annotated[bool, typer.Option("--queue", help="Enqueue and print the job id at once.")] = False,
     as_json: JsonOption = False,
 ) -> None:
-    """Build (or find in the cache) one engine for a model, backend, target set and precision."""
+    """Build (or find in the cache) one engine; without --queue, wait and show progress."""
     request = BuildRequest(
         model=model,
         backend=backend,
@@ -180,19 +185,126 @@ def build(
         workspace_bytes=workspace,
     )
     app_ctx = _ctx(ctx)
-    result = build_engine(app_ctx, request, progress=_progress_printer(not as_json and sys.stderr.isatty()))
-    data = engine_to_dict(app_ctx, result.engine, model_name=result.model.name, cache_hit=result.cache_hit)
-    data["notes"] = list(result.notes)
-    for note in result.notes:
-        if not as_json:
+    submitted = submit_build(app_ctx, request)
+    if not as_json:
+        for note in submitted.notes:
             typer.echo(note, err=True)
-    verb = "cache hit" if result.cache_hit else f"built in {result.engine.build_seconds:.2f} s"
+    if submitted.cache_hit and submitted.engine is not None:
+        _emit_engine(app_ctx, submitted.engine, cache_hit=True, notes=submitted.notes, as_json=as_json)
+        return
+    assert submitted.job is not None
+    job_id = submitted.job.id or 0
+    if queue_only:
+        data = submitted.to_dict()
+        data["waiting"] = waiting_reason(app_ctx, submitted.job)
+        verb = "joined" if submitted.joined else "queued"
+        _emit(data, as_json, f"job {job_id} {verb}" + (f" ({data['waiting']})" if data["waiting"] else ""))
+        return
+    if not capable_workers(app_ctx, submitted.job):
+        # No live worker can take it: run it here through the same worker code.
+        config = WorkerConfig(name=f"cli-{default_worker_name()}", job_id=job_id)
+        threading.Thread(
+            target=run_worker, args=(app_ctx, config), kwargs={"install_signals": False}, daemon=True
+        ).start()
+    job = wait_for_job(app_ctx, job_id, on_update=_job_progress_printer(not as_json and sys.stderr.isatty()))
+    if job.status != JobStatus.SUCCEEDED or job.result_engine_id is None:
+        raise BuildFailedError(f"job {job_id} {job.status}: {job.error}", job.result_engine_id or 0)
+    _emit_engine(
+        app_ctx, get_engine(app_ctx, job.result_engine_id), cache_hit=False, notes=submitted.notes, as_json=as_json
+    )
+
+
+def _emit_engine(
+    app_ctx: AppContext, engine: EngineRecord, *, cache_hit: bool, notes: tuple[str, ...], as_json: bool
+) -> None:
+    data = engine_to_dict(app_ctx, engine, cache_hit=cache_hit)
+    data["notes"] = list(notes)
+    verb = "cache hit" if cache_hit else f"built in {engine.build_seconds or 0:.2f} s"
     _emit(
         data,
         as_json,
-        f"engine {result.engine.id}: {verb}, {result.engine.size_bytes:,d} B, "
-        f"sha256 {result.engine.sha256}\n{data['path']}",
+        f"engine {engine.id}: {verb}, {engine.size_bytes or 0:,d} B, sha256 {engine.sha256}\n{data['path']}",
     )
+
+
+def _job_progress_printer(enabled: bool) -> Any:
+    if not enabled:
+        return None
+
+    def show(job: JobRecord) -> None:
+        width = 30
+        filled = int(job.progress * width)
+        bar = "#" * filled + "-" * (width - filled)
+        typer.echo(f"\r[{bar}] {job.progress:4.0%} {job.status} {job.phase or ''}"[:120].ljust(120), err=True, nl=False)
+        if job.status in TERMINAL:
+            typer.echo("", err=True)
+
+    return show
+
+
+@app.command()
+def worker(
+    ctx: typer.Context,
+    name: Annotated[str | None, typer.Option(help="Worker name (default host-pid).")] = None,
+    once: Annotated[bool, typer.Option("--once", help="Run until no job is claimable, then exit.")] = False,
+    concurrency: Annotated[int, typer.Option(help="Jobs run at the same time.")] = 1,
+    lease_seconds: Annotated[
+        float, typer.Option("--lease-seconds", help="Lease length; heartbeat every third.")
+    ] = 30.0,
+    poll_seconds: Annotated[float, typer.Option("--poll-seconds", help="Idle poll interval.")] = 0.2,
+) -> None:
+    """Claim and run jobs this host can run, until stopped (SIGINT/SIGTERM: finish, then exit)."""
+    config = WorkerConfig(
+        name=name or default_worker_name(),
+        once=once,
+        concurrency=max(1, concurrency),
+        lease_seconds=lease_seconds,
+        poll_seconds=poll_seconds,
+    )
+    count = run_worker(_ctx(ctx), config)
+    typer.echo(f"worker {config.name}: ran {count} job(s)", err=True)
+
+
+@app.command("jobs")
+def jobs_list(
+    ctx: typer.Context,
+    status: Annotated[str | None, typer.Option(help="Only jobs in this status.")] = None,
+    limit: Annotated[int, typer.Option(help="At most this many, newest first.")] = 200,
+    as_json: JsonOption = False,
+) -> None:
+    """Jobs in the queue, newest first."""
+    app_ctx = _ctx(ctx)
+    rows = [job_to_dict(app_ctx, j) for j in list_jobs(app_ctx, status=status, limit=limit)]
+    text = (
+        "\n".join(
+            f"{r['id']:>5}  {r['kind']:<9} {r['status']:<10} {r['progress']:>5.0%} {r['attempts']}/{r['max_attempts']} "
+            f"{r['worker'] or '-':<24} {r['phase'] or r['waiting'] or ''}"
+            for r in rows
+        )
+        or "no jobs"
+    )
+    _emit(rows, as_json, text)
+
+
+@job_app.command("show")
+def job_show(
+    ctx: typer.Context, job_id: Annotated[int, typer.Argument(help="Job id.")], as_json: JsonOption = False
+) -> None:
+    """A job's status, attempts, progress, phase, worker, requirements, error and log tail."""
+    app_ctx = _ctx(ctx)
+    data = job_to_dict(app_ctx, get_job(app_ctx, job_id))
+    _emit(data, as_json, json.dumps(data, indent=2, default=str))
+
+
+@job_app.command("cancel")
+def job_cancel(
+    ctx: typer.Context, job_id: Annotated[int, typer.Argument(help="Job id.")], as_json: JsonOption = False
+) -> None:
+    """Cancel a queued job (it never runs) or a running one (its process group is killed)."""
+    app_ctx = _ctx(ctx)
+    job = cancel_job(app_ctx, job_id)
+    data = job_to_dict(app_ctx, job)
+    _emit(data, as_json, f"job {job_id}: {job.status}" + (" (cancel requested)" if job.cancel_requested else ""))
 
 
 @engine_app.command("list")

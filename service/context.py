@@ -20,6 +20,7 @@ class AppContext:
 
     home: Path
     db_url: str
+    tmp_dir: Path | None = None  # scratch space override (a job's own working directory)
     _catalog: Catalog | None = field(default=None, repr=False)
 
     @classmethod
@@ -30,7 +31,7 @@ class AppContext:
 
     @property
     def store(self) -> ArtifactStore:
-        return ArtifactStore(self.home)
+        return ArtifactStore(self.home, tmp_dir=self.tmp_dir)
 
     @property
     def catalog(self) -> Catalog:

@@ -23,6 +23,7 @@ class ProgressEvent:
 
 
 ProgressCallback = Callable[[ProgressEvent], None]
+LogCallback = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,10 @@ class Backend(Protocol):
         """Validate requested targets (raise TargetError), or the defaults when empty."""
         ...
 
-    def build(self, spec: BuildSpec, output: Path, progress: ProgressCallback | None = None) -> BuildOutput: ...
+    def build(
+        self, spec: BuildSpec, output: Path, progress: ProgressCallback | None = None, log: LogCallback | None = None
+    ) -> BuildOutput:
+        """Build into `output`; phases go to `progress`, builder log lines to `log` as they come."""
+        ...
 
     def check_compatibility(self, engine: EngineRef, host: HostFingerprint) -> CompatibilityResult: ...

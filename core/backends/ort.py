@@ -16,6 +16,7 @@ from core.backends.base import (
     BuildSpec,
     CompatibilityResult,
     EngineRef,
+    LogCallback,
     ProgressCallback,
     ProgressEvent,
     TensorIO,
@@ -66,7 +67,9 @@ class OnnxRuntimeBackend:
             )
         return local
 
-    def build(self, spec: BuildSpec, output: Path, progress: ProgressCallback | None = None) -> BuildOutput:
+    def build(
+        self, spec: BuildSpec, output: Path, progress: ProgressCallback | None = None, log: LogCallback | None = None
+    ) -> BuildOutput:
         ort = self._ort()
         if progress is not None:
             progress(ProgressEvent("start", "Optimizing for this CPU", steps=1))
@@ -87,10 +90,10 @@ class OnnxRuntimeBackend:
             raise BuildError(f"ONNX Runtime wrote no optimized model for {spec.onnx_path.name}")
         if progress is not None:
             progress(ProgressEvent("finish", "Optimizing for this CPU"))
-        log = (
-            f"ONNX Runtime {ort.__version__}: optimized {spec.onnx_path.name} with ORT_ENABLE_ALL, saved in ORT format"
-        )
-        return BuildOutput(engine_path=output, io=io, log=log)
+        text = f"ONNX Runtime {ort.__version__}: optimized {spec.onnx_path.name} with ORT_ENABLE_ALL (ORT format)"
+        if log is not None:
+            log(text)
+        return BuildOutput(engine_path=output, io=io, log=text)
 
     def check_compatibility(self, engine: EngineRef, host: HostFingerprint) -> CompatibilityResult:
         built = f"built for {', '.join(engine.targets)} with ONNX Runtime {engine.backend_version}"

@@ -27,6 +27,7 @@ from core.backends.base import (
     BuildSpec,
     CompatibilityResult,
     EngineRef,
+    LogCallback,
     ProgressCallback,
     ProgressEvent,
     TensorIO,
@@ -77,10 +78,14 @@ def _capturing_logger(trt: ModuleType) -> Any:
         def __init__(self) -> None:
             trt.ILogger.__init__(self)
             self.sink: list[str] = []
+            self.listener: LogCallback | None = None
 
         def log(self, severity: Any, msg: str) -> None:
             name = getattr(severity, "name", str(severity))
-            self.sink.append(f"[{name}] {msg}")
+            line = f"[{name}] {msg}"
+            self.sink.append(line)
+            if self.listener is not None:
+                self.listener(line)
             if name in ("ERROR", "INTERNAL_ERROR"):
                 logger.debug("%s: %s", trt.__name__, msg)
 
@@ -160,16 +165,20 @@ class TensorRTBackend:
 
     # -- build --------------------------------------------------------------------------
 
-    def build(self, spec: BuildSpec, output: Path, progress: ProgressCallback | None = None) -> BuildOutput:
+    def build(
+        self, spec: BuildSpec, output: Path, progress: ProgressCallback | None = None, log: LogCallback | None = None
+    ) -> BuildOutput:
         trt = self._trt()
         with _BUILD_LOCK:
             sink: list[str] = []
             trt_logger = _capturing_logger(trt)
             trt_logger.sink = sink
+            trt_logger.listener = log
             try:
                 return self._build_locked(trt, trt_logger, spec, output, progress, sink)
             finally:
                 trt_logger.sink = []
+                trt_logger.listener = None
 
     def _build_locked(
         self,

@@ -1,0 +1,172 @@
+"""The child process that runs one job attempt: isolated, in its own process group and
+working directory, writing progress and its result under the job's lease token."""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import signal
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlmodel import Session
+
+from core.backends.base import ProgressEvent
+from core.errors import CoreError
+from core.fingerprint import HostFingerprint
+from db import queue
+from db.errors import CatalogError, StaleLeaseError
+from db.models import JobStatus
+from service.builds import BuildResult, find_ready_engine, plan_build, run_build
+from service.context import AppContext
+from service.errors import BuildFailedError
+from service.jobs import request_from_payload
+
+logger = logging.getLogger(__name__)
+
+EXIT_RECORDED = 0  # the child wrote the job's terminal state
+EXIT_TRANSIENT = 3  # an unexpected error: the parent counts the attempt and retries
+EXIT_LEASE_LOST = 4  # the lease was taken over: nothing of ours was written
+PROGRESS_INTERVAL_SECONDS = 0.5
+LOG_TAIL_LINES = 30
+
+
+@dataclass(frozen=True)
+class ChildSpec:
+    home: Path
+    db_url: str
+    work_dir: Path
+    job_id: int
+    token: str
+    attempt: int
+    kind: str
+    payload: dict[str, Any]
+    host: HostFingerprint
+
+
+class ProgressWriter:
+    """Turns TensorRT phases and log lines into job-row updates, at most every 0.5 s."""
+
+    def __init__(self, app: AppContext, spec: ChildSpec) -> None:
+        self._app = app
+        self._spec = spec
+        self._lines: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
+        self._top_phase: str | None = None
+        self._phase: str | None = None
+        self._top_steps = 0
+        self._top_done = 0
+        self._last_write = 0.0
+
+    def on_progress(self, event: ProgressEvent) -> None:
+        """Progress is the share of the outermost phase's steps done; the phase shown is the newest."""
+        if event.kind == "start" and event.parent is None:
+            self._top_phase, self._top_steps, self._top_done = event.phase, event.steps or 0, 0
+        elif event.kind == "step" and event.phase == self._top_phase:
+            self._top_done = (event.step or 0) + 1
+        elif event.kind == "finish" and event.phase == self._top_phase:
+            self._top_done = self._top_steps
+        if event.kind == "start":
+            self._phase = event.phase if event.parent is None else f"{self._top_phase}: {event.phase}"
+            self._lines.append(f"[phase] {event.phase}" + (f" ({event.steps} steps)" if event.steps else ""))
+        self.flush()
+
+    def on_log(self, line: str) -> None:
+        self._lines.append(line)
+        self.flush()
+
+    def fraction(self) -> float | None:
+        return min(0.99, self._top_done / self._top_steps) if self._top_steps else None
+
+    def flush(self, *, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._last_write < PROGRESS_INTERVAL_SECONDS:
+            return
+        self._last_write = now
+        queue.report_progress(
+            self._app.catalog,
+            self._spec.job_id,
+            self._spec.token,
+            progress=self.fraction(),
+            phase=self._phase,
+            log_tail="\n".join(self._lines),
+        )
+
+
+def run_child(spec: ChildSpec) -> None:
+    """Entry point of the child process (multiprocessing target); exits with a code above."""
+    os.setsid()  # own process group: cancel and timeout kill the whole group
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the worker decides; a terminal ^C must not reach us
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.chdir(spec.work_dir)
+    app = AppContext(home=spec.home, db_url=spec.db_url, tmp_dir=spec.work_dir)
+    try:
+        code = _run(app, spec)
+    except StaleLeaseError as err:
+        logger.warning("job %s attempt %s: %s", spec.job_id, spec.attempt, err)
+        code = EXIT_LEASE_LOST
+    except Exception:  # noqa: BLE001 - the parent records it as a failed attempt
+        traceback.print_exc(file=sys.stderr)
+        code = EXIT_TRANSIENT
+    finally:
+        app.close()
+    os._exit(code)
+
+
+def _run(app: AppContext, spec: ChildSpec) -> int:
+    if spec.kind != "build":
+        queue.complete(
+            app.catalog, spec.job_id, spec.token, status=JobStatus.FAILED, error=f"unknown job kind {spec.kind!r}"
+        )
+        return EXIT_RECORDED
+    request = request_from_payload(spec.payload)
+    try:
+        plan = plan_build(app, request, host=spec.host)
+    except (CoreError, CatalogError) as err:
+        queue.complete(app.catalog, spec.job_id, spec.token, status=JobStatus.FAILED, error=str(err))
+        return EXIT_RECORDED
+    existing = find_ready_engine(app, plan.cache_key)
+    if existing is not None:
+        queue.complete(app.catalog, spec.job_id, spec.token, status=JobStatus.SUCCEEDED, result_engine_id=existing.id)
+        return EXIT_RECORDED
+    writer = ProgressWriter(app, spec)
+
+    def finalize(engine_id: int, mutate: Any) -> None:
+        def in_lease(session: Session) -> None:
+            mutate(session)
+
+        queue.complete(
+            app.catalog,
+            spec.job_id,
+            spec.token,
+            status=JobStatus.SUCCEEDED,
+            result_engine_id=engine_id,
+            on_commit=in_lease,
+        )
+
+    try:
+        result: BuildResult = run_build(
+            app,
+            plan,
+            progress=writer.on_progress,
+            log=writer.on_log,
+            job_id=spec.job_id,
+            job_attempt=spec.attempt,
+            finalize=finalize,
+        )
+    except BuildFailedError as err:
+        queue.complete(
+            app.catalog,
+            spec.job_id,
+            spec.token,
+            status=JobStatus.FAILED,
+            error=str(err),
+            result_engine_id=err.engine_id,
+        )
+        return EXIT_RECORDED
+    logger.info("job %s built engine %s", spec.job_id, result.engine.id)
+    return EXIT_RECORDED
