@@ -371,6 +371,11 @@ def check(
     _emit({"id": engine_id, **result.to_dict()}, as_json, f"{result.verdict}: {result.reason}")
 
 
+# Commands defined in their own modules register here (one line each).
+# -- command modules --
+# -- end command modules --
+
+
 def main() -> None:
     """Entry point: map typed errors to a message and an exit code, never a traceback."""
     try:

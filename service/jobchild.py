@@ -10,6 +10,7 @@ import signal
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -118,11 +119,15 @@ def run_child(spec: ChildSpec) -> None:
 
 
 def _run(app: AppContext, spec: ChildSpec) -> int:
-    if spec.kind != "build":
-        queue.complete(
-            app.catalog, spec.job_id, spec.token, status=JobStatus.FAILED, error=f"unknown job kind {spec.kind!r}"
-        )
+    runner = JOB_RUNNERS.get(spec.kind)
+    if runner is None:
+        error = f"unknown job kind {spec.kind!r}"
+        queue.complete(app.catalog, spec.job_id, spec.token, status=JobStatus.FAILED, error=error)
         return EXIT_RECORDED
+    return runner(app, spec)
+
+
+def _run_build(app: AppContext, spec: ChildSpec) -> int:
     request = request_from_payload(spec.payload)
     try:
         plan = plan_build(app, request, host=spec.host)
@@ -170,3 +175,8 @@ def _run(app: AppContext, spec: ChildSpec) -> int:
         return EXIT_RECORDED
     logger.info("job %s built engine %s", spec.job_id, result.engine.id)
     return EXIT_RECORDED
+
+
+JobRunner = Callable[[AppContext, ChildSpec], int]
+# Job kind -> the function that runs one attempt of it in the child and returns an exit code.
+JOB_RUNNERS: dict[str, JobRunner] = {"build": _run_build}
