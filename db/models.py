@@ -64,6 +64,8 @@ class EngineRecord(SQLModel, table=True):
     __table_args__ = (
         sa.Index("ix_engines_model_created", "model_id", "created_at"),
         sa.Index("ix_engines_key_status", "cache_key", "status"),
+        sa.Index("ix_engines_status_created", "status", "created_at"),
+        sa.Index("ix_engines_model_backend_precision", "model_id", "backend", "precision", "targets"),
     )
 
     id: int | None = Field(default=None, primary_key=True)
@@ -116,6 +118,8 @@ class JobRecord(SQLModel, table=True):
     __tablename__ = "jobs"
     __table_args__ = (
         sa.Index("ix_jobs_status_run_after", "status", "run_after"),
+        sa.Index("ix_jobs_status_created", "status", "created_at"),
+        sa.Index("ix_jobs_finished_at", "finished_at"),
         sa.Index(
             "ux_jobs_active_key",
             "idempotency_key",
