@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,9 @@ logger = logging.getLogger(__name__)
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
+MIGRATION_LOCK_KEY = 0x656E67696E65  # "engine": the advisory lock migrations hold on PostgreSQL
+_MIGRATE_LOCK = threading.Lock()
+_MIGRATED: set[str] = set()
 
 
 def sqlite_url(path: Path) -> str:
@@ -73,12 +77,26 @@ class Catalog:
             self.migrate()
 
     def migrate(self) -> None:
-        """Bring the schema to the newest Alembic revision."""
+        """Bring the schema to the newest Alembic revision (once per URL and process).
+
+        Alembic's runtime keeps module-level state, so migrations in one process are serialized
+        by a lock; across processes SQLite's immediate transaction and a PostgreSQL advisory
+        lock make the second migrator wait and then find the schema current.
+        """
+        with _MIGRATE_LOCK:
+            if self.url in _MIGRATED:
+                return
+            self._upgrade()
+            _MIGRATED.add(self.url)
+
+    def _upgrade(self) -> None:
         config = Config()
         config.set_main_option("script_location", str(MIGRATIONS_DIR))
         config.set_main_option("sqlalchemy.url", self.url.replace("%", "%%"))
         try:
             with self._writer.begin() as connection:
+                if not self.is_sqlite:
+                    connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})")
                 config.attributes["connection"] = connection
                 command.upgrade(config, "head")
         except sa.exc.OperationalError as err:

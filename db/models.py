@@ -139,6 +139,7 @@ class JobRecord(SQLModel, table=True):
     max_attempts: int = 3
     timeout_seconds: float = 3600.0
     lease_owner: str | None = None
+    runner_pid: int | None = None  # the child process running the current attempt
     lease_token: str | None = None
     lease_expires_at: datetime | None = _tz_time(nullable=True)
     cancel_requested: bool = False

@@ -163,6 +163,15 @@ def heartbeat(catalog: Catalog, job_id: int, token: str, lease_seconds: float) -
         return job.cancel_requested
 
 
+def set_runner(catalog: Catalog, job_id: int, token: str, pid: int) -> None:
+    """Record the pid of the child process running the held attempt."""
+    with catalog.write() as session:
+        job = _holder(session, job_id, token)
+        job.runner_pid = pid
+        job.updated_at = utcnow()
+        session.add(job)
+
+
 def report_progress(
     catalog: Catalog,
     job_id: int,
@@ -192,6 +201,7 @@ def _finish(job: JobRecord, status: str, error: str | None) -> None:
     job.updated_at = now
     job.lease_token = None
     job.lease_expires_at = None
+    job.runner_pid = None
 
 
 def complete(

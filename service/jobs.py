@@ -116,6 +116,7 @@ def job_to_dict(app: AppContext | None, job: JobRecord) -> dict[str, Any]:
         "progress": round(job.progress, 4),
         "phase": job.phase,
         "worker": job.lease_owner,
+        "runner_pid": job.runner_pid,
         "requirements": job.requirements,
         "error": job.error,
         "log_tail": job.log_tail,

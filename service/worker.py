@@ -24,7 +24,7 @@ from sqlmodel import col, select
 from core.fingerprint import HostFingerprint, host_fingerprint
 from db import queue
 from db.errors import StaleLeaseError
-from db.models import EngineRecord, EngineStatus, JobStatus, utcnow
+from db.models import EngineRecord, EngineStatus, JobRecord, JobStatus, utcnow
 from service.context import AppContext
 from service.jobchild import EXIT_LEASE_LOST, EXIT_RECORDED, ChildSpec, run_child
 from service.routing import can_run, worker_capabilities
@@ -33,6 +33,7 @@ logger = logging.getLogger(__name__)
 
 # Modules the fork server imports once, so each job's child starts warm (no GPU context is
 # created by importing them; CUDA initializes in the child when a build needs it).
+CANCEL_POLL_SECONDS = 0.5
 WARM_MODULES = ("service.jobchild", "onnx", "onnxruntime", "tensorrt_rtx", "onnxconverter_common")
 
 
@@ -168,36 +169,47 @@ class Worker:
         process = self._context.Process(target=run_child, args=(spec,), name=f"job-{job_id}")
         process.start()
         logger.info("job %s attempt %s: child %s started", job_id, job.attempts, process.pid)
+        try:
+            queue.set_runner(self.app.catalog, job_id, lease.token, process.pid)
+        except StaleLeaseError:
+            logger.warning("job %s: lease lost before the child started", job_id)
         deadline = time.monotonic() + job.timeout_seconds
         outcome: str | None = None
         try:
+            next_beat = time.monotonic() + self.config.heartbeat_seconds
             while True:
-                process.join(self.config.heartbeat_seconds)
+                process.join(min(CANCEL_POLL_SECONDS, self.config.heartbeat_seconds))
                 if process.exitcode is not None:
                     break
-                try:
-                    cancel = queue.heartbeat(self.app.catalog, job_id, lease.token, self.config.lease_seconds)
-                except StaleLeaseError as err:
-                    logger.warning("job %s: %s; stopping our child", job_id, err)
-                    outcome = "lease lost"
-                    self._kill(process)
-                    break
-                if cancel:
-                    outcome = "cancelled"
-                    self._kill(process)
-                    break
-                if time.monotonic() > deadline:
-                    outcome = f"timed out after {job.timeout_seconds:g} s"
-                    self._kill(process)
-                    break
-                if self._hard_stop.is_set():
-                    outcome = "handed back"
+                outcome = self._check_running(job, lease.token, deadline, next_beat)
+                if time.monotonic() >= next_beat:
+                    next_beat = time.monotonic() + self.config.heartbeat_seconds
+                if outcome is not None:
                     self._kill(process)
                     break
             self._record_outcome(lease, process.exitcode, outcome)
         finally:
             shutil.rmtree(work_dir, ignore_errors=True)
-            self._abandon_pending_engines(job_id, job.attempts, outcome or f"child exited with {process.exitcode}")
+            self._abandon_pending_engines(job_id, job.attempts, outcome or _describe_exit(process.exitcode))
+
+    def _check_running(self, job: JobRecord, token: str, deadline: float, next_beat: float) -> str | None:
+        """Why to stop the child now, if at all: cancel, lost lease, timeout, hard stop."""
+        job_id = job.id or 0
+        try:
+            if time.monotonic() >= next_beat:
+                cancel = queue.heartbeat(self.app.catalog, job_id, token, self.config.lease_seconds)
+            else:
+                cancel = queue.get_job(self.app.catalog, job_id).cancel_requested
+        except StaleLeaseError as err:
+            logger.warning("job %s: %s; stopping our child", job_id, err)
+            return "lease lost"
+        if cancel:
+            return "cancelled"
+        if time.monotonic() > deadline:
+            return f"timed out after {job.timeout_seconds:g} s"
+        if self._hard_stop.is_set():
+            return "handed back"
+        return None
 
     def _kill(self, process: Any) -> None:
         pid = process.pid

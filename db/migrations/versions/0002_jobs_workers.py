@@ -39,6 +39,7 @@ def upgrade() -> None:
         sa.Column("max_attempts", sa.Integer(), nullable=False),
         sa.Column("timeout_seconds", sa.Float(), nullable=False),
         sa.Column("lease_owner", sa.String(), nullable=True),
+        sa.Column("runner_pid", sa.Integer(), nullable=True),
         sa.Column("lease_token", sa.String(), nullable=True),
         sa.Column("lease_expires_at", _tz(), nullable=True),
         sa.Column("cancel_requested", sa.Boolean(), nullable=False),

@@ -1,0 +1,155 @@
+"""The queue's semantics on the real databases: atomic claims, leases, attempts, idempotency, cancel."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from db import queue
+from db.catalog import Catalog
+from db.errors import StaleLeaseError
+from db.models import JobStatus
+from service.builds import BuildRequest
+from service.context import AppContext
+from service.jobs import job_to_dict, submit_build
+from service.models import register_model
+from service.worker import Worker, WorkerConfig
+from tests.modelfactory import make_mlp
+
+RTX = {"backend": "rtx"}
+
+
+def _always(_requirements: Any) -> bool:
+    return True
+
+
+def test_many_workers_never_claim_the_same_job(catalog_ctx: AppContext) -> None:
+    catalog = catalog_ctx.catalog
+    total = 60
+    for index in range(total):
+        queue.enqueue(catalog, kind="build", payload={"n": index}, requirements=RTX)
+    claimed: list[int] = []
+    lock = threading.Lock()
+    errors: list[BaseException] = []
+
+    def work(name: str) -> None:
+        own = Catalog(catalog.url, migrate=False)
+        try:
+            while (lease := queue.claim(own, worker=name, can_run=_always, lease_seconds=60)) is not None:
+                with lock:
+                    claimed.append(lease.job.id or 0)
+                queue.complete(own, lease.job.id or 0, lease.token, status=JobStatus.SUCCEEDED)
+        except Exception as err:  # noqa: BLE001 - collected and asserted empty below
+            errors.append(err)
+        finally:
+            own.dispose()
+
+    threads = [threading.Thread(target=work, args=(f"w{i}",)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    counts = Counter(claimed)
+    assert len(claimed) == total
+    assert [job for job, n in counts.items() if n > 1] == []
+    assert {j.status for j in queue.list_jobs(catalog)} == {JobStatus.SUCCEEDED}
+
+
+def test_expired_lease_is_taken_over_and_stale_writes_are_rejected(catalog_ctx: AppContext) -> None:
+    catalog = catalog_ctx.catalog
+    job = queue.enqueue(catalog, kind="build", payload={}, requirements=RTX).job
+    first = queue.claim(catalog, worker="a", can_run=_always, lease_seconds=0.3)
+    assert first is not None and first.job.attempts == 1
+    assert queue.claim(catalog, worker="b", can_run=_always, lease_seconds=30) is None, "lease still valid"
+    time.sleep(0.4)
+    second = queue.claim(catalog, worker="b", can_run=_always, lease_seconds=30)
+    assert second is not None and second.job.id == job.id
+    assert second.job.attempts == 2 and second.token != first.token
+    with pytest.raises(StaleLeaseError):
+        queue.report_progress(catalog, job.id or 0, first.token, progress=0.5, phase="old holder")
+    with pytest.raises(StaleLeaseError):
+        queue.heartbeat(catalog, job.id or 0, first.token, 30)
+    with pytest.raises(StaleLeaseError):
+        queue.complete(catalog, job.id or 0, first.token, status=JobStatus.SUCCEEDED)
+    queue.report_progress(catalog, job.id or 0, second.token, progress=0.5, phase="new holder")
+    done = queue.complete(catalog, job.id or 0, second.token, status=JobStatus.SUCCEEDED)
+    assert done.status == JobStatus.SUCCEEDED
+    assert queue.get_job(catalog, job.id or 0).phase == "new holder"
+
+
+def test_attempts_are_capped_then_dead(catalog_ctx: AppContext) -> None:
+    catalog = catalog_ctx.catalog
+    job = queue.enqueue(catalog, kind="build", payload={}, requirements=RTX, max_attempts=2).job
+    lease = queue.claim(catalog, worker="a", can_run=_always, lease_seconds=30)
+    assert lease is not None
+    retried = queue.fail_attempt(
+        catalog, job.id or 0, lease.token, error="child killed by SIGKILL", backoff_seconds=0.3
+    )
+    assert retried.status == JobStatus.QUEUED
+    assert queue.claim(catalog, worker="a", can_run=_always, lease_seconds=30) is None, "backoff holds it"
+    time.sleep(0.35)
+    lease = queue.claim(catalog, worker="a", can_run=_always, lease_seconds=0.2)
+    assert lease is not None and lease.job.attempts == 2
+    time.sleep(0.3)  # the holder dies: its lease expires on the last attempt
+    assert queue.claim(catalog, worker="b", can_run=_always, lease_seconds=30) is None
+    dead = queue.get_job(catalog, job.id or 0)
+    assert dead.status == JobStatus.DEAD
+    assert "expired on the last attempt" in (dead.error or "")
+
+
+def test_cancel_queued_job_never_runs(catalog_ctx: AppContext) -> None:
+    catalog = catalog_ctx.catalog
+    job = queue.enqueue(catalog, kind="build", payload={}, requirements=RTX).job
+    cancelled = queue.request_cancel(catalog, job.id or 0)
+    assert cancelled.status == JobStatus.CANCELLED
+    assert queue.claim(catalog, worker="a", can_run=_always, lease_seconds=30) is None
+
+
+def test_routing_claims_only_runnable_jobs_and_says_what_is_missing(catalog_ctx: AppContext) -> None:
+    catalog = catalog_ctx.catalog
+    trt = queue.enqueue(
+        catalog, kind="build", payload={}, requirements={"backend": "trt", "compute_capability": "sm86"}
+    ).job
+    worker = Worker(catalog_ctx, WorkerConfig(name="cpu-box", once=True))
+    worker.run()  # registers, finds nothing it can run, exits
+    still = queue.get_job(catalog, trt.id or 0)
+    assert still.status == JobStatus.QUEUED and still.attempts == 0
+    assert job_to_dict(catalog_ctx, still)["waiting"] == "waiting for a worker with TensorRT and an SM86 GPU"
+
+
+def test_eight_identical_submissions_make_one_job_and_one_build(catalog_ctx: AppContext, tmp_path: Path) -> None:
+    register_model(catalog_ctx, make_mlp(tmp_path / "mlp.onnx"), name="mlp")
+    request = BuildRequest(model="mlp", backend="rtx", targets=("sm86",))
+    results: list[Any] = []
+    barrier = threading.Barrier(8)
+
+    def submit() -> None:
+        own = AppContext.from_settings(catalog_ctx.home, catalog_ctx.db_url)
+        try:
+            barrier.wait()
+            results.append(submit_build(own, request))
+        finally:
+            own.close()
+
+    threads = [threading.Thread(target=submit) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    job_ids = {r.job.id for r in results}
+    assert len(results) == 8 and len(job_ids) == 1
+    assert sum(not r.joined for r in results) == 1
+    Worker(catalog_ctx, WorkerConfig(name="w", once=True)).run()
+    job = queue.get_job(catalog_ctx.catalog, job_ids.pop() or 0)
+    assert job.status == JobStatus.SUCCEEDED, job.error
+    from service.engines import list_engines
+
+    assert len(list_engines(catalog_ctx)) == 1, "one build"
+    again = submit_build(catalog_ctx, request)
+    assert again.cache_hit is True and again.engine is not None and again.engine.id == job.result_engine_id

@@ -1,0 +1,187 @@
+"""Workers as real processes: crash recovery, cancel, lease takeover after SIGSTOP, clean shutdown.
+
+The slow job is a real one: tiny_llama fp16 (ModelOpt AutoCast conversion, then a TensorRT-RTX
+build) takes several seconds in the child, long enough to interfere with it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from db import queue
+from db.models import EngineStatus, JobRecord, JobStatus
+from service.builds import BuildRequest
+from service.context import AppContext
+from service.engines import list_engines
+from service.jobs import submit_build
+from service.models import register_model
+from tests.conftest import shared_model
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _cli(home: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "service.cli", "--home", str(home), *args]
+
+
+def _start_worker(home: Path, name: str, *extra: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        _cli(home, "worker", "--name", name, *extra),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _wait(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def _job(app: AppContext, job_id: int) -> JobRecord:
+    return queue.get_job(app.catalog, job_id)
+
+
+def _stop(process: subprocess.Popen[str]) -> tuple[str, str]:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+    try:
+        out, err = process.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        out, err = process.communicate()
+    return out, err
+
+
+@pytest.fixture
+def slow_app(tmp_path: Path) -> Iterator[AppContext]:
+    app = AppContext.from_settings(tmp_path / "home")
+    register_model(app, shared_model("tiny_llama.onnx"), name="tiny_llama")
+    yield app
+    app.close()
+
+
+SLOW = BuildRequest(model="tiny_llama", backend="rtx", targets=("sm89",), precision="fp16")
+
+
+def _running_child(app: AppContext, job_id: int) -> int:
+    _wait(lambda: _job(app, job_id).runner_pid is not None, 60, f"job {job_id} to start its child")
+    return _job(app, job_id).runner_pid or 0
+
+
+def test_sigkilled_child_counts_an_attempt_cleans_up_and_the_retry_succeeds(slow_app: AppContext) -> None:
+    app = slow_app
+    job_id = submit_build(app, SLOW).job.id or 0  # type: ignore[union-attr]
+    worker = _start_worker(app.home, "w1", "--lease-seconds", "6")
+    try:
+        child = _running_child(app, job_id)
+        time.sleep(1.0)
+        os.kill(child, signal.SIGKILL)
+        _wait(lambda: _job(app, job_id).status in (JobStatus.SUCCEEDED, JobStatus.DEAD), 120, "the retry")
+    finally:
+        _, err = _stop(worker)
+    job = _job(app, job_id)
+    assert job.status == JobStatus.SUCCEEDED, (job.error, err)
+    assert job.attempts == 2
+    engines = list_engines(app)
+    ready = [e for e in engines if e.status == EngineStatus.READY]
+    assert len(ready) == 1 and ready[0].id == job.result_engine_id and ready[0].job_attempt == 2
+    for engine in engines:
+        if engine.job_attempt == 1:
+            assert engine.status == EngineStatus.FAILED and "SIGKILL" in (engine.error or "")
+    assert list((app.home / "tmp").iterdir()) == [], "the killed attempt's files are gone"
+    objects = [p for p in (app.home / "objects").rglob("*") if p.is_file()]
+    assert [p.name for p in objects] == [ready[0].sha256], "no half-written blob"
+
+
+def test_cancel_running_job_kills_the_child_and_never_retries(slow_app: AppContext, tmp_path: Path) -> None:
+    app = slow_app
+    job_id = submit_build(app, SLOW).job.id or 0  # type: ignore[union-attr]
+    worker = _start_worker(app.home, "w1")
+    try:
+        child = _running_child(app, job_id)
+        out = subprocess.run(
+            _cli(app.home, "job", "cancel", str(job_id), "--json"), cwd=ROOT, capture_output=True, text=True
+        )
+        assert out.returncode == 0, out.stderr
+        assert json.loads(out.stdout)["cancel_requested"] is True
+        _wait(lambda: _job(app, job_id).status == JobStatus.CANCELLED, 30, "the cancel")
+        _wait(lambda: not Path(f"/proc/{child}").exists() or _is_zombie(child), 10, "the child to die")
+        time.sleep(1.0)
+    finally:
+        _stop(worker)
+    job = _job(app, job_id)
+    assert job.status == JobStatus.CANCELLED and job.attempts == 1
+    assert [e.status for e in list_engines(app)] in ([], [EngineStatus.FAILED])
+    assert list((app.home / "tmp").iterdir()) == []
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+    except OSError:
+        return True
+
+
+def test_stopped_worker_loses_its_lease_and_its_late_writes_are_rejected(slow_app: AppContext) -> None:
+    app = slow_app
+    job_id = submit_build(app, SLOW).job.id or 0  # type: ignore[union-attr]
+    stalled = _start_worker(app.home, "stalled", "--lease-seconds", "2")
+    taker: subprocess.Popen[str] | None = None
+    try:
+        child = _running_child(app, job_id)
+        for pid in (stalled.pid, child):
+            os.kill(pid, signal.SIGSTOP)
+        time.sleep(3.0)  # past the 2 s lease
+        taker = _start_worker(app.home, "taker", "--once")
+        _wait(lambda: _job(app, job_id).status == JobStatus.SUCCEEDED, 120, "the takeover to finish")
+        taken = _job(app, job_id)
+        assert taken.attempts == 2
+        for pid in (child, stalled.pid):
+            os.kill(pid, signal.SIGCONT)
+        _wait(lambda: not Path(f"/proc/{child}").exists() or _is_zombie(child), 60, "the stale child to end")
+    finally:
+        for pid in (stalled.pid,):
+            if stalled.poll() is None:
+                os.kill(pid, signal.SIGCONT)
+        _, stalled_err = _stop(stalled)
+        if taker is not None:
+            _stop(taker)
+    job = _job(app, job_id)
+    assert job.status == JobStatus.SUCCEEDED and job.result_engine_id == taken.result_engine_id
+    assert "stale" in stalled_err
+    engines = list_engines(app)
+    ready = [e for e in engines if e.status == EngineStatus.READY]
+    assert [e.id for e in ready] == [job.result_engine_id], "the stale holder published nothing"
+    assert ready[0].job_attempt == 2
+    assert all(e.status == EngineStatus.FAILED for e in engines if e.job_attempt == 1)
+
+
+def test_worker_exits_cleanly_on_sigterm_and_goes_offline(tmp_path: Path) -> None:
+    app = AppContext.from_settings(tmp_path / "home")
+    worker = _start_worker(app.home, "idle")
+    try:
+        _wait(lambda: any(w.name == "idle" for w in queue.list_workers(app.catalog)), 30, "registration")
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.communicate(timeout=30)
+    assert worker.returncode == 0
+    [record] = queue.list_workers(app.catalog)
+    assert record.status == "offline"
+    assert record.capabilities["backends"] and "rtx" in record.capabilities["backends"]
+    assert record.fingerprint["cpu_model"]
+    app.close()
