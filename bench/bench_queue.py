@@ -137,7 +137,7 @@ def bench_latency(kind: str, jobs: int) -> dict[str, float]:
     return {
         "jobs": jobs,
         "p50_s": statistics.median(latencies),
-        "p95_s": latencies[max(0, int(round(0.95 * len(latencies))) - 1)],
+        "p95_s": latencies[max(0, round(0.95 * len(latencies)) - 1)],
         "max_s": latencies[-1],
     }
 
