@@ -140,17 +140,15 @@ def _run_build(app: AppContext, spec: ChildSpec) -> int:
         return EXIT_RECORDED
     writer = ProgressWriter(app, spec)
 
-    def finalize(engine_id: int, mutate: Any) -> None:
-        def in_lease(session: Session) -> None:
-            mutate(session)
-
+    def finalize(engine_id: int, mutate: Callable[[Session], None]) -> None:
+        writer.flush(force=True)
         queue.complete(
             app.catalog,
             spec.job_id,
             spec.token,
             status=JobStatus.SUCCEEDED,
             result_engine_id=engine_id,
-            on_commit=in_lease,
+            on_commit=mutate,
         )
 
     try:
@@ -164,6 +162,7 @@ def _run_build(app: AppContext, spec: ChildSpec) -> int:
             finalize=finalize,
         )
     except BuildFailedError as err:
+        writer.flush(force=True)
         queue.complete(
             app.catalog,
             spec.job_id,

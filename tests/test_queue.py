@@ -153,3 +153,55 @@ def test_eight_identical_submissions_make_one_job_and_one_build(catalog_ctx: App
     assert len(list_engines(catalog_ctx)) == 1, "one build"
     again = submit_build(catalog_ctx, request)
     assert again.cache_hit is True and again.engine is not None and again.engine.id == job.result_engine_id
+
+
+def test_cli_queue_worker_and_job_show(app_ctx: AppContext, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.clirunner import run_cli
+    from tests.modelfactory import make_conv
+
+    register_model(app_ctx, make_conv(tmp_path / "conv.onnx"), name="conv")
+    home = ["--home", str(app_ctx.home)]
+    queued = run_cli(capsys, *home, "build", "conv", "--target", "sm86", "--queue", "--json")
+    assert queued.code == 0, queued.err
+    submitted = queued.json()
+    assert submitted["status"] == JobStatus.QUEUED and submitted["joined"] is False
+    assert submitted["waiting"] == "waiting for a worker with TensorRT-RTX", "no worker is running yet"
+    joined = run_cli(capsys, *home, "build", "conv", "--target", "sm86", "--queue", "--json").json()
+    assert joined["job_id"] == submitted["job_id"] and joined["joined"] is True
+    listed = run_cli(capsys, *home, "jobs", "--status", "queued", "--json").json()
+    assert [j["id"] for j in listed] == [submitted["job_id"]]
+
+    ran = run_cli(capsys, *home, "worker", "--once", "--name", "w-once")
+    assert ran.code == 0, ran.err
+    assert "ran 1 job(s)" in ran.err
+    shown = run_cli(capsys, *home, "job", "show", str(submitted["job_id"]), "--json").json()
+    for key in (
+        "id",
+        "kind",
+        "status",
+        "attempts",
+        "progress",
+        "phase",
+        "worker",
+        "requirements",
+        "error",
+        "log_tail",
+        "created_at",
+        "started_at",
+        "finished_at",
+        "result_engine_id",
+    ):
+        assert key in shown, key
+    assert shown["status"] == JobStatus.SUCCEEDED and shown["attempts"] == 1 and shown["worker"] == "w-once"
+    assert shown["progress"] == 1.0
+    assert shown["phase"], "the last TensorRT phase is recorded"
+    assert "[phase] " in shown["log_tail"], "phases are in the tail"
+    assert "[VERBOSE] Adding 1 engine(s) to plan file." in shown["log_tail"], "TensorRT's own log lines are in the tail"
+    assert shown["result_engine_id"] is not None
+    hit = run_cli(capsys, *home, "build", "conv", "--target", "sm86", "--json").json()
+    assert hit["cache_hit"] is True and hit["id"] == shown["result_engine_id"]
+
+    cancelled = run_cli(capsys, *home, "build", "conv", "--target", "sm80", "--queue", "--json").json()
+    done = run_cli(capsys, *home, "job", "cancel", str(cancelled["job_id"]), "--json").json()
+    assert done["status"] == JobStatus.CANCELLED
+    assert run_cli(capsys, *home, "worker", "--once").err.strip().endswith("ran 0 job(s)")
