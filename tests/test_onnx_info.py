@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -21,20 +20,8 @@ from core.onnx_info import (
     model_digest,
     resolve_external_data,
 )
+from tests.conftest import shared_model
 from tests.modelfactory import make_conv, make_external_data_model, make_mlp
-
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "models"
-
-
-def shared_model(name: str) -> Path:
-    """A model from ../shared/models; skip without the folder, but fail under CI=true."""
-    if not SHARED.is_dir():
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{SHARED} is missing and CI=true: the shared models are required")
-        pytest.skip("../shared/models absent (a user's clone): shared-model tests skipped")
-    path = SHARED / name
-    assert path.is_file(), f"{path} missing from {SHARED}"
-    return path
 
 
 def shared_sha256sums() -> dict[str, str]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -28,10 +27,9 @@ from core.calibration import (
 from core.errors import CalibrationError, PrecisionError
 from core.hashing import sha256_file
 from core.precision import PRECISIONS, PrecisionSpec, convert_precision, validate_model
+from tests.conftest import shared_model, skip_or_fail
 from tests.modelfactory import make_conv, make_mlp
 
-IN_CI = os.environ.get("CI") == "true"
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "models"
 REPO = Path(__file__).resolve().parents[1]
 UNCALIBRATED = "uncalibrated"
 IMAGE_PROFILE = {"input": ((1, 3, 224, 224), (1, 3, 224, 224), (4, 3, 224, 224))}
@@ -39,20 +37,6 @@ TOKEN_PROFILE = {
     "input_ids": ((1, 1), (1, 16), (4, 64)),
     "attention_mask": ((1, 1), (1, 16), (4, 64)),
 }
-
-
-def skip_or_fail(reason: str) -> None:
-    """Skip with the reason on a user's machine; under CI=true a missing prerequisite fails."""
-    if IN_CI:
-        pytest.fail(f"required under CI=true: {reason}")
-    pytest.skip(reason)
-
-
-def shared_model(name: str) -> Path:
-    path = SHARED / name
-    if not path.is_file():
-        skip_or_fail(f"{path} is absent (a user's clone has no ../shared/models)")
-    return path
 
 
 def need_modelopt() -> None:
