@@ -170,3 +170,98 @@ class WorkerRecord(SQLModel, table=True):
     current_job_id: int | None = None
     started_at: datetime = _tz_time()
     heartbeat_at: datetime = _tz_time(index=True)
+
+
+class LoadRunRecord(SQLModel, table=True):
+    """One test-load of an engine: verdict, seconds per load phase, latency, accuracy per output."""
+
+    __tablename__ = "load_runs"
+    __table_args__ = (
+        sa.Index("ix_load_runs_engine_created", "engine_id", "created_at"),
+        sa.Index("ix_load_runs_model_backend_precision", "model_id", "backend", "precision", "targets"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    engine_id: int = Field(foreign_key="engines.id")
+    model_id: int = Field(foreign_key="models.id")
+    job_id: int | None = Field(default=None, foreign_key="jobs.id")
+    backend: str
+    precision: str
+    targets: str
+    hostname: str = Field(index=True)
+    host_target: str  # this host's GPU compute capability or CPU target
+    verdict: str = Field(index=True)  # PASS | FAIL | INCOMPATIBLE | CORRUPT | ERROR
+    reason: str = Field(default="", sa_column=sa.Column(sa.Text, nullable=False))
+    # Seconds per load phase, each its own column so the Timings view aggregates in SQL.
+    read_verify_s: float | None = None
+    validity_s: float | None = None
+    deserialize_s: float | None = None
+    create_context_s: float | None = None
+    allocate_io_s: float | None = None
+    first_inference_s: float | None = None
+    load_s: float | None = None
+    iterations: int = 0
+    batch: int | None = None
+    p50_ms: float | None = None
+    p90_ms: float | None = None
+    p99_ms: float | None = None
+    mean_ms: float | None = None
+    throughput: float | None = None
+    samples_ms: list[float] = Field(default_factory=list, sa_column=sa.Column(sa.JSON, nullable=False))
+    accuracy: list[dict[str, Any]] = Field(default_factory=list, sa_column=sa.Column(sa.JSON, nullable=False))
+    tolerances: dict[str, Any] = _json()
+    input_shapes: dict[str, Any] = _json()
+    details: dict[str, Any] = _json()
+    created_at: datetime = _tz_time(index=True)
+
+
+class StatCacheRecord(SQLModel, table=True):
+    """An ONNX digest keyed by its files' stat (git's index idea): a hit costs O(1) in the model's size.
+
+    One row per (host, path); `files` holds (name, size, mtime_ns, ctime_ns, inode) of the model and
+    each external data file. Any change of any of them means re-hash. `racy` marks an entry hashed
+    within the filesystem's timestamp granularity of its mtime: it is re-hashed, never trusted.
+    """
+
+    __tablename__ = "onnx_stat_cache"
+    __table_args__ = (sa.UniqueConstraint("hostname", "path", name="ux_onnx_stat_cache_host_path"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    hostname: str
+    path: str
+    size_bytes: int = Field(sa_column=sa.Column(sa.BigInteger, nullable=False))
+    mtime_ns: int = Field(sa_column=sa.Column(sa.BigInteger, nullable=False))
+    inode: int = Field(sa_column=sa.Column(sa.BigInteger, nullable=False))
+    files: list[list[Any]] = Field(default_factory=list, sa_column=sa.Column(sa.JSON, nullable=False))
+    digest: str = Field(sa_column=sa.Column(sa.String(64), nullable=False))
+    racy: bool = False
+    hashed_at: datetime = _tz_time()
+
+
+class LoadEventRecord(SQLModel, table=True):
+    """One `load_or_build` call: outcome (hit | miss | built | queued | rejected) and seconds per phase."""
+
+    __tablename__ = "load_events"
+    __table_args__ = (
+        sa.Index("ix_load_events_model_host_created", "model_name", "hostname", "created_at"),
+        sa.Index("ix_load_events_outcome_created", "outcome", "created_at"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    hostname: str
+    model_name: str
+    model_id: int | None = Field(default=None, foreign_key="models.id")
+    engine_id: int | None = Field(default=None, foreign_key="engines.id")
+    backend: str
+    precision: str
+    host_target: str
+    outcome: str
+    reason: str = Field(default="", sa_column=sa.Column(sa.Text, nullable=False))
+    lookup_s: float | None = None  # fingerprint (stat cache) + catalog
+    read_verify_s: float | None = None
+    load_s: float | None = None  # validity + deserialize + context + I/O
+    build_s: float | None = None
+    total_s: float = 0.0
+    stat_cache_hit: bool | None = None
+    phases: dict[str, Any] = _json()
+    created_at: datetime = _tz_time(index=True)

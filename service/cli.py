@@ -373,6 +373,9 @@ def check(
 
 # Commands defined in their own modules register here (one line each).
 # -- command modules --
+from service.cli_runtime import register as _register_runtime  # noqa: E402
+
+_register_runtime(app)
 # -- end command modules --
 
 

@@ -27,6 +27,7 @@ from service.builds import BuildResult, find_ready_engine, plan_build, run_build
 from service.context import AppContext
 from service.errors import BuildFailedError
 from service.jobs import request_from_payload
+from service.testload import run_test_load_job as _run_test_load
 
 logger = logging.getLogger(__name__)
 
@@ -178,4 +179,4 @@ def _run_build(app: AppContext, spec: ChildSpec) -> int:
 
 JobRunner = Callable[[AppContext, ChildSpec], int]
 # Job kind -> the function that runs one attempt of it in the child and returns an exit code.
-JOB_RUNNERS: dict[str, JobRunner] = {"build": _run_build}
+JOB_RUNNERS: dict[str, JobRunner] = {"build": _run_build, "test_load": _run_test_load}

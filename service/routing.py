@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from core.fingerprint import HostFingerprint
+from db.models import EngineRecord
 
 BACKEND_MODULES = {"rtx": "tensorrt_rtx", "trt": "tensorrt", "ort": "onnxruntime"}
 BACKEND_LABELS = {"rtx": "TensorRT-RTX", "trt": "TensorRT", "ort": "ONNX Runtime"}
@@ -32,11 +33,30 @@ def build_requirements(backend: str, target_info: Mapping[str, Any]) -> dict[str
     return requirements
 
 
+def load_requirements(engine: EngineRecord) -> dict[str, Any]:
+    """What loading an engine needs: ort the CPU target it was optimized for; rtx the library and a
+    GPU of one of the engine's compute capabilities; trt the GPU it was built on."""
+    backend = engine.backend
+    items = [t for t in engine.targets.split(",") if t]
+    requirements: dict[str, Any] = {"backend": backend}
+    if backend == "ort":
+        requirements["cpu_target"] = items[0] if items else None
+    elif backend == "rtx":
+        requirements["compute_capability_any"] = items
+    elif backend == "trt" and items:
+        requirements["compute_capability"] = items[0]
+    return requirements
+
+
 def can_run(requirements: Mapping[str, Any], capabilities: Mapping[str, Any]) -> bool:
     if requirements.get("backend") not in capabilities.get("backends", []):
         return False
+    local_cc = {g["compute_capability"] for g in capabilities.get("gpus", [])}
     needed_cc = requirements.get("compute_capability")
-    if needed_cc is not None and needed_cc not in {g["compute_capability"] for g in capabilities.get("gpus", [])}:
+    if needed_cc is not None and needed_cc not in local_cc:
+        return False
+    any_cc = requirements.get("compute_capability_any")
+    if any_cc is not None and not local_cc.intersection(any_cc):
         return False
     needed_cpu = requirements.get("cpu_target")
     return needed_cpu is None or needed_cpu == capabilities.get("cpu_target")
@@ -47,6 +67,9 @@ def describe_requirements(requirements: Mapping[str, Any]) -> str:
     parts = [BACKEND_LABELS.get(str(requirements.get("backend")), str(requirements.get("backend")))]
     if "compute_capability" in requirements:
         parts.append(f"an {str(requirements['compute_capability']).upper()} GPU")
+    if "compute_capability_any" in requirements:
+        ccs = [str(cc).upper() for cc in requirements["compute_capability_any"]]
+        parts.append(f"a GPU of {' or '.join(ccs)}" if ccs else "a GPU")
     if "cpu_target" in requirements:
         parts.append(f"a {requirements['cpu_target']} CPU")
     return "a worker with " + " and ".join(parts)

@@ -5,10 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from core.fingerprint import HostFingerprint
 from core.profiles import ProfileResult
+
+if TYPE_CHECKING:
+    from core.session import EngineSession, LoadSpec, PhaseTimer
 
 
 @dataclass(frozen=True)
@@ -105,3 +108,11 @@ class Backend(Protocol):
         ...
 
     def check_compatibility(self, engine: EngineRef, host: HostFingerprint) -> CompatibilityResult: ...
+
+    def load(
+        self, engine: bytes | bytearray | memoryview, spec: LoadSpec, timer: PhaseTimer | None = None
+    ) -> EngineSession:
+        """Check the engine with the backend's own validity test (phase `validity`; raises
+        IncompatibleEngineError with its diagnostic), then deserialize it from the verified bytes
+        and prepare I/O for `spec.input_shapes` (phases timed into `timer`)."""
+        ...

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core.backends.base import (
     BuildOutput,
@@ -25,7 +25,13 @@ from core.backends.loader import import_backend
 from core.errors import BackendUnavailableError, BuildError, TargetError
 from core.fingerprint import HostFingerprint, package_version
 
+if TYPE_CHECKING:
+    from core.session import EngineSession, LoadSpec, PhaseTimer
+
 logger = logging.getLogger(__name__)
+
+# An ORT-format model is a flatbuffer whose file identifier (bytes 4..8) is "ORTM".
+ORT_FORMAT_IDENTIFIER = b"ORTM"
 
 _ORT_TYPES = {
     "tensor(float)": "float32",
@@ -113,6 +119,30 @@ class OnnxRuntimeBackend:
         if reasons:
             return CompatibilityResult("incompatible", f"{built}; " + "; ".join(reasons), details)
         return CompatibilityResult("compatible", f"{built}; CPU and ONNX Runtime version match", details)
+
+    def load(
+        self, engine: bytes | bytearray | memoryview, spec: LoadSpec, timer: PhaseTimer | None = None
+    ) -> EngineSession:
+        """An `OrtEngineSession` on the CPU. Validity: the ORT-format identifier, and the ONNX Runtime
+        version (ORT-format models are tied to the version that wrote them)."""
+        from core.session import IncompatibleEngineError, OrtEngineSession, PhaseTimer
+
+        timer = timer or PhaseTimer()
+        ort = self._ort()
+        installed = self.version()
+        with timer.phase("validity"):
+            identifier = bytes(memoryview(engine)[4:8])
+            if identifier != ORT_FORMAT_IDENTIFIER:
+                raise IncompatibleEngineError(
+                    f"{spec.label} is not an ORT-format model (file identifier {identifier!r}, expected 'ORTM')",
+                    {"validity": "INVALID", "identifier": identifier.hex()},
+                )
+            if spec.backend_version is not None and spec.backend_version != installed:
+                raise IncompatibleEngineError(
+                    f"{spec.label} was written by ONNX Runtime {spec.backend_version}; this host has {installed}",
+                    {"validity": "INVALID", "installed_version": installed},
+                )
+        return OrtEngineSession(ort, engine, spec, timer)
 
 
 def _shape(shape: Any) -> tuple[int | str, ...]:

@@ -20,7 +20,7 @@ import logging
 import threading
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core.backends.base import (
     BuildOutput,
@@ -36,6 +36,9 @@ from core.backends.loader import import_backend
 from core.errors import BackendUnavailableError, BuildError, TargetError
 from core.fingerprint import HostFingerprint, package_version
 from core.targets import RTX_DEFAULT_TARGETS, parse_rtx_targets, sm_to_capability
+
+if TYPE_CHECKING:
+    from core.session import EngineSession, LoadSpec, PhaseTimer
 
 logger = logging.getLogger(__name__)
 
@@ -286,6 +289,48 @@ class TensorRTBackend:
             return None, 0
         validity, mask = runtime.get_engine_validity(header)
         return str(getattr(validity, "name", validity)), int(mask)
+
+    # -- load ---------------------------------------------------------------------------
+
+    def load(
+        self, engine: bytes | bytearray | memoryview, spec: LoadSpec, timer: PhaseTimer | None = None
+    ) -> EngineSession:
+        """A `TensorRTEngineSession` on this host's GPU, from the verified bytes.
+
+        TensorRT-RTX first checks the header (`get_engine_validity`); INVALID raises
+        IncompatibleEngineError carrying the library's diagnostic bits and its own log lines
+        (on a host without a GPU: the CUDA error it met reading the GPU's properties).
+        """
+        from core.session import IncompatibleEngineError, PhaseTimer, TensorRTEngineSession
+
+        timer = timer or PhaseTimer()
+        trt = self._trt()
+        with _BUILD_LOCK:  # the process-wide logger's sink is ours while we load
+            sink: list[str] = []
+            trt_logger = _capturing_logger(trt)
+            trt_logger.sink = sink
+            try:
+                with timer.phase("validity"):
+                    runtime = trt.Runtime(trt_logger)
+                    size = int(getattr(runtime, "engine_header_size", 64))
+                    validity, mask = self._header_validity(trt, bytes(memoryview(engine)[:size]))
+                if validity == "INVALID":
+                    library = [line for line in sink if "VERBOSE" not in line]
+                    reasons = describe_diagnostics(mask) or [f"{self.label} gives no diagnostic bit (mask 0)"]
+                    raise IncompatibleEngineError(
+                        f"{self.label} reports {spec.label} INVALID on this host: "
+                        + "; ".join(reasons)
+                        + (f" [{self.label}: {' | '.join(library)}]" if library else ""),
+                        {
+                            "validity": validity,
+                            "diagnostics_mask": mask,
+                            "diagnostics": describe_diagnostics(mask),
+                            "library_log": library,
+                        },
+                    )
+                return TensorRTEngineSession(trt, runtime, engine, spec, timer, sink, self.name)
+            finally:
+                trt_logger.sink = []
 
 
 def _read_header(path: Path, trt: ModuleType) -> bytes:

@@ -1,0 +1,208 @@
+"""Test-load as a use case, a queue job and a CLI command; load runs recorded and aggregated."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from core.fingerprint import host_fingerprint
+from db.models import EngineRecord, EngineStatus, JobStatus
+from service.builds import BuildRequest, build_engine
+from service.context import AppContext
+from service.engines import get_engine
+from service.jobs import get_job, waiting_reason
+from service.models import register_model
+from service.routing import can_run, describe_requirements, load_requirements, worker_capabilities
+from service.testload import (
+    TestLoadError,
+    list_load_runs,
+    load_phase_stats,
+    run_test_load,
+    submit_test_load,
+)
+from service.worker import WorkerConfig, run_worker
+from tests.clirunner import run_cli
+from tests.conftest import shared_model
+from tests.modelfactory import make_mlp
+
+
+def _mlp_engines(app: AppContext, tmp_path: Path) -> tuple[EngineRecord, EngineRecord]:
+    register_model(app, make_mlp(tmp_path / "mlp.onnx"), name="mlp")
+    ort = build_engine(app, BuildRequest(model="mlp", backend="ort")).engine
+    rtx = build_engine(app, BuildRequest(model="mlp", backend="rtx", targets=("sm86,sm89",))).engine
+    return ort, rtx
+
+
+def test_run_test_load_records_pass_and_incompatible(catalog_ctx: AppContext, tmp_path: Path) -> None:
+    app = catalog_ctx
+    ort, rtx = _mlp_engines(app, tmp_path)
+    passed = run_test_load(app, ort.id or 0, iterations=10, batch=2)
+    assert passed.verdict == "PASS", passed.reason
+    assert passed.iterations == 10 and passed.batch == 2 and len(passed.samples_ms) == 10
+    assert passed.read_verify_s and passed.deserialize_s and passed.first_inference_s
+    assert passed.p50_ms is not None and passed.p99_ms is not None and passed.p50_ms <= passed.p99_ms
+    assert passed.accuracy[0]["name"] == "output" and passed.accuracy[0]["passed"] is True
+    assert passed.host_target == host_fingerprint().cpu_target
+
+    refused = run_test_load(app, rtx.id or 0, iterations=10)
+    assert refused.verdict == "INCOMPATIBLE"
+    assert refused.details["validity"] == "INVALID" and refused.details["diagnostics_mask"] == 0
+    assert "TensorRT-RTX" in refused.reason and "CUDA" in refused.reason
+    assert refused.deserialize_s is None and refused.validity_s is not None
+    assert get_engine(app, rtx.id or 0).status == EngineStatus.READY, "incompatible is not corrupt"
+
+    runs = list_load_runs(app, ort.id or 0)
+    assert [r["verdict"] for r in runs] == ["PASS"]
+    assert set(runs[0]["phases"]) == {"read_verify", "validity", "deserialize", "first_inference"}
+    stats = load_phase_stats(app)
+    assert len(stats) == 1, "INCOMPATIBLE runs did not load: they are not in the load-phase means"
+    assert stats[0]["model"] == "mlp" and stats[0]["backend"] == "ort" and stats[0]["runs"] == 1
+    assert stats[0]["load_s"] > 0 and stats[0]["build_s"] > 0
+
+
+def test_corrupt_blob_verdict_marks_the_engine(app_ctx: AppContext, tmp_path: Path) -> None:
+    ort, _ = _mlp_engines(app_ctx, tmp_path)
+    blob = app_ctx.home / (ort.blob_path or "")
+    data = bytearray(blob.read_bytes())
+    data[100] ^= 0x01
+    blob.chmod(0o644)
+    blob.write_bytes(bytes(data))
+    run = run_test_load(app_ctx, ort.id or 0)
+    assert run.verdict == "CORRUPT"
+    assert get_engine(app_ctx, ort.id or 0).status == EngineStatus.CORRUPT
+
+
+def test_int8_engine_fails_fp32_tolerances_and_passes_its_own(app_ctx: AppContext, tmp_path: Path) -> None:
+    from onnxruntime.quantization import quantize_dynamic  # noqa: F401 - the quantizer is installed
+
+    register_model(app_ctx, make_mlp(tmp_path / "mlp.onnx", features=64, hidden=64), name="mlp")
+    calib = tmp_path / "calib.npz"
+    np.savez(calib, input=np.random.default_rng(0).standard_normal((16, 64)).astype(np.float32))
+    engine = build_engine(app_ctx, BuildRequest(model="mlp", backend="ort", precision="int8", calibration=calib)).engine
+    own = run_test_load(app_ctx, engine.id or 0, iterations=2)
+    assert own.verdict == "PASS", own.reason
+    assert own.tolerances["atol"] == 0.25
+    strict = run_test_load(app_ctx, engine.id or 0, iterations=2, tolerances={"atol": 1e-5, "rtol": 1e-5})
+    assert strict.verdict == "FAIL" and "outside int8 tolerances" in strict.reason
+
+
+def test_routing_sends_rtx_test_loads_to_gpu_workers(app_ctx: AppContext, tmp_path: Path) -> None:
+    ort, rtx = _mlp_engines(app_ctx, tmp_path)
+    rtx_needs = load_requirements(rtx)
+    assert rtx_needs == {"backend": "rtx", "compute_capability_any": ["sm86", "sm89"]}
+    here = worker_capabilities(host_fingerprint())
+    assert can_run(load_requirements(ort), here)
+    assert not can_run(rtx_needs, here), "this host has no GPU"
+    gpu_worker = {**here, "gpus": [{"name": "RTX A6000", "compute_capability": "sm86"}]}
+    assert can_run(rtx_needs, gpu_worker)
+    assert "SM86 or SM89" in describe_requirements(rtx_needs)
+
+    job = submit_test_load(app_ctx, rtx.id or 0)
+    assert job.kind == "test_load" and job.requirements == rtx_needs
+    reason = waiting_reason(app_ctx, job)
+    assert reason is not None and "TensorRT-RTX" in reason and "SM86 or SM89" in reason
+    again = submit_test_load(app_ctx, rtx.id or 0)
+    assert again.id == job.id, "an identical active request joins the first"
+    with pytest.raises(TestLoadError, match="iterations"):
+        submit_test_load(app_ctx, ort.id or 0, iterations=-1)
+
+
+def test_test_load_job_runs_in_a_worker_child(app_ctx: AppContext, tmp_path: Path) -> None:
+    ort, _ = _mlp_engines(app_ctx, tmp_path)
+    npz = tmp_path / "inputs.npz"
+    np.savez(npz, input=np.full((3, 16), 0.5, np.float32))
+    job = submit_test_load(app_ctx, ort.id or 0, iterations=5, inputs=npz)
+    assert job.payload["inputs"] != str(npz), "the inputs file is copied into the store"
+    ran = run_worker(app_ctx, WorkerConfig(name="t-worker", once=True, lease_seconds=5), install_signals=False)
+    assert ran == 1
+    done = get_job(app_ctx, job.id or 0)
+    assert done.status == JobStatus.SUCCEEDED, done.error
+    runs = list_load_runs(app_ctx, ort.id or 0)
+    assert runs[0]["job_id"] == job.id and runs[0]["verdict"] == "PASS"
+    assert runs[0]["input_shapes"] == {"input": [3, 16]}
+
+
+@pytest.fixture
+def cli_home(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[AppContext, EngineRecord, EngineRecord]]:
+    home = tmp_path / "home"
+    monkeypatch.setenv("ENGINECACHE_HOME", str(home))
+    app = AppContext.from_settings(home)
+    ort, rtx = _mlp_engines(app, tmp_path)
+    yield app, ort, rtx
+    app.close()
+
+
+def test_cli_test_load(
+    capsys: pytest.CaptureFixture[str], cli_home: tuple[AppContext, EngineRecord, EngineRecord]
+) -> None:
+    _, ort, rtx = cli_home
+    ok = run_cli(capsys, "test-load", str(ort.id), "--iterations", "5", "--json")
+    assert ok.code == 0, ok.err
+    data = ok.json()
+    assert data["verdict"] == "PASS" and data["latency"]["iterations"] == 5 and data["job_id"] is not None
+
+    nobody = run_cli(capsys, "test-load", str(rtx.id))
+    assert nobody.code == 1
+    assert "no worker can load engine" in nobody.err and "SM86 or SM89" in nobody.err
+
+    here = run_cli(capsys, "test-load", str(rtx.id), "--here")
+    assert here.code == 1
+    assert "INCOMPATIBLE" in here.out and "TensorRT-RTX" in here.out
+
+    queued = run_cli(capsys, "test-load", str(rtx.id), "--queue", "--json")
+    assert queued.code == 0 and queued.json()["waiting"].startswith("waiting for a worker with TensorRT-RTX")
+
+
+# -- the four reference models --------------------------------------------------------------
+
+SHARED = {
+    "resnet18": "resnet18.onnx",
+    "mobilenet_v3_small": "mobilenet_v3_small.onnx",
+    "bert_mini": "bert_mini.onnx",
+    "tiny_llama": "tiny_llama.onnx",
+}
+
+
+@pytest.fixture(scope="module")
+def shared_app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppContext]:
+    ctx = AppContext.from_settings(tmp_path_factory.mktemp("shared-testload") / "home")
+    for name, filename in SHARED.items():
+        register_model(ctx, shared_model(filename), name=name)
+    yield ctx
+    ctx.close()
+
+
+@pytest.mark.parametrize("name", sorted(SHARED))
+def test_shared_model_ort_fp32_passes(shared_app: AppContext, name: str) -> None:
+    engine = build_engine(shared_app, BuildRequest(model=name, backend="ort")).engine
+    run = run_test_load(shared_app, engine.id or 0, iterations=3)
+    assert run.verdict == "PASS", run.reason
+    assert all(a["cosine"] > 0.99999 for a in run.accuracy)
+    assert run.load_s is not None and run.load_s > 0
+
+
+@pytest.mark.parametrize(
+    ("name", "precision"),
+    [("resnet18", "fp16"), ("bert_mini", "fp16"), ("mobilenet_v3_small", "int8"), ("resnet18", "int8")],
+)
+def test_shared_model_reduced_precision_verdicts(
+    shared_app: AppContext, tmp_path: Path, name: str, precision: str
+) -> None:
+    calib = None
+    if precision == "int8":
+        calib = tmp_path / "calib.npz"
+        np.savez(calib, input=np.random.default_rng(0).standard_normal((4, 3, 224, 224)).astype(np.float32))
+    converter = "onnxconverter" if precision == "fp16" else None
+    request = BuildRequest(model=name, backend="ort", precision=precision, calibration=calib, converter=converter)
+    engine = build_engine(shared_app, request).engine
+    run = run_test_load(shared_app, engine.id or 0, iterations=3)
+    assert run.verdict == "PASS", run.reason
+    assert run.tolerances["atol"] == {"fp16": 1e-2, "int8": 0.25}[precision]
+    assert any(a["max_abs"] > 0 for a in run.accuracy), "a reduced-precision engine is not bit-exact"
+    strict = run_test_load(shared_app, engine.id or 0, iterations=0, tolerances={"atol": 0.0, "rtol": 0.0})
+    assert strict.verdict == "FAIL"
