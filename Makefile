@@ -5,6 +5,7 @@ BIN := $(VENV)/bin
 STAMP_RUN := $(VENV)/.installed-run
 STAMP_DEV := $(VENV)/.installed-dev
 export ENGINECACHE_HOME ?= $(CURDIR)/engines
+PORT ?= 8501
 
 .PHONY: run test lint typecheck clean
 
@@ -21,8 +22,7 @@ $(STAMP_DEV): pyproject.toml | $(BIN)/python
 	touch $@ $(STAMP_RUN)
 
 run: $(STAMP_RUN)
-	$(BIN)/enginecache --help
-	$(BIN)/enginecache fingerprint
+	$(BIN)/enginecache serve --port $(PORT)
 
 lint: $(STAMP_DEV)
 	$(BIN)/ruff check .

@@ -376,6 +376,9 @@ def check(
 from service.cli_runtime import register as _register_runtime  # noqa: E402
 
 _register_runtime(app)
+from service.cli_serve import register as _register_serve  # noqa: E402
+
+_register_serve(app)
 # -- end command modules --
 
 

@@ -1,0 +1,148 @@
+"""service.stats (the dashboard's SQL aggregates) on SQLite and PostgreSQL, and `enginecache serve`'s
+process plumbing."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from core.fingerprint import host_fingerprint
+from db import queue
+from db.errors import NotFoundError
+from db.models import EngineStatus, JobRecord, JobStatus, utcnow
+from service import stats
+from service.builds import BuildRequest, build_engine
+from service.context import DB_URL_ENV, HOME_ENV, AppContext
+from service.models import register_model
+from service.routing import worker_capabilities
+from service.serve import ServeSpec, child_env, dashboard_command, worker_command
+from tests.modelfactory import make_mlp
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_stats_aggregate_in_sql_on_each_catalog(catalog_ctx: AppContext, tmp_path: Path) -> None:
+    app = catalog_ctx
+    model = register_model(app, make_mlp(tmp_path / "mlp.onnx"), name="mlp").model
+    built = build_engine(app, BuildRequest(model="mlp", backend="rtx", targets=("sm89",), precision="fp32")).engine
+    host = host_fingerprint()
+    queue.register_worker(
+        app.catalog, name="w1", hostname="h1", pid=1, fingerprint=host.to_dict(), capabilities=worker_capabilities(host)
+    )
+    with app.catalog.write() as session:
+        session.add(
+            JobRecord(
+                kind="build",
+                status=JobStatus.DEAD,
+                payload={"model": str(model.id), "backend": "rtx", "precision": "fp16", "targets": ["sm80"]},
+                error="attempt 3 of 3 failed: child killed by SIGKILL",
+                finished_at=utcnow(),
+            )
+        )
+        # a build job answered by the engine another job built: a hit
+        session.add(
+            JobRecord(kind="build", status=JobStatus.SUCCEEDED, result_engine_id=built.id, finished_at=utcnow())
+        )
+
+    counts = stats.catalog_counts(app)
+    assert (counts.models, counts.source_models, counts.engines, counts.jobs) == (1, 1, 1, 2)
+    assert counts.engines_by_status == {"READY": 1}
+    assert counts.jobs_by_status == {"DEAD": 1, "SUCCEEDED": 1}
+    assert counts.workers_online == 1
+
+    days = stats.cache_activity(app, days=7)
+    assert [(d.misses, d.hits) for d in days] == [(1, 1)]
+    assert days[0].day == utcnow().date().isoformat()
+
+    failures = stats.recent_failures(app)
+    assert [(f.source, f.status) for f in failures] == [("job", "DEAD")]
+    assert "SIGKILL" in failures[0].reason and "fp16 sm80" in failures[0].what
+
+    options = stats.engine_filter_options(app)
+    assert options.targets == ["sm89"] and options.precisions == ["fp32"] and options.models == [(model.id, "mlp")]
+    assert stats.engine_page(app, stats.EngineFilter(model_id=model.id, target="sm89")).total == 1
+    assert stats.engine_page(app, stats.EngineFilter(precision="fp16")).total == 0
+    later = stats.EngineFilter(since=utcnow() + timedelta(hours=1))
+    assert stats.engine_page(app, later).total == 0
+
+    groups = stats.build_time_groups(app)
+    assert [(g.model, g.targets, g.precision, g.engines) for g in groups] == [("mlp", "sm89", "fp32", 1)]
+    assert groups[0].mean_seconds == pytest.approx(built.build_seconds)
+
+    rows = stats.model_rows(app)
+    assert [(r.name, r.engines) for r in rows] == [("mlp", 1)]
+    lineage = stats.model_lineage(app, model.id or 0)
+    assert lineage.variants == [] and [(e.precision, e.count) for e in lineage.engines] == [("fp32", 1)]
+
+    verdicts = stats.engine_host_verdicts(app, built.id or 0)
+    assert len(verdicts) == 1 and verdicts[0].host == "h1"
+    if not host.gpus:
+        assert verdicts[0].verdict == "incompatible" and "no NVIDIA GPU" in verdicts[0].reason
+
+    stats.retire_engine(app, built.id or 0)
+    assert stats.catalog_counts(app).engines_by_status == {EngineStatus.RETIRED.value: 1}
+    with pytest.raises(NotFoundError):
+        stats.retire_engine(app, 999)
+
+
+def test_host_verdict_reads_the_hosts_recorded_gpus_and_versions() -> None:
+    from db.models import EngineRecord
+
+    engine = EngineRecord(
+        id=1,
+        model_id=1,
+        backend="rtx",
+        backend_version="1.7.1",
+        precision="fp16",
+        targets="sm86,sm89",
+        cache_key="k",
+        status=EngineStatus.READY,
+        onnx_digest="d",
+        os="Linux",
+    )
+    gpu = {"name": "NVIDIA L4", "compute_capability": "sm89"}
+    ok = {"packages": {"tensorrt_rtx": "1.7.1"}, "gpus": [gpu]}
+    assert stats.host_verdict(engine, ok)[0] == "compatible"
+    verdict, reason = stats.host_verdict(
+        engine, {**ok, "gpus": [{"name": "NVIDIA H200", "compute_capability": "sm90"}]}
+    )
+    assert verdict == "incompatible" and "H200 (SM90) is not among" in reason
+    verdict, reason = stats.host_verdict(engine, {**ok, "packages": {"tensorrt_rtx": "1.8.0"}})
+    assert verdict == "incompatible" and "needs 1.7.1" in reason
+    verdict, reason = stats.host_verdict(engine, {"packages": {}, "gpus": [gpu]})
+    assert verdict == "incompatible" and "not installed" in reason
+
+
+def test_serve_commands_pass_the_catalog_to_both_children(tmp_path: Path) -> None:
+    spec = ServeSpec(home=tmp_path, db_url="sqlite:///x.db", port=9123, max_upload_mb=64, worker_name="w")
+    command = dashboard_command(spec)
+    assert command[1:4] == ["-m", "streamlit", "run"] and command[4].endswith("dashboard/app.py")
+    assert Path(command[4]).is_file()
+    flags = dict(zip(command[5::2], command[6::2], strict=False))
+    assert flags["--server.port"] == "9123" and flags["--server.headless"] == "true"
+    assert flags["--server.maxUploadSize"] == "64"
+    assert worker_command(spec)[-3:] == ["worker", "--name", "w"]
+    env = child_env(spec)
+    assert env[HOME_ENV] == str(tmp_path) and env[DB_URL_ENV] == "sqlite:///x.db"
+
+
+def test_serve_on_a_busy_port_fails_with_the_reason(tmp_path: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("0.0.0.0", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = subprocess.run(
+            [sys.executable, "-m", "service.cli", "--home", str(tmp_path), "serve", "--port", str(port)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert result.returncode == 2
+    assert f"port {port} is not free" in result.stderr
+    assert "Traceback" not in result.stderr
