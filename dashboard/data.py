@@ -7,19 +7,16 @@ engine: builds and test-loads are jobs, claimed by workers.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import logging
 import os
 from collections.abc import Callable
-from types import ModuleType
 from typing import Any, TypeVar
 
 import streamlit as st
 
 from core.errors import CoreError
 from db.errors import CatalogError
-from service import stats
+from service import stats, testload
 from service.context import DB_URL_ENV, HOME_ENV, AppContext
 from service.errors import ServiceError
 
@@ -31,7 +28,6 @@ CatalogKey = tuple[str, str]  # (home, db url): what cached queries are keyed by
 # Errors a user can act on: shown with their message. Anything else is shown with its type too.
 EXPECTED_ERRORS: tuple[type[BaseException], ...] = (CoreError, CatalogError, ServiceError, OSError, ValueError)
 
-TESTLOAD_MODULE = "service.testload"
 LIVE_TTL = 2.0  # counts, jobs: what changes while you watch
 LIST_TTL = 3.0  # lists and pages
 CHART_TTL = 30.0  # aggregates for charts
@@ -125,32 +121,22 @@ def build_time_groups(key: CatalogKey) -> list[stats.BuildTimeGroup]:
     return stats.build_time_groups(_open_app(*key))
 
 
-def testload() -> ModuleType | None:
-    """The test-load harness (`service.testload`), when this install has it: the Test-load button
-    and the load-timing charts appear only then."""
-    if importlib.util.find_spec(TESTLOAD_MODULE) is None:
-        return None
-    return importlib.import_module(TESTLOAD_MODULE)
-
-
-def _testload_call(name: str, key: CatalogKey) -> list[dict[str, Any]] | None:
-    module = testload()
-    fn = getattr(module, name, None) if module is not None else None
-    if not callable(fn):
-        return None
-    return list(fn(_open_app(*key)))
+@st.cache_data(ttl=CHART_TTL, show_spinner=False)
+def load_phase_stats(key: CatalogKey) -> list[dict[str, Any]]:
+    """Mean seconds per load phase by model x backend x targets x precision, beside build time."""
+    return testload.load_phase_stats(_open_app(*key))
 
 
 @st.cache_data(ttl=CHART_TTL, show_spinner=False)
-def load_phase_stats(key: CatalogKey) -> list[dict[str, Any]] | None:
-    """Mean seconds per load phase by model x backend x targets x precision (None: no harness)."""
-    return _testload_call("load_phase_stats", key)
+def load_event_stats(key: CatalogKey) -> list[dict[str, Any]]:
+    """`load_or_build` outcomes and hit rate by model, host and day."""
+    return testload.load_event_stats(_open_app(*key))
 
 
-@st.cache_data(ttl=CHART_TTL, show_spinner=False)
-def load_event_stats(key: CatalogKey) -> list[dict[str, Any]] | None:
-    """`load_or_build` outcomes by model, host and day (None: no harness)."""
-    return _testload_call("load_event_stats", key)
+@st.cache_data(ttl=LIST_TTL, show_spinner=False)
+def load_runs(key: CatalogKey, engine_id: int) -> list[dict[str, Any]]:
+    """An engine's test-load runs, newest first."""
+    return testload.list_load_runs(_open_app(*key), engine_id, limit=20)
 
 
 @st.cache_data(ttl=LIVE_TTL, show_spinner=False)

@@ -239,7 +239,9 @@ class StatCacheRecord(SQLModel, table=True):
 
 
 class LoadEventRecord(SQLModel, table=True):
-    """One `load_or_build` call: outcome (hit | miss | built | queued | rejected) and seconds per phase."""
+    """One cache lookup: a serving process's `load_or_build` call (source "load_or_build": hit | miss |
+    built | queued | rejected, with seconds per phase), or a build request (source "build_request":
+    hit | queued | joined)."""
 
     __tablename__ = "load_events"
     __table_args__ = (
@@ -256,6 +258,7 @@ class LoadEventRecord(SQLModel, table=True):
     precision: str
     host_target: str
     outcome: str
+    source: str = Field(default="load_or_build", index=True)
     reason: str = Field(default="", sa_column=sa.Column(sa.Text, nullable=False))
     lookup_s: float | None = None  # fingerprint (stat cache) + catalog
     read_verify_s: float | None = None

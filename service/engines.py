@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,11 +14,13 @@ from core.backends.base import CompatibilityResult, EngineRef
 from core.backends.registry import get_backend
 from core.cachekey import INGREDIENTS
 from core.errors import IntegrityError
-from core.fingerprint import HostFingerprint, host_fingerprint
+from core.fingerprint import HostFingerprint, cpu_target, host_fingerprint
 from db.errors import NotFoundError
 from db.models import EngineRecord, EngineStatus, ModelRecord, utcnow
+from service import stats
 from service.context import AppContext
 from service.models import get_model
+from service.routing import BACKEND_MODULES
 
 logger = logging.getLogger(__name__)
 
@@ -153,3 +156,73 @@ def check_engine(app: AppContext, engine_id: int, *, host: HostFingerprint | Non
         precision=engine.precision,
     )
     return backend.check_compatibility(ref, host or host_fingerprint())
+
+
+def retire_engine(app: AppContext, engine_id: int) -> EngineRecord:
+    """Mark an engine RETIRED: it stays in the catalog (and its blob in the store until gc), but
+    no cache lookup returns it again, so the next request for its key builds anew."""
+    with app.catalog.write() as session:
+        row = session.get(EngineRecord, engine_id)
+        if row is None:
+            raise NotFoundError(f"no engine with id {engine_id} in the catalog")
+        row.status = EngineStatus.RETIRED
+        session.add(row)
+    logger.info("engine %s retired", engine_id)
+    return row
+
+
+@dataclass(frozen=True)
+class HostVerdict:
+    host: str
+    online: bool
+    verdict: str  # compatible | incompatible | unknown
+    reason: str
+
+
+def engine_host_verdicts(app: AppContext, engine_id: int) -> list[HostVerdict]:
+    """Could each known worker host load this engine? Decided from the catalog alone (the host's
+    recorded GPUs, CPU target and library versions), so no GPU library is loaded here; the
+    definitive header check runs on the host itself (`enginecache check`, or a test-load job)."""
+    with app.catalog.read() as session:
+        engine = session.get(EngineRecord, engine_id)
+    if engine is None:
+        raise NotFoundError(f"no engine with id {engine_id} in the catalog")
+    verdicts: list[HostVerdict] = []
+    seen: set[tuple[str, str]] = set()
+    for host in stats.worker_hosts(app):
+        fingerprint = host.fingerprint
+        identity = (host.hostname, str(sorted((fingerprint.get("packages") or {}).items())))
+        if identity in seen:
+            continue
+        seen.add(identity)
+        verdict, reason = host_verdict(engine, fingerprint)
+        verdicts.append(HostVerdict(host.hostname, host.online, verdict, reason))
+    return verdicts
+
+
+def host_verdict(engine: EngineRecord, fingerprint: Mapping[str, Any]) -> tuple[str, str]:
+    if engine.status != EngineStatus.READY:
+        return "unknown", f"engine {engine.id} is {engine.status}: there is nothing to load"
+    targets = [t for t in engine.targets.split(",") if t]
+    package = BACKEND_MODULES.get(engine.backend, engine.backend)
+    installed = (fingerprint.get("packages") or {}).get(package)
+    built = f"built for {', '.join(targets)} with {package} {engine.backend_version}"
+    if not installed:
+        return "incompatible", f"{built}; {package} is not installed on this host"
+    reasons: list[str] = []
+    if installed != engine.backend_version:
+        reasons.append(f"the host has {package} {installed}, the engine needs {engine.backend_version}")
+    if engine.backend in ("rtx", "trt"):
+        gpus = list(fingerprint.get("gpus") or [])
+        if not gpus:
+            reasons.append(f"the host has no NVIDIA GPU ({fingerprint.get('nvml', 'NVML unavailable')})")
+        elif not any(g.get("compute_capability") in targets for g in gpus):
+            names = ", ".join(f"{g.get('name')} ({str(g.get('compute_capability')).upper()})" for g in gpus)
+            reasons.append(f"the host's GPU {names} is not among the engine's targets")
+    else:
+        host_target = cpu_target(str(fingerprint.get("machine", "")), list(fingerprint.get("cpu_isa") or []))
+        if host_target not in targets:
+            reasons.append(f"the host's CPU is {host_target}")
+    if reasons:
+        return "incompatible", f"{built}; " + "; ".join(reasons)
+    return "compatible", f"{built}; GPU/CPU target and library version match (header not checked from here)"

@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from db import queue
-from db.models import EngineRecord, JobRecord, JobStatus, WorkerRecord, utcnow
-from service.builds import BuildRequest, find_ready_engine, plan_build
+from db.models import EngineRecord, JobRecord, JobStatus, LoadEventRecord, WorkerRecord, utcnow
+from service.builds import BuildPlan, BuildRequest, find_ready_engine, plan_build
 from service.context import AppContext
+from service.events import record_event
 from service.routing import build_requirements, can_run, describe_requirements
 
 WORKER_ALIVE_SECONDS = 15.0
@@ -71,9 +72,11 @@ def submit_build(
     A calibration file is copied into the store first, so the job does not depend on a path
     that only exists in the submitter's working directory.
     """
+    started = time.perf_counter()
     plan = plan_build(app, request)
     ready = find_ready_engine(app, plan.cache_key)
     if ready is not None:
+        _record_request(app, plan, "hit", started, engine_id=ready.id)
         return SubmitResult(cache_hit=True, engine=ready, job=None, joined=False, notes=plan.notes)
     if request.calibration is not None:
         blob = app.store.ingest_file(request.calibration)
@@ -87,7 +90,29 @@ def submit_build(
         max_attempts=max_attempts,
         timeout_seconds=timeout_seconds,
     )
+    _record_request(app, plan, "joined" if result.joined else "queued", started)
     return SubmitResult(cache_hit=False, engine=None, job=result.job, joined=result.joined, notes=plan.notes)
+
+
+def _record_request(
+    app: AppContext, plan: BuildPlan, outcome: str, started: float, *, engine_id: int | None = None
+) -> None:
+    record_event(
+        app,
+        LoadEventRecord(
+            source="build_request",
+            hostname=plan.host.hostname,
+            model_name=plan.model.name,
+            model_id=plan.model.id,
+            engine_id=engine_id,
+            backend=plan.backend.name,
+            precision=plan.precision.precision,
+            host_target=",".join(plan.targets),
+            outcome=outcome,
+            lookup_s=time.perf_counter() - started,
+            total_s=time.perf_counter() - started,
+        ),
+    )
 
 
 def live_workers(app: AppContext) -> list[WorkerRecord]:

@@ -43,6 +43,7 @@ from db.models import EngineRecord, EngineStatus, LoadEventRecord, ModelRecord, 
 from service.builds import BuildPlan, BuildRequest, build_engine, find_ready_engine, plan_build
 from service.context import AppContext
 from service.errors import ServiceError
+from service.events import record_event
 from service.jobs import submit_build
 from service.models import find_model_by_digest, get_model, register_model
 from service.testload import host_target
@@ -308,15 +309,6 @@ def explain_miss(app: AppContext, plan: BuildPlan, host: HostFingerprint) -> Mis
 # -- load_or_build ---------------------------------------------------------------------------
 
 
-def _record_event(app: AppContext, event: LoadEventRecord) -> None:
-    """Load events feed charts; a catalog that refuses the write must not stop a service from starting."""
-    try:
-        with app.catalog.write() as session:
-            session.add(event)
-    except sa.exc.SQLAlchemyError as err:
-        logger.warning("load event not recorded: %s", err)
-
-
 def load_engine_record(app: AppContext, engine: EngineRecord, timer: PhaseTimer) -> EngineSession:
     """Read and verify the engine's blob in one pass, then load it; CORRUPT marks the engine.
 
@@ -406,7 +398,7 @@ def load_or_build(
         )
         event.build_s = timer.phases.get("build")
         event.total_s = time.perf_counter() - started
-        _record_event(app, event)
+        record_event(app, event)
 
     with timer.phase("lookup"):
         digest = onnx_digest(app, path, host=host)

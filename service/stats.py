@@ -16,9 +16,17 @@ import sqlalchemy as sa
 from sqlmodel import col, select
 
 from core.cachekey import INGREDIENTS
-from core.fingerprint import cpu_target
 from db.errors import NotFoundError
-from db.models import EngineRecord, EngineStatus, JobRecord, JobStatus, ModelRecord, WorkerRecord, utcnow
+from db.models import (
+    EngineRecord,
+    EngineStatus,
+    JobRecord,
+    JobStatus,
+    LoadEventRecord,
+    ModelRecord,
+    WorkerRecord,
+    utcnow,
+)
 from service.context import AppContext
 from service.jobs import WORKER_ALIVE_SECONDS
 
@@ -95,9 +103,9 @@ def _day_text(value: Any) -> str:
 
 
 def cache_activity(app: AppContext, *, days: int = 30) -> list[CacheDay]:
-    """Per day: engine rows created (each a build, i.e. a miss) and build jobs that ended with an
-    engine another job had built (a hit found at claim time). Submissions answered from the cache
-    before any job exists leave no row, so they are not counted here."""
+    """Per day: engine rows created (each a build, i.e. a miss); hits are build requests answered
+    from the cache at submission (load events of source "build_request") plus build jobs that
+    ended with an engine another job had built (a hit found at claim time)."""
     since = utcnow() - timedelta(days=days)
     with app.catalog.read() as session:
         miss_day = _day(col(EngineRecord.created_at))
@@ -117,11 +125,23 @@ def cache_activity(app: AppContext, *, days: int = 30) -> list[CacheDay]:
             )
             .group_by(hit_day)
         ).all()
+        request_day = _day(col(LoadEventRecord.created_at))
+        request_hits = session.execute(
+            sa.select(request_day, sa.func.count())
+            .where(
+                col(LoadEventRecord.created_at) >= since,
+                col(LoadEventRecord.source) == "build_request",
+                col(LoadEventRecord.outcome) == "hit",
+            )
+            .group_by(request_day)
+        ).all()
     by_day: dict[str, list[int]] = {}
+    for day, n in request_hits:
+        by_day.setdefault(_day_text(day), [0, 0])[1] += int(n)
     for day, n in misses:
         by_day.setdefault(_day_text(day), [0, 0])[0] = int(n)
     for day, n in hits:
-        by_day.setdefault(_day_text(day), [0, 0])[1] = int(n)
+        by_day.setdefault(_day_text(day), [0, 0])[1] += int(n)
     return [CacheDay(day, m, h) for day, (m, h) in sorted(by_day.items())]
 
 
@@ -349,19 +369,6 @@ def engine_filter_options(app: AppContext) -> FilterOptions:
         statuses=sorted(str(s) for s in statuses),
         targets=targets,
     )
-
-
-def retire_engine(app: AppContext, engine_id: int) -> EngineRecord:
-    """Mark an engine RETIRED: it stays in the catalog (and its blob in the store until gc), but
-    no cache lookup returns it again, so the next request for its key builds anew."""
-    with app.catalog.write() as session:
-        row = session.get(EngineRecord, engine_id)
-        if row is None:
-            raise NotFoundError(f"no engine with id {engine_id} in the catalog")
-        row.status = EngineStatus.RETIRED
-        session.add(row)
-    logger.info("engine %s retired", engine_id)
-    return row
 
 
 def ingredient_rows(ingredients: Mapping[str, Any]) -> list[tuple[str, Any]]:
@@ -690,63 +697,3 @@ def worker_hosts(app: AppContext, *, limit: int = 200) -> list[HostRow]:
         )
         for w in workers
     ]
-
-
-BACKEND_PACKAGES = {"rtx": "tensorrt_rtx", "trt": "tensorrt", "ort": "onnxruntime"}
-
-
-@dataclass(frozen=True)
-class HostVerdict:
-    host: str
-    online: bool
-    verdict: str  # compatible | incompatible | unknown
-    reason: str
-
-
-def engine_host_verdicts(app: AppContext, engine_id: int) -> list[HostVerdict]:
-    """Could each known worker host load this engine? Decided from the catalog alone (the host's
-    recorded GPUs, CPU target and library versions), so no GPU library is loaded here; the
-    definitive header check runs on the host itself (`enginecache check`, or a test-load job)."""
-    with app.catalog.read() as session:
-        engine = session.get(EngineRecord, engine_id)
-    if engine is None:
-        raise NotFoundError(f"no engine with id {engine_id} in the catalog")
-    verdicts: list[HostVerdict] = []
-    seen: set[tuple[str, str]] = set()
-    for host in worker_hosts(app):
-        fingerprint = host.fingerprint
-        identity = (host.hostname, str(sorted((fingerprint.get("packages") or {}).items())))
-        if identity in seen:
-            continue
-        seen.add(identity)
-        verdict, reason = host_verdict(engine, fingerprint)
-        verdicts.append(HostVerdict(host.hostname, host.online, verdict, reason))
-    return verdicts
-
-
-def host_verdict(engine: EngineRecord, fingerprint: Mapping[str, Any]) -> tuple[str, str]:
-    if engine.status != EngineStatus.READY:
-        return "unknown", f"engine {engine.id} is {engine.status}: there is nothing to load"
-    targets = [t for t in engine.targets.split(",") if t]
-    package = BACKEND_PACKAGES.get(engine.backend, engine.backend)
-    installed = (fingerprint.get("packages") or {}).get(package)
-    built = f"built for {', '.join(targets)} with {package} {engine.backend_version}"
-    if not installed:
-        return "incompatible", f"{built}; {package} is not installed on this host"
-    reasons: list[str] = []
-    if installed != engine.backend_version:
-        reasons.append(f"the host has {package} {installed}, the engine needs {engine.backend_version}")
-    if engine.backend in ("rtx", "trt"):
-        gpus = list(fingerprint.get("gpus") or [])
-        if not gpus:
-            reasons.append(f"the host has no NVIDIA GPU ({fingerprint.get('nvml', 'NVML unavailable')})")
-        elif not any(g.get("compute_capability") in targets for g in gpus):
-            names = ", ".join(f"{g.get('name')} ({str(g.get('compute_capability')).upper()})" for g in gpus)
-            reasons.append(f"the host's GPU {names} is not among the engine's targets")
-    else:
-        host_target = cpu_target(str(fingerprint.get("machine", "")), list(fingerprint.get("cpu_isa") or []))
-        if host_target not in targets:
-            reasons.append(f"the host's CPU is {host_target}")
-    if reasons:
-        return "incompatible", f"{built}; " + "; ".join(reasons)
-    return "compatible", f"{built}; GPU/CPU target and library version match (header not checked from here)"

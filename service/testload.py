@@ -360,6 +360,7 @@ def load_event_stats(app: AppContext) -> list[dict[str, Any]]:
             sa.func.avg(col(event.total_s)).label("mean_total_s"),
             sa.func.avg(sa.case((col(event.outcome) == "hit", col(event.total_s)), else_=None)).label("mean_hit_s"),
         )
+        .where(col(event.source) == "load_or_build")
         .group_by(col(event.model_name), col(event.hostname), day)
         .order_by(day, col(event.model_name), col(event.hostname))
     )

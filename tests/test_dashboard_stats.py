@@ -15,7 +15,7 @@ from core.fingerprint import host_fingerprint
 from db import queue
 from db.errors import NotFoundError
 from db.models import EngineStatus, JobRecord, JobStatus, utcnow
-from service import stats
+from service import engines, stats
 from service.builds import BuildRequest, build_engine
 from service.context import DB_URL_ENV, HOME_ENV, AppContext
 from service.models import register_model
@@ -79,15 +79,15 @@ def test_stats_aggregate_in_sql_on_each_catalog(catalog_ctx: AppContext, tmp_pat
     lineage = stats.model_lineage(app, model.id or 0)
     assert lineage.variants == [] and [(e.precision, e.count) for e in lineage.engines] == [("fp32", 1)]
 
-    verdicts = stats.engine_host_verdicts(app, built.id or 0)
+    verdicts = engines.engine_host_verdicts(app, built.id or 0)
     assert len(verdicts) == 1 and verdicts[0].host == "h1"
     if not host.gpus:
         assert verdicts[0].verdict == "incompatible" and "no NVIDIA GPU" in verdicts[0].reason
 
-    stats.retire_engine(app, built.id or 0)
+    engines.retire_engine(app, built.id or 0)
     assert stats.catalog_counts(app).engines_by_status == {EngineStatus.RETIRED.value: 1}
     with pytest.raises(NotFoundError):
-        stats.retire_engine(app, 999)
+        engines.retire_engine(app, 999)
 
 
 def test_host_verdict_reads_the_hosts_recorded_gpus_and_versions() -> None:
@@ -107,14 +107,14 @@ def test_host_verdict_reads_the_hosts_recorded_gpus_and_versions() -> None:
     )
     gpu = {"name": "NVIDIA L4", "compute_capability": "sm89"}
     ok = {"packages": {"tensorrt_rtx": "1.7.1"}, "gpus": [gpu]}
-    assert stats.host_verdict(engine, ok)[0] == "compatible"
-    verdict, reason = stats.host_verdict(
+    assert engines.host_verdict(engine, ok)[0] == "compatible"
+    verdict, reason = engines.host_verdict(
         engine, {**ok, "gpus": [{"name": "NVIDIA H200", "compute_capability": "sm90"}]}
     )
     assert verdict == "incompatible" and "H200 (SM90) is not among" in reason
-    verdict, reason = stats.host_verdict(engine, {**ok, "packages": {"tensorrt_rtx": "1.8.0"}})
+    verdict, reason = engines.host_verdict(engine, {**ok, "packages": {"tensorrt_rtx": "1.8.0"}})
     assert verdict == "incompatible" and "needs 1.7.1" in reason
-    verdict, reason = stats.host_verdict(engine, {"packages": {}, "gpus": [gpu]})
+    verdict, reason = engines.host_verdict(engine, {"packages": {}, "gpus": [gpu]})
     assert verdict == "incompatible" and "not installed" in reason
 
 
@@ -146,3 +146,23 @@ def test_serve_on_a_busy_port_fails_with_the_reason(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert f"port {port} is not free" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_build_requests_answered_from_cache_count_as_hits(tmp_path: Path) -> None:
+    from service.jobs import submit_build
+    from service.testload import load_event_stats
+    from service.worker import Worker, WorkerConfig
+    from tests.modelfactory import make_mlp
+
+    app = AppContext.from_settings(tmp_path / "home")
+    register_model(app, make_mlp(tmp_path / "mlp.onnx"), name="mlp")
+    request = BuildRequest(model="mlp", backend="rtx", targets=("sm86",))
+    assert submit_build(app, request).job is not None
+    Worker(app, WorkerConfig(name="w", once=True)).run()
+    assert stats.cache_activity(app)[-1].hits == 0
+    for _ in range(2):
+        assert submit_build(app, request).cache_hit is True
+    [today] = stats.cache_activity(app)
+    assert (today.misses, today.hits) == (1, 2)
+    assert load_event_stats(app) == [], "build requests are not serving processes' lookups"
+    app.close()

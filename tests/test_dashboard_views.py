@@ -330,20 +330,45 @@ def test_engines_why_miss_diffs_key_fields_and_retire(seeded: Seeded) -> None:
     assert row is not None and row.status == EngineStatus.RETIRED
 
 
-def test_engines_test_load_button_only_with_the_harness(seeded: Seeded) -> None:
-    from dashboard.views.engines import testload_module
-
+def test_engines_test_load_button_queues_a_job(seeded: Seeded) -> None:
     at = _view("engines").run()
-    present = testload_module() is not None
-    assert (len([b for b in at.button if b.key == "engines_testload"]) == 1) == present
-    if not present:
-        return
     at.button(key="engines_testload").click().run()
     assert not at.error, [e.value for e in at.error]
     with seeded.app.catalog.read() as session:
         job = session.exec(select(JobRecord).where(JobRecord.kind == "test_load")).one()
     assert job.payload["engine_id"] == seeded.engine_id
     assert any(f"job {job.id}" in str(s.value) for s in at.success)
+
+
+def _engine_view(engine_id: int) -> AppTest:
+    script = f"import streamlit as st\nfrom dashboard.views import engines\nst.query_params['engine'] = '{engine_id}'\n"
+    return AppTest.from_string(script + "engines.render()\n", default_timeout=TIMEOUT)
+
+
+def test_engines_show_test_load_results(seeded: Seeded) -> None:
+    from service.testload import run_test_load
+
+    ort = build_engine(seeded.app, BuildRequest(model="convnet", backend="ort")).engine
+    run = run_test_load(seeded.app, ort.id or 0, iterations=15)
+    assert run.verdict == "PASS"
+    at = _engine_view(ort.id or 0).run()
+    assert not at.exception
+    assert any("**PASS**" in str(s.value) for s in at.success)
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["p50 latency"].endswith(" ms") and metrics["throughput"].endswith("/s")
+    accuracy = _frame(at, "name", "cosine", "max_abs")
+    assert list(accuracy["name"]) == ["output"] and list(accuracy["passed"]) == ["True"]
+    runs = _frame(at, "verdict", "load ms")
+    assert list(runs["verdict"]) == ["PASS"]
+    chart_keys = {c.proto.id for c in at.get("plotly_chart")}
+    assert len(chart_keys) >= 2, "phases bar and latency histogram"
+
+    rtx = run_test_load(seeded.app, seeded.engine_id, iterations=5)
+    assert rtx.verdict == "INCOMPATIBLE"
+    at = _engine_view(seeded.engine_id).run()
+    assert any("**INCOMPATIBLE**" in str(e.value) and "TensorRT-RTX" in str(e.value) for e in at.error), [
+        e.value for e in at.error
+    ]
 
 
 def test_timings_charts_come_from_aggregates(seeded: Seeded) -> None:

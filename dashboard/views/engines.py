@@ -1,35 +1,31 @@
 """Engines: the catalog filtered by model, backend, target, precision, status and date (one SQL
 page at a time); an engine's every fingerprint and cache-key ingredient, sha256 and size,
-builder log and lineage; Verify hash, Check compatibility per known host, Test-load (when the
-test-load harness is installed), Download, Retire; and "why was this a miss?"."""
+builder log and lineage; Verify hash, Check compatibility per known host, Test-load (a job for a
+worker that can load the engine) with its results, Download, Retire; and "why was this a miss?"."""
 
 from __future__ import annotations
 
 import json
 from datetime import UTC, date, datetime, time, timedelta
-from types import ModuleType
 from typing import Any
 
 import pandas as pd
+import plotly.express as px
 import streamlit as st
 
 from core.cachekey import diff_ingredients
 from dashboard import data
 from dashboard.views.build import PRECISIONS, make_request, target_options
 from db.models import EngineStatus
-from service import stats
+from service import engines, stats
 from service.builds import plan_build
 from service.context import AppContext
 from service.engines import engine_to_dict, get_engine, verify_engines
+from service.jobs import waiting_reason
+from service.testload import submit_test_load
 
 PAGE_SIZE = 50
 ANY = "(any)"
-
-
-def testload_module() -> ModuleType | None:
-    """The test-load harness, if it offers `submit_test_load(app, engine_id)`."""
-    module = data.testload()
-    return module if module is not None and callable(getattr(module, "submit_test_load", None)) else None
 
 
 def _choice(label: str, options: list[Any], key: str, fmt: Any = str) -> Any:
@@ -143,9 +139,11 @@ def _detail(app: AppContext, key: data.CatalogKey, engine_id: int) -> None:
 
     _actions(app, engine_id, engine.status, info)
 
-    ingredients, host, io, log, lineage, miss = st.tabs(
-        ["Cache key", "Build host", "IO", "Builder log", "Lineage", "Why was this a miss?"]
+    ingredients, loads, host, io, log, lineage, miss = st.tabs(
+        ["Cache key", "Test-loads", "Build host", "IO", "Builder log", "Lineage", "Why was this a miss?"]
     )
+    with loads:
+        _load_runs(data.load_runs(key, engine_id))
     with ingredients:
         st.dataframe(
             pd.DataFrame(
@@ -183,18 +181,17 @@ def _actions(app: AppContext, engine_id: int, status: str, info: dict[str, Any])
         data.clear_caches()
         st.session_state["engines_verified"] = (engine_id, results or [])
     if cols[1].button("Check compatibility", key="engines_check"):
-        verdicts = data.attempt("compatibility check failed", stats.engine_host_verdicts, app, engine_id)
+        verdicts = data.attempt("compatibility check failed", engines.engine_host_verdicts, app, engine_id)
         if verdicts is not None:
             st.session_state["engines_verdicts"] = (engine_id, verdicts)
-    module = testload_module()
-    if module is not None and cols[2].button(
-        "Test-load", key="engines_testload", disabled=status != EngineStatus.READY
-    ):
-        result = data.attempt("test-load not submitted", module.submit_test_load, app, engine_id)
-        if result is not None:
+    if cols[2].button("Test-load", key="engines_testload", disabled=status != EngineStatus.READY):
+        job = data.attempt("test-load not submitted", submit_test_load, app, engine_id)
+        if job is not None:
             data.clear_caches()
-            job = getattr(result, "job", result)
-            st.success(f"test-load queued as job {getattr(job, 'id', job)}; a capable worker runs it")
+            waiting = waiting_reason(app, job)
+            st.success(
+                f"test-load queued as job {job.id}" + (f" ({waiting})" if waiting else "; a capable worker runs it")
+            )
     if info["path"] and status == EngineStatus.READY:
         path = info["path"]
 
@@ -215,7 +212,7 @@ def _actions(app: AppContext, engine_id: int, status: str, info: dict[str, Any])
         if not confirm:
             st.session_state["engines_retire_confirm"] = engine_id
             st.rerun()
-        if data.attempt("retire failed", stats.retire_engine, app, engine_id) is not None:
+        if data.attempt("retire failed", engines.retire_engine, app, engine_id) is not None:
             st.session_state.pop("engines_retire_confirm", None)
             data.clear_caches()
             st.success(f"engine {engine_id} retired: cache lookups no longer return it")
@@ -240,6 +237,78 @@ def _actions(app: AppContext, engine_id: int, status: str, info: dict[str, Any])
                     for v in verdicts
                 )
             )
+
+
+LOAD_PHASE_LABELS = {
+    "read_verify": "read + verify",
+    "validity": "header check",
+    "deserialize": "deserialize",
+    "create_context": "create context",
+    "allocate_io": "allocate IO",
+    "first_inference": "first inference",
+}
+
+
+def _load_runs(runs: list[dict[str, Any]]) -> None:
+    """The latest test-load: verdict, phases as a bar, latency distribution, accuracy per output;
+    then every run in a table."""
+    if not runs:
+        st.caption("No test-load yet: click Test-load to queue one on a worker that can load this engine.")
+        return
+    latest = runs[0]
+    show = st.success if latest["verdict"] == "PASS" else st.error
+    show(
+        f"Latest test-load ({latest['created_at'][:19]} on {latest['hostname']}): "
+        f"**{latest['verdict']}**. {latest['reason']}"
+    )
+    if latest["phases"]:
+        phases = pd.DataFrame(
+            [{"phase": LOAD_PHASE_LABELS.get(k, k), "ms": v * 1e3} for k, v in latest["phases"].items()]
+        )
+        st.plotly_chart(
+            px.bar(phases, x="ms", y="phase", orientation="h", height=260, title="Load phases (ms)"),
+            key="engines_load_phases",
+        )
+    if latest["latency"]:
+        lat = latest["latency"]
+        cols = st.columns(5)
+        for col, (label, name) in zip(
+            cols, (("p50", "p50_ms"), ("p90", "p90_ms"), ("p99", "p99_ms"), ("mean", "mean_ms")), strict=False
+        ):
+            col.metric(f"{label} latency", f"{lat[name]:.3f} ms")
+        cols[4].metric("throughput", f"{lat['throughput']:.1f}/s")
+    if latest["samples_ms"]:
+        st.plotly_chart(
+            px.histogram(
+                pd.DataFrame({"ms": latest["samples_ms"]}),
+                x="ms",
+                nbins=30,
+                height=260,
+                title=f"Latency over {len(latest['samples_ms'])} iterations",
+            ),
+            key="engines_load_latency",
+        )
+    if latest["accuracy"]:
+        st.markdown("**Accuracy against ONNX Runtime on the source fp32 model**")
+        st.dataframe(pd.DataFrame(latest["accuracy"]).astype(str), hide_index=True, key="engines_load_accuracy")
+    st.dataframe(
+        pd.DataFrame(
+            [
+                {
+                    "run": r["id"],
+                    "when": r["created_at"][:19],
+                    "host": r["hostname"],
+                    "verdict": r["verdict"],
+                    "load ms": None if r["load_seconds"] is None else round(r["load_seconds"] * 1e3, 3),
+                    "p50 ms": (r["latency"] or {}).get("p50_ms"),
+                    "reason": r["reason"],
+                }
+                for r in runs
+            ]
+        ),
+        hide_index=True,
+        key="engines_load_runs",
+    )
 
 
 def _lineage(app: AppContext, engine: Any) -> None:

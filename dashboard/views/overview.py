@@ -49,7 +49,7 @@ def render() -> None:
     if days or events:
         frame = pd.DataFrame(
             [{"day": d.day, "kind": "builds (misses)", "count": d.misses} for d in days]
-            + [{"day": d.day, "kind": "build jobs served from cache", "count": d.hits} for d in days]
+            + [{"day": d.day, "kind": "build requests served from cache", "count": d.hits} for d in days]
             + [{"day": e["day"], "kind": "load_or_build hits", "count": int(e.get("hits") or 0)} for e in events]
             + [
                 {"day": e["day"], "kind": "load_or_build misses", "count": int(e["calls"]) - int(e.get("hits") or 0)}
@@ -62,9 +62,9 @@ def render() -> None:
         fig.update_xaxes(type="category")
         st.plotly_chart(fig, key="overview_cache_chart")
         st.caption(
-            "Builds are engines built (misses); a build job served from cache found an engine another job "
-            "built; load_or_build hits and misses are serving processes' lookups. Build requests answered "
-            "from the cache at submission leave no row and are not counted."
+            "Builds are engines built (misses); build requests served from cache were answered with an "
+            "existing engine (at submission, or by a job that found another job's engine); load_or_build "
+            "hits and misses are serving processes' lookups."
         )
     else:
         st.info("No builds in the last 30 days.")

@@ -67,6 +67,7 @@ def render() -> None:
     st.caption("Each point is one model x target x precision; its size is how many engines it averages.")
 
     _load_charts(data.load_phase_stats(key))
+    _hit_rate_chart(data.load_event_stats(key))
 
     with st.expander("Aggregates"):
         st.dataframe(frame.round(3), hide_index=True, key="timings_table")
@@ -80,6 +81,29 @@ LOAD_PHASES = {
     "allocate_io_s": "allocate IO",
     "first_inference_s": "first inference",
 }
+
+
+def _hit_rate_chart(rows: list[dict[str, Any]]) -> None:
+    """Serving processes' cache hit rate (`load_or_build`) per model and host, by day."""
+    if not rows:
+        st.info("Cache hit rates appear here once serving processes call load_or_build.")
+        return
+    frame = pd.DataFrame(rows)
+    frame["model @ host"] = frame["model"] + " @ " + frame["host"]
+    st.subheader("Cache hit rate of load_or_build, per model and host")
+    st.plotly_chart(
+        px.line(
+            frame,
+            x="day",
+            y="hit_rate",
+            color="model @ host",
+            markers=True,
+            hover_data=["calls", "hits"],
+            range_y=[0, 1.05],
+            height=320,
+        ),
+        key="timings_hit_rate_chart",
+    )
 
 
 def _load_charts(rows: list[dict[str, Any]] | None) -> None:
