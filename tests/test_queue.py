@@ -205,3 +205,20 @@ def test_cli_queue_worker_and_job_show(app_ctx: AppContext, tmp_path: Path, caps
     done = run_cli(capsys, *home, "job", "cancel", str(cancelled["job_id"]), "--json").json()
     assert done["status"] == JobStatus.CANCELLED
     assert run_cli(capsys, *home, "worker", "--once").err.strip().endswith("ran 0 job(s)")
+
+
+def test_worker_concurrency_runs_jobs_side_by_side(app_ctx: AppContext, tmp_path: Path) -> None:
+    from tests.modelfactory import make_conv
+
+    register_model(app_ctx, make_conv(tmp_path / "conv.onnx"), name="conv")
+    jobs = [
+        submit_build(app_ctx, BuildRequest(model="conv", backend="rtx", targets=(sm,))).job for sm in ("sm86", "sm89")
+    ]
+    Worker(app_ctx, WorkerConfig(name="pair", once=True, concurrency=2)).run()
+    done = [queue.get_job(app_ctx.catalog, job.id or 0) for job in jobs if job is not None]
+    assert [j.status for j in done] == [JobStatus.SUCCEEDED, JobStatus.SUCCEEDED]
+    assert {j.lease_owner for j in done} == {"pair"}
+    starts = [j.started_at for j in done]
+    ends = [j.finished_at for j in done]
+    assert all(starts) and all(ends)
+    assert max(s for s in starts if s) < min(e for e in ends if e), "the two attempts overlapped in time"
