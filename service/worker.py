@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import sqlalchemy as sa
 from sqlmodel import col, select
 
 from core.fingerprint import HostFingerprint, host_fingerprint
@@ -121,17 +122,25 @@ class Worker:
         while not self._stop.wait(self.config.heartbeat_seconds):
             with self._lock:
                 current = next(iter(self._current.values()), None)
-            queue.worker_heartbeat(self.app.catalog, self.config.name, current_job_id=current)
+            try:
+                queue.worker_heartbeat(self.app.catalog, self.config.name, current_job_id=current)
+            except sa.exc.OperationalError as err:  # catalog busy or unreachable: beat again next time
+                logger.warning("worker heartbeat not recorded: %s", err.orig)
 
     def _slot_loop(self, slot: int) -> None:
         while not self._stop.is_set():
-            lease = queue.claim(
-                self.app.catalog,
-                worker=self.config.name,
-                can_run=lambda requirements: can_run(requirements, self.capabilities),
-                lease_seconds=self.config.lease_seconds,
-                job_id=self.config.job_id,
-            )
+            try:
+                lease = queue.claim(
+                    self.app.catalog,
+                    worker=self.config.name,
+                    can_run=lambda requirements: can_run(requirements, self.capabilities),
+                    lease_seconds=self.config.lease_seconds,
+                    job_id=self.config.job_id,
+                )
+            except sa.exc.OperationalError as err:  # catalog busy (SQLite lock) or unreachable: retry
+                logger.warning("claim failed, retrying: %s", err.orig)
+                self._stop.wait(self.config.poll_seconds)
+                continue
             if lease is None:
                 if self.config.once or self.config.job_id is not None:
                     return
@@ -203,6 +212,9 @@ class Worker:
         except StaleLeaseError as err:
             logger.warning("job %s: %s; stopping our child", job_id, err)
             return "lease lost"
+        except sa.exc.OperationalError as err:  # catalog busy: the lease is checked again next beat
+            logger.warning("job %s: heartbeat not recorded: %s", job_id, err.orig)
+            cancel = False
         if cancel:
             return "cancelled"
         if time.monotonic() > deadline:

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -33,14 +34,23 @@ def _cli(home: Path, *args: str) -> list[str]:
     return [sys.executable, "-m", "service.cli", "--home", str(home), *args]
 
 
-def _start_worker(home: Path, name: str, *extra: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        _cli(home, "worker", "--name", name, *extra),
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+@dataclass
+class WorkerProcess:
+    process: subprocess.Popen[bytes]
+    log: Path  # stdout and stderr together
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+
+def _start_worker(home: Path, name: str, *extra: str) -> WorkerProcess:
+    """A worker process whose output goes to a file: its fork server and children inherit it, and a
+    pipe they held open would keep a reader waiting after the worker itself has exited."""
+    log = home.parent / f"{name}.log"
+    with open(log, "wb") as sink:
+        process = subprocess.Popen(_cli(home, "worker", "--name", name, *extra), cwd=ROOT, stdout=sink, stderr=sink)
+    return WorkerProcess(process, log)
 
 
 def _wait(predicate: Callable[[], bool], timeout: float, what: str) -> None:
@@ -56,15 +66,46 @@ def _job(app: AppContext, job_id: int) -> JobRecord:
     return queue.get_job(app.catalog, job_id)
 
 
-def _stop(process: subprocess.Popen[str]) -> tuple[str, str]:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
+def _stop(worker: WorkerProcess) -> str:
+    """SIGTERM the worker, wait for it (SIGKILL after 60 s) and return what it wrote."""
+    if worker.process.poll() is None:
+        worker.process.send_signal(signal.SIGTERM)
     try:
-        out, err = process.communicate(timeout=60)
+        worker.process.wait(timeout=60)
     except subprocess.TimeoutExpired:
-        process.kill()
-        out, err = process.communicate()
-    return out, err
+        worker.process.kill()
+        worker.process.wait()
+    return worker.log.read_text()
+
+
+def _catalog_writable(app: AppContext) -> bool:
+    """Whether a write transaction can start now (no stopped process holds SQLite's write lock)."""
+    import sqlite3
+
+    connection = sqlite3.connect(app.home / "catalog.db", timeout=0.2, isolation_level=None)
+    try:
+        connection.execute("BEGIN IMMEDIATE")
+        connection.execute("ROLLBACK")
+        return True
+    except sqlite3.OperationalError:
+        return False
+    finally:
+        connection.close()
+
+
+def _stop_outside_transactions(app: AppContext, pids: list[int]) -> None:
+    """SIGSTOP these processes at a moment none of them holds the catalog's write lock: SQLite has
+    one writer at a time, so a process frozen inside a write transaction would block every other
+    worker (that is the catalog's nature, not the queue's; PostgreSQL locks only the rows)."""
+    for _ in range(100):
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        if _catalog_writable(app):
+            return
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+        time.sleep(0.05)
+    raise AssertionError("could not stop the worker outside a write transaction")
 
 
 @pytest.fixture
@@ -93,7 +134,7 @@ def test_sigkilled_child_counts_an_attempt_cleans_up_and_the_retry_succeeds(slow
         os.kill(child, signal.SIGKILL)
         _wait(lambda: _job(app, job_id).status in (JobStatus.SUCCEEDED, JobStatus.DEAD), 120, "the retry")
     finally:
-        _, err = _stop(worker)
+        err = _stop(worker)
     job = _job(app, job_id)
     assert job.status == JobStatus.SUCCEEDED, (job.error, err)
     assert job.attempts == 2
@@ -141,11 +182,13 @@ def test_stopped_worker_loses_its_lease_and_its_late_writes_are_rejected(slow_ap
     app = slow_app
     job_id = submit_build(app, SLOW).job.id or 0  # type: ignore[union-attr]
     stalled = _start_worker(app.home, "stalled", "--lease-seconds", "2")
-    taker: subprocess.Popen[str] | None = None
+    taker: WorkerProcess | None = None
+    child = 0
     try:
         child = _running_child(app, job_id)
-        for pid in (stalled.pid, child):
-            os.kill(pid, signal.SIGSTOP)
+        # Wait until the child converts the model (seconds of CPU work, no catalog writes).
+        _wait(lambda: any(e.job_attempt == 1 for e in list_engines(app)), 60, "the child to start its build")
+        _stop_outside_transactions(app, [child, stalled.pid])
         time.sleep(3.0)  # past the 2 s lease
         taker = _start_worker(app.home, "taker", "--once")
         _wait(lambda: _job(app, job_id).status == JobStatus.SUCCEEDED, 120, "the takeover to finish")
@@ -155,10 +198,10 @@ def test_stopped_worker_loses_its_lease_and_its_late_writes_are_rejected(slow_ap
             os.kill(pid, signal.SIGCONT)
         _wait(lambda: not Path(f"/proc/{child}").exists() or _is_zombie(child), 60, "the stale child to end")
     finally:
-        for pid in (stalled.pid,):
-            if stalled.poll() is None:
+        for pid in (child, stalled.pid):
+            if pid and Path(f"/proc/{pid}").exists():
                 os.kill(pid, signal.SIGCONT)
-        _, stalled_err = _stop(stalled)
+        stalled_err = _stop(stalled)
         if taker is not None:
             _stop(taker)
     job = _job(app, job_id)
@@ -177,9 +220,9 @@ def test_worker_exits_cleanly_on_sigterm_and_goes_offline(tmp_path: Path) -> Non
     try:
         _wait(lambda: any(w.name == "idle" for w in queue.list_workers(app.catalog)), 30, "registration")
     finally:
-        worker.send_signal(signal.SIGTERM)
-        worker.communicate(timeout=30)
-    assert worker.returncode == 0
+        worker.process.send_signal(signal.SIGTERM)
+        worker.process.wait(timeout=30)
+    assert worker.process.returncode == 0
     [record] = queue.list_workers(app.catalog)
     assert record.status == "offline"
     assert record.capabilities["backends"] and "rtx" in record.capabilities["backends"]
