@@ -7,7 +7,7 @@ import logging
 import sys
 import threading
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any
 
 import typer
 
@@ -16,6 +16,7 @@ from core.fingerprint import host_fingerprint
 from db.errors import CatalogError
 from db.models import EngineRecord, JobRecord, JobStatus
 from service.builds import BuildRequest
+from service.cli_common import EXIT_BAD_INPUT, EXIT_FAILED, JsonOption, app_context, emit, fail
 from service.context import AppContext
 from service.engines import (
     check_engine,
@@ -49,28 +50,6 @@ job_app = typer.Typer(help="Inspect and cancel jobs.", no_args_is_help=True)
 app.add_typer(model_app, name="model")
 app.add_typer(engine_app, name="engine")
 app.add_typer(job_app, name="job")
-
-JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON.")]
-EXIT_FAILED = 1
-EXIT_BAD_INPUT = 2
-
-
-def _ctx(ctx: typer.Context) -> AppContext:
-    obj = ctx.find_root().obj
-    assert isinstance(obj, AppContext)
-    return obj
-
-
-def _emit(data: Any, as_json: bool, text: str) -> None:
-    if as_json:
-        typer.echo(json.dumps(data, indent=2, default=str))
-    else:
-        typer.echo(text)
-
-
-def _fail(message: str, code: int) -> NoReturn:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(code)
 
 
 @app.callback()
@@ -115,7 +94,7 @@ def fingerprint(as_json: JsonOption = False) -> None:
             "packages: " + ", ".join(f"{k} {v or 'not installed'}" for k, v in fp.packages.items()),
         ]
     )
-    _emit(data, as_json, text)
+    emit(data, as_json, text)
 
 
 @model_app.command("add")
@@ -126,19 +105,19 @@ def model_add(
     as_json: JsonOption = False,
 ) -> None:
     """Inspect, hash and store an ONNX model; the same bytes twice return the existing model."""
-    result = register_model(_ctx(ctx), path, name=name)
+    result = register_model(app_context(ctx), path, name=name)
     data = {**model_to_dict(result.model), "created": result.created}
     verb = "registered" if result.created else "already registered"
-    _emit(data, as_json, f"{verb}: {result.model.name} (id {result.model.id}) sha256 {result.model.digest}")
+    emit(data, as_json, f"{verb}: {result.model.name} (id {result.model.id}) sha256 {result.model.digest}")
 
 
 @model_app.command("list")
 def model_list(ctx: typer.Context, as_json: JsonOption = False) -> None:
     """Every model in the catalog, newest first."""
-    models = list_models(_ctx(ctx))
+    models = list_models(app_context(ctx))
     rows = [model_to_dict(m) for m in models]
     text = "\n".join(f"{m.id:>4}  {m.name:<32} {m.size_bytes:>12,d} B  {m.digest[:16]}" for m in models) or "no models"
-    _emit(rows, as_json, text)
+    emit(rows, as_json, text)
 
 
 @model_app.command("show")
@@ -146,9 +125,9 @@ def model_show(
     ctx: typer.Context, model: Annotated[str, typer.Argument(help="Name, id or digest.")], as_json: JsonOption = False
 ) -> None:
     """Inputs/outputs with dynamic dims, opset, IR, producer, ops, parameters, files, digest."""
-    record = get_model(_ctx(ctx), model)
+    record = get_model(app_context(ctx), model)
     data = model_to_dict(record)
-    _emit(data, as_json, json.dumps(data, indent=2, default=str))
+    emit(data, as_json, json.dumps(data, indent=2, default=str))
 
 
 @app.command()
@@ -184,7 +163,7 @@ def build(
         opt_level=opt_level,
         workspace_bytes=workspace,
     )
-    app_ctx = _ctx(ctx)
+    app_ctx = app_context(ctx)
     submitted = submit_build(app_ctx, request)
     if not as_json:
         for note in submitted.notes:
@@ -198,7 +177,7 @@ def build(
         data = submitted.to_dict()
         data["waiting"] = waiting_reason(app_ctx, submitted.job)
         verb = "joined" if submitted.joined else "queued"
-        _emit(data, as_json, f"job {job_id} {verb}" + (f" ({data['waiting']})" if data["waiting"] else ""))
+        emit(data, as_json, f"job {job_id} {verb}" + (f" ({data['waiting']})" if data["waiting"] else ""))
         return
     if not capable_workers(app_ctx, submitted.job):
         # No live worker can take it: run it here through the same worker code.
@@ -220,7 +199,7 @@ def _emit_engine(
     data = engine_to_dict(app_ctx, engine, cache_hit=cache_hit)
     data["notes"] = list(notes)
     verb = "cache hit" if cache_hit else f"built in {engine.build_seconds or 0:.2f} s"
-    _emit(
+    emit(
         data,
         as_json,
         f"engine {engine.id}: {verb}, {engine.size_bytes or 0:,d} B, sha256 {engine.sha256}\n{data['path']}",
@@ -261,7 +240,7 @@ def worker(
         lease_seconds=lease_seconds,
         poll_seconds=poll_seconds,
     )
-    count = run_worker(_ctx(ctx), config)
+    count = run_worker(app_context(ctx), config)
     typer.echo(f"worker {config.name}: ran {count} job(s)", err=True)
 
 
@@ -273,7 +252,7 @@ def jobs_list(
     as_json: JsonOption = False,
 ) -> None:
     """Jobs in the queue, newest first."""
-    app_ctx = _ctx(ctx)
+    app_ctx = app_context(ctx)
     rows = [job_to_dict(app_ctx, j) for j in list_jobs(app_ctx, status=status, limit=limit)]
     text = (
         "\n".join(
@@ -283,7 +262,7 @@ def jobs_list(
         )
         or "no jobs"
     )
-    _emit(rows, as_json, text)
+    emit(rows, as_json, text)
 
 
 @job_app.command("show")
@@ -291,9 +270,9 @@ def job_show(
     ctx: typer.Context, job_id: Annotated[int, typer.Argument(help="Job id.")], as_json: JsonOption = False
 ) -> None:
     """A job's status, attempts, progress, phase, worker, requirements, error and log tail."""
-    app_ctx = _ctx(ctx)
+    app_ctx = app_context(ctx)
     data = job_to_dict(app_ctx, get_job(app_ctx, job_id))
-    _emit(data, as_json, json.dumps(data, indent=2, default=str))
+    emit(data, as_json, json.dumps(data, indent=2, default=str))
 
 
 @job_app.command("cancel")
@@ -301,10 +280,10 @@ def job_cancel(
     ctx: typer.Context, job_id: Annotated[int, typer.Argument(help="Job id.")], as_json: JsonOption = False
 ) -> None:
     """Cancel a queued job (it never runs) or a running one (its process group is killed)."""
-    app_ctx = _ctx(ctx)
+    app_ctx = app_context(ctx)
     job = cancel_job(app_ctx, job_id)
     data = job_to_dict(app_ctx, job)
-    _emit(data, as_json, f"job {job_id}: {job.status}" + (" (cancel requested)" if job.cancel_requested else ""))
+    emit(data, as_json, f"job {job_id}: {job.status}" + (" (cancel requested)" if job.cancel_requested else ""))
 
 
 @engine_app.command("list")
@@ -315,7 +294,7 @@ def engine_list(
     as_json: JsonOption = False,
 ) -> None:
     """Engines in the catalog, newest first."""
-    app_ctx = _ctx(ctx)
+    app_ctx = app_context(ctx)
     names = model_names(app_ctx)
     engines = list_engines(app_ctx, model=model, status=status)
     rows = [engine_to_dict(app_ctx, e, model_name=names.get(e.model_id)) for e in engines]
@@ -327,7 +306,7 @@ def engine_list(
         )
         or "no engines"
     )
-    _emit(rows, as_json, text)
+    emit(rows, as_json, text)
 
 
 @engine_app.command("show")
@@ -335,9 +314,9 @@ def engine_show(
     ctx: typer.Context, engine_id: Annotated[int, typer.Argument(help="Engine id.")], as_json: JsonOption = False
 ) -> None:
     """Everything recorded: each cache-key ingredient, fingerprint, IO, builder log."""
-    app_ctx = _ctx(ctx)
+    app_ctx = app_context(ctx)
     data = engine_to_dict(app_ctx, get_engine(app_ctx, engine_id), detail=True)
-    _emit(data, as_json, json.dumps(data, indent=2, default=str))
+    emit(data, as_json, json.dumps(data, indent=2, default=str))
 
 
 @app.command()
@@ -351,9 +330,9 @@ def verify(
 ) -> None:
     """Re-hash engine blobs; a mismatch marks the engine CORRUPT and exits 1."""
     if not engine_ids and not all_engines:
-        _fail("name engine ids or pass --all", EXIT_BAD_INPUT)
-    results = verify_engines(_ctx(ctx), list(engine_ids or []))
-    _emit(
+        fail("name engine ids or pass --all", EXIT_BAD_INPUT)
+    results = verify_engines(app_context(ctx), list(engine_ids or []))
+    emit(
         [r.to_dict() for r in results],
         as_json,
         "\n".join(f"engine {r.engine_id}: {'ok' if r.ok else 'FAILED'} - {r.message}" for r in results) or "no engines",
@@ -367,8 +346,8 @@ def check(
     ctx: typer.Context, engine_id: Annotated[int, typer.Argument(help="Engine id.")], as_json: JsonOption = False
 ) -> None:
     """Can this host load this engine? compatible | incompatible | unknown, with the reason."""
-    result = check_engine(_ctx(ctx), engine_id)
-    _emit({"id": engine_id, **result.to_dict()}, as_json, f"{result.verdict}: {result.reason}")
+    result = check_engine(app_context(ctx), engine_id)
+    emit({"id": engine_id, **result.to_dict()}, as_json, f"{result.verdict}: {result.reason}")
 
 
 # Commands defined in their own modules register here (one line each).

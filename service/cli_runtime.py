@@ -2,41 +2,21 @@
 
 from __future__ import annotations
 
-import json
 import threading
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any
 
 import typer
 
 from core.fingerprint import host_fingerprint
 from db.models import JobStatus
-from service.context import AppContext
+from service.cli_common import EXIT_FAILED, JsonOption, app_context, emit, fail
 from service.exports import export_model
 from service.jobs import cancel_job, capable_workers, wait_for_job, waiting_reason
 from service.routing import can_run, worker_capabilities
 from service.runtime import RuntimeSpec, check_ready
 from service.testload import list_load_runs, load_run_to_dict, run_test_load, submit_test_load
 from service.worker import WorkerConfig, default_worker_name, run_worker
-
-JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON.")]
-EXIT_FAILED = 1
-EXIT_BAD_INPUT = 2
-
-
-def _ctx(ctx: typer.Context) -> AppContext:
-    obj = ctx.find_root().obj
-    assert isinstance(obj, AppContext)
-    return obj
-
-
-def _emit(data: Any, as_json: bool, text: str) -> None:
-    typer.echo(json.dumps(data, indent=2, default=str) if as_json else text)
-
-
-def _fail(message: str, code: int) -> NoReturn:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(code)
 
 
 def describe_run(run: dict[str, Any]) -> str:
@@ -87,7 +67,7 @@ def testload_command(
 
     Exit 0 on PASS; 1 on FAIL, INCOMPATIBLE, CORRUPT or ERROR, or when no worker can load the engine.
     """
-    app_ctx = _ctx(ctx)
+    app_ctx = app_context(ctx)
     tolerances = _tolerances(atol, rtol, min_cosine)
     if here:
         record = run_test_load(
@@ -101,7 +81,7 @@ def testload_command(
     job_id = job.id or 0
     waiting = waiting_reason(app_ctx, job)
     if queue_only:
-        _emit(
+        emit(
             {"job_id": job_id, "status": job.status, "waiting": waiting},
             as_json,
             f"test-load job {job_id} {job.status}" + (f" ({waiting})" if waiting else ""),
@@ -110,7 +90,7 @@ def testload_command(
     if not capable_workers(app_ctx, job):
         if not can_run(job.requirements, worker_capabilities(host_fingerprint())):
             cancel_job(app_ctx, job_id)
-            _fail(
+            fail(
                 f"no worker can load engine {engine_id}: it needs {waiting or 'another host'}; this host cannot "
                 "either (pass --here to record this host's verdict, or --queue to leave the job for such a worker)",
                 EXIT_FAILED,
@@ -121,15 +101,15 @@ def testload_command(
         ).start()
     done = wait_for_job(app_ctx, job_id)
     if done.status != JobStatus.SUCCEEDED:
-        _fail(f"test-load job {job_id} {done.status}: {done.error}", EXIT_FAILED)
+        fail(f"test-load job {job_id} {done.status}: {done.error}", EXIT_FAILED)
     runs = [r for r in list_load_runs(app_ctx, engine_id) if r["job_id"] == job_id]
     if not runs:
-        _fail(f"test-load job {job_id} succeeded but recorded no load run", EXIT_FAILED)
+        fail(f"test-load job {job_id} succeeded but recorded no load run", EXIT_FAILED)
     _finish_run(runs[0], as_json)
 
 
 def _finish_run(run: dict[str, Any], as_json: bool) -> None:
-    _emit(run, as_json, describe_run(run))
+    emit(run, as_json, describe_run(run))
     if run["verdict"] != "PASS":
         raise typer.Exit(EXIT_FAILED)
 
@@ -157,8 +137,8 @@ def ready_command(
     as_json: JsonOption = False,
 ) -> None:
     """Readiness probe: exit 0 once this host's engine for MODEL is verified and compatible; else say why, exit 1."""
-    result = check_ready(_ctx(ctx), model, _spec(backend, precision, target, profile, calib))
-    _emit(result.to_dict(), as_json, ("ready: " if result.ready else "not ready: ") + result.reason)
+    result = check_ready(app_context(ctx), model, _spec(backend, precision, target, profile, calib))
+    emit(result.to_dict(), as_json, ("ready: " if result.ready else "not ready: ") + result.reason)
     if not result.ready:
         raise typer.Exit(EXIT_FAILED)
 
@@ -173,8 +153,8 @@ def export_command(
     as_json: JsonOption = False,
 ) -> None:
     """Write a Triton model repository or the per-hardware tree with a manifest of fingerprints and sha256."""
-    result = export_model(_ctx(ctx), model, dest, fmt=fmt, backend=backend, precision=precision)
-    _emit(
+    result = export_model(app_context(ctx), model, dest, fmt=fmt, backend=backend, precision=precision)
+    emit(
         result.to_dict(),
         as_json,
         "\n".join([f"exported {len(result.files)} file(s) to {result.root}", *[str(p) for p in result.files]]),

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from service.context import AppContext
+from service.cli_common import app_context
 from service.serve import DEFAULT_MAX_UPLOAD_MB, DEFAULT_PORT, Served, ServeSpec, run_serve
 
 
@@ -29,8 +29,7 @@ def register(app: typer.Typer) -> None:
         worker_name: Annotated[str | None, typer.Option("--worker-name", help="Name of the local worker.")] = None,
     ) -> None:
         """Start the dashboard and one local worker on this catalog; ^C stops both."""
-        app_ctx = ctx.find_root().obj
-        assert isinstance(app_ctx, AppContext)
+        app_ctx = app_context(ctx)
         app_ctx.catalog  # noqa: B018 - migrate once here, before two processes open the catalog
         spec = ServeSpec(
             home=app_ctx.home,
