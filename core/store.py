@@ -9,7 +9,8 @@ Layout under `home`:
 Writes go to a temp file while the bytes are hashed, are fsynced, then published with
 `os.link` (which never replaces an existing name) or `os.replace` for a whole directory, and
 the parent directory is fsynced. Nothing is ever overwritten: publishing bytes that already
-exist keeps the existing copy.
+exist keeps the existing copy, unless that copy no longer hashes to its name (damaged on disk),
+in which case the fresh bytes, hashed as they were written, replace it.
 """
 
 from __future__ import annotations
@@ -131,18 +132,29 @@ class ArtifactStore:
                 os.fsync(stream.fileno())
             digest = writer.hasher.result()
             final = self.blob_path(digest.sha256)
-            final.parent.mkdir(parents=True, exist_ok=True)
+            if not final.parent.is_dir():
+                final.parent.mkdir(parents=True, exist_ok=True)
+                fsync_dir(self.objects_dir)
             try:
                 os.link(temp, final)
                 created = True
             except FileExistsError:
-                created = False
+                created = self._repair_if_damaged(temp, final, digest.sha256)
             fsync_dir(final.parent)
             return BlobInfo(digest.sha256, digest.blake3, digest.size, final, created)
         except OSError as err:
             raise StoreError(f"could not write blob into {self.objects_dir}: {err}") from err
         finally:
             temp.unlink(missing_ok=True)
+
+    def _repair_if_damaged(self, temp: Path, final: Path, sha256: str) -> bool:
+        """Identical bytes are already stored: keep them, unless they no longer hash to their name
+        (a damaged copy); then the fresh, verified bytes replace it. Returns whether it wrote."""
+        if hash_file(final).sha256 == sha256:
+            return False
+        logger.warning("blob %s was damaged on disk; replacing it with freshly written bytes", sha256)
+        os.replace(temp, final)
+        return True
 
     def verify_blob(self, sha256: str) -> DigestResult:
         """Re-hash a blob in one pass; raise IntegrityError on mismatch or absence."""

@@ -110,6 +110,7 @@ class JobStatus(StrEnum):
 
 
 ACTIVE_JOB_STATUSES = (JobStatus.QUEUED, JobStatus.RUNNING)
+TERMINAL_JOB_STATUSES = (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.DEAD, JobStatus.CANCELLED)
 
 
 class JobRecord(SQLModel, table=True):

@@ -23,7 +23,7 @@ from db.catalog import Catalog
 from db.errors import NotFoundError, StaleLeaseError
 from db.models import ACTIVE_JOB_STATUSES, JobRecord, JobStatus, WorkerRecord, utcnow
 
-CLAIM_BATCH = 32
+CLAIM_SCAN = 5000  # runnable jobs looked at per claim, oldest first
 LOG_TAIL_CHARS = 4000
 
 
@@ -92,27 +92,43 @@ def claim(
     job_id: int | None = None,
     kinds: tuple[str, ...] | None = None,
 ) -> Lease | None:
-    """Claim the oldest runnable job this worker can run (or `job_id` only), under a new lease."""
+    """Claim the oldest runnable job this worker can run (or `job_id` only), under a new lease.
+
+    Candidates are read without locks (ids and requirements only) and filtered by `can_run`, so a
+    backlog of jobs this worker cannot run neither hides newer ones from it nor gets locked by it;
+    only the chosen row is locked (`FOR UPDATE SKIP LOCKED` on PostgreSQL), re-checked, claimed.
+    """
     now = utcnow()
+    runnable = sa.or_(
+        sa.and_(col(JobRecord.status) == JobStatus.QUEUED, col(JobRecord.run_after) <= now),
+        sa.and_(col(JobRecord.status) == JobStatus.RUNNING, col(JobRecord.lease_expires_at) < now),
+    )
     with catalog.write() as session:
-        runnable = sa.or_(
-            sa.and_(col(JobRecord.status) == JobStatus.QUEUED, col(JobRecord.run_after) <= now),
-            sa.and_(col(JobRecord.status) == JobStatus.RUNNING, col(JobRecord.lease_expires_at) < now),
+        query = (
+            sa.select(
+                col(JobRecord.id),
+                col(JobRecord.requirements),
+                col(JobRecord.cancel_requested) | (col(JobRecord.attempts) >= col(JobRecord.max_attempts)),
+            )
+            .where(runnable)
+            .order_by(col(JobRecord.id))
         )
-        query = select(JobRecord).where(runnable).order_by(col(JobRecord.id)).limit(CLAIM_BATCH)
         if job_id is not None:
-            query = query.where(JobRecord.id == job_id)
+            query = query.where(col(JobRecord.id) == job_id)
         if kinds is not None:
             query = query.where(col(JobRecord.kind).in_(kinds))
-        if not catalog.is_sqlite:
-            query = query.with_for_update(skip_locked=True)
-        for job in session.exec(query).all():
+        for candidate_id, requirements, to_settle in session.execute(query.limit(CLAIM_SCAN)).all():
+            if not to_settle and not can_run(requirements):
+                continue  # never locked: another worker may run it
+            locked = select(JobRecord).where(col(JobRecord.id) == candidate_id, runnable)
+            if not catalog.is_sqlite:
+                locked = locked.with_for_update(skip_locked=True)
+            job = session.exec(locked).first()
+            if job is None:  # claimed, finished or locked by another worker meanwhile
+                continue
             if job.status == JobStatus.RUNNING and job.attempts >= job.max_attempts:
-                _finish(
-                    job,
-                    JobStatus.DEAD,
-                    f"lease of {job.lease_owner} expired on the last attempt ({job.error or 'no error recorded'})",
-                )
+                error = job.error or "no error recorded"
+                _finish(job, JobStatus.DEAD, f"lease of {job.lease_owner} expired on the last attempt ({error})")
                 session.add(job)
                 continue
             if job.cancel_requested:

@@ -132,7 +132,7 @@ def _target_info(backend: str, targets: tuple[str, ...], host: HostFingerprint) 
     if backend == "trt":
         gpu = next(g for g in host.gpus if g.compute_capability == targets[0])
         return {"compute_capability": targets[0], "gpu": gpu.name}
-    return {"cpu": targets[0], "cpu_model": host.cpu_model}
+    return {"cpu": targets[0]}
 
 
 def find_ready_engine(app: AppContext, cache_key: str) -> EngineRecord | None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from sqlmodel import col, select
@@ -147,9 +146,14 @@ def check_engine(app: AppContext, engine_id: int, *, host: HostFingerprint | Non
     engine = get_engine(app, engine_id)
     if engine.status != EngineStatus.READY or engine.blob_path is None:
         return CompatibilityResult("unknown", f"engine {engine_id} is {engine.status}, there is no engine to load")
+    path = app.home / engine.blob_path
+    if not path.is_file():
+        return CompatibilityResult(
+            "unknown", f"engine {engine_id}'s blob is missing from the store ({path}); run verify"
+        )
     backend = get_backend(engine.backend)
     ref = EngineRef(
-        path=Path(app.home / engine.blob_path),
+        path=path,
         backend=engine.backend,
         backend_version=engine.backend_version,
         targets=tuple(engine.targets.split(",")),

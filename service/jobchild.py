@@ -34,6 +34,7 @@ logger = logging.getLogger(__name__)
 EXIT_RECORDED = 0  # the child wrote the job's terminal state
 EXIT_TRANSIENT = 3  # an unexpected error: the parent counts the attempt and retries
 EXIT_LEASE_LOST = 4  # the lease was taken over: nothing of ours was written
+CHILD_ERROR_FILE = "child-error.txt"  # an unexpected error's traceback, for the parent to record
 PROGRESS_INTERVAL_SECONDS = 0.5
 LOG_TAIL_LINES = 30
 
@@ -49,6 +50,7 @@ class ChildSpec:
     kind: str
     payload: dict[str, Any]
     host: HostFingerprint
+    job_key: str | None = None  # the cache key the job was submitted under
 
 
 class ProgressWriter:
@@ -99,9 +101,23 @@ class ProgressWriter:
         )
 
 
+def _die_with_parent() -> None:
+    """On Linux, get SIGKILL when the fork server that made us exits (it exits with its worker), so
+    a worker killed outright (SIGKILL, OOM) leaves no build running on its own."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0) != 0:
+        logger.warning("prctl(PR_SET_PDEATHSIG) failed: errno %s", ctypes.get_errno())
+
+
 def run_child(spec: ChildSpec) -> None:
     """Entry point of the child process (multiprocessing target); exits with a code above."""
     os.setsid()  # own process group: cancel and timeout kill the whole group
+    _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the worker decides; a terminal ^C must not reach us
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     os.chdir(spec.work_dir)
@@ -111,8 +127,9 @@ def run_child(spec: ChildSpec) -> None:
     except StaleLeaseError as err:
         logger.warning("job %s attempt %s: %s", spec.job_id, spec.attempt, err)
         code = EXIT_LEASE_LOST
-    except Exception:  # noqa: BLE001 - the parent records it as a failed attempt
-        traceback.print_exc(file=sys.stderr)
+    except Exception:
+        logger.exception("job %s attempt %s failed", spec.job_id, spec.attempt)
+        (spec.work_dir / CHILD_ERROR_FILE).write_text(traceback.format_exc())
         code = EXIT_TRANSIENT
     finally:
         app.close()
@@ -134,6 +151,13 @@ def _run_build(app: AppContext, spec: ChildSpec) -> int:
         plan = plan_build(app, request, host=spec.host)
     except (CoreError, CatalogError) as err:
         queue.complete(app.catalog, spec.job_id, spec.token, status=JobStatus.FAILED, error=str(err))
+        return EXIT_RECORDED
+    if spec.job_key is not None and plan.cache_key != spec.job_key:
+        error = (
+            f"this worker plans cache key {plan.cache_key[:16]}, the job was submitted for {spec.job_key[:16]}: "
+            "its host differs in a key ingredient (backend version, OS, target); route the job elsewhere"
+        )
+        queue.complete(app.catalog, spec.job_id, spec.token, status=JobStatus.FAILED, error=error)
         return EXIT_RECORDED
     existing = find_ready_engine(app, plan.cache_key)
     if existing is not None:

@@ -10,14 +10,14 @@ from pathlib import Path
 from typing import Any
 
 from db import queue
-from db.models import EngineRecord, JobRecord, JobStatus, LoadEventRecord, WorkerRecord, utcnow
+from db.models import TERMINAL_JOB_STATUSES, EngineRecord, JobRecord, JobStatus, LoadEventRecord, WorkerRecord, utcnow
 from service.builds import BuildPlan, BuildRequest, find_ready_engine, plan_build
 from service.context import AppContext
 from service.events import record_event
 from service.routing import build_requirements, can_run, describe_requirements
 
 WORKER_ALIVE_SECONDS = 15.0
-TERMINAL = (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.DEAD, JobStatus.CANCELLED)
+TERMINAL = TERMINAL_JOB_STATUSES
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,9 @@ def submit_build(
         app.catalog,
         kind="build",
         payload=request_payload(request, plan.model.id or 0),
-        requirements=build_requirements(plan.backend.name, plan.target_info),
+        requirements=build_requirements(
+            plan.backend.name, plan.target_info, plan.backend_version, plan.ingredients["os"]
+        ),
         idempotency_key=plan.cache_key,
         max_attempts=max_attempts,
         timeout_seconds=timeout_seconds,

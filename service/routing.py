@@ -14,18 +14,25 @@ BACKEND_LABELS = {"rtx": "TensorRT-RTX", "trt": "TensorRT", "ort": "ONNX Runtime
 
 
 def worker_capabilities(host: HostFingerprint) -> dict[str, Any]:
-    """Backends importable here (found without importing them), GPUs, CPU target."""
+    """Backends importable here (found without importing them) with their versions, GPUs, CPU
+    target and OS."""
     backends = [name for name, module in BACKEND_MODULES.items() if importlib.util.find_spec(module) is not None]
     return {
         "backends": backends,
+        "versions": {name: host.packages.get(BACKEND_MODULES[name]) for name in backends},
         "gpus": [{"name": g.name, "compute_capability": g.compute_capability} for g in host.gpus],
         "cpu_target": host.cpu_target,
+        "os": host.os,
     }
 
 
-def build_requirements(backend: str, target_info: Mapping[str, Any]) -> dict[str, Any]:
-    """rtx builds need only TensorRT-RTX (no GPU); trt needs the target GPU; ort the target CPU."""
-    requirements: dict[str, Any] = {"backend": backend}
+def build_requirements(
+    backend: str, target_info: Mapping[str, Any], backend_version: str, os_name: str
+) -> dict[str, Any]:
+    """rtx builds need only TensorRT-RTX (no GPU); trt needs the target GPU; ort the target CPU.
+    Every build needs the exact backend version and OS of its cache key, so the engine a worker
+    builds is the one that was asked for."""
+    requirements: dict[str, Any] = {"backend": backend, "backend_version": backend_version, "os": os_name}
     if backend == "trt":
         requirements["compute_capability"] = target_info["compute_capability"]
     if backend == "ort":
@@ -49,7 +56,13 @@ def load_requirements(engine: EngineRecord) -> dict[str, Any]:
 
 
 def can_run(requirements: Mapping[str, Any], capabilities: Mapping[str, Any]) -> bool:
-    if requirements.get("backend") not in capabilities.get("backends", []):
+    backend = requirements.get("backend")
+    if backend not in capabilities.get("backends", []):
+        return False
+    version = requirements.get("backend_version")
+    if version is not None and (capabilities.get("versions") or {}).get(backend) != version:
+        return False
+    if requirements.get("os") not in (None, capabilities.get("os")):
         return False
     local_cc = {g["compute_capability"] for g in capabilities.get("gpus", [])}
     needed_cc = requirements.get("compute_capability")
@@ -64,7 +77,8 @@ def can_run(requirements: Mapping[str, Any], capabilities: Mapping[str, Any]) ->
 
 def describe_requirements(requirements: Mapping[str, Any]) -> str:
     """'a worker with TensorRT and an SM86 GPU'."""
-    parts = [BACKEND_LABELS.get(str(requirements.get("backend")), str(requirements.get("backend")))]
+    label = BACKEND_LABELS.get(str(requirements.get("backend")), str(requirements.get("backend")))
+    parts = [f"{label} {requirements['backend_version']}" if requirements.get("backend_version") else label]
     if "compute_capability" in requirements:
         parts.append(f"an {str(requirements['compute_capability']).upper()} GPU")
     if "compute_capability_any" in requirements:
@@ -72,4 +86,5 @@ def describe_requirements(requirements: Mapping[str, Any]) -> str:
         parts.append(f"a GPU of {' or '.join(ccs)}" if ccs else "a GPU")
     if "cpu_target" in requirements:
         parts.append(f"a {requirements['cpu_target']} CPU")
-    return "a worker with " + " and ".join(parts)
+    where = f" on {requirements['os']}" if requirements.get("os") else ""
+    return "a worker with " + " and ".join(parts) + where

@@ -103,14 +103,20 @@ def _day_text(value: Any) -> str:
 
 
 def cache_activity(app: AppContext, *, days: int = 30) -> list[CacheDay]:
-    """Per day: engine rows created (each a build, i.e. a miss); hits are build requests answered
-    from the cache at submission (load events of source "build_request") plus build jobs that
-    ended with an engine another job had built (a hit found at claim time)."""
+    """Per day: engines built (a miss each; failed and unpublished attempts are not counted); hits
+    are build requests answered from the cache at submission (load events of source
+    "build_request") plus build jobs that ended with an engine another job had built (a hit found
+    at claim time)."""
     since = utcnow() - timedelta(days=days)
     with app.catalog.read() as session:
         miss_day = _day(col(EngineRecord.created_at))
         misses = session.execute(
-            sa.select(miss_day, sa.func.count()).where(col(EngineRecord.created_at) >= since).group_by(miss_day)
+            sa.select(miss_day, sa.func.count())
+            .where(
+                col(EngineRecord.created_at) >= since,
+                col(EngineRecord.status).in_((EngineStatus.READY, EngineStatus.CORRUPT, EngineStatus.RETIRED)),
+            )
+            .group_by(miss_day)
         ).all()
         hit_day = _day(col(JobRecord.finished_at))
         hits = session.execute(

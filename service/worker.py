@@ -17,6 +17,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
@@ -25,9 +26,9 @@ from sqlmodel import col, select
 from core.fingerprint import HostFingerprint, host_fingerprint
 from db import queue
 from db.errors import StaleLeaseError
-from db.models import EngineRecord, EngineStatus, JobRecord, JobStatus, utcnow
+from db.models import TERMINAL_JOB_STATUSES, EngineRecord, EngineStatus, JobRecord, JobStatus, utcnow
 from service.context import AppContext
-from service.jobchild import EXIT_LEASE_LOST, EXIT_RECORDED, ChildSpec, run_child
+from service.jobchild import CHILD_ERROR_FILE, EXIT_LEASE_LOST, EXIT_RECORDED, ChildSpec, run_child
 from service.routing import can_run, worker_capabilities
 
 logger = logging.getLogger(__name__)
@@ -142,7 +143,7 @@ class Worker:
                 self._stop.wait(self.config.poll_seconds)
                 continue
             if lease is None:
-                if self.config.once or self.config.job_id is not None:
+                if self._done_waiting():
                     return
                 self._stop.wait(self.config.poll_seconds)
                 continue
@@ -150,12 +151,21 @@ class Worker:
                 self._current[slot] = lease.job.id or 0
             try:
                 self._supervise(lease)
+            except sa.exc.OperationalError as err:  # the lease runs out and the job is taken over
+                logger.error("job %s: catalog unreachable while supervising: %s", lease.job.id, err.orig)
             finally:
                 with self._lock:
                     self._current.pop(slot, None)
                 self.jobs_run += 1
-            if self.config.job_id is not None:
+            if self.config.job_id is not None and self._done_waiting():
                 return
+
+    def _done_waiting(self) -> bool:
+        """With nothing to claim: `once` stops; a one-shot worker for one job stops once that job
+        is finished (it waits through backoff and retries, or while another worker holds it)."""
+        if self.config.job_id is not None:
+            return queue.get_job(self.app.catalog, self.config.job_id).status in TERMINAL_JOB_STATUSES
+        return self.config.once
 
     # -- one attempt ----------------------------------------------------------------------
 
@@ -174,14 +184,15 @@ class Worker:
             kind=job.kind,
             payload=job.payload,
             host=self.host,
+            job_key=job.idempotency_key if job.kind == "build" else None,
         )
         process = self._context.Process(target=run_child, args=(spec,), name=f"job-{job_id}")
         process.start()
         logger.info("job %s attempt %s: child %s started", job_id, job.attempts, process.pid)
         try:
             queue.set_runner(self.app.catalog, job_id, lease.token, process.pid)
-        except StaleLeaseError:
-            logger.warning("job %s: lease lost before the child started", job_id)
+        except (StaleLeaseError, sa.exc.OperationalError) as err:
+            logger.warning("job %s: child pid not recorded: %s", job_id, err)
         deadline = time.monotonic() + job.timeout_seconds
         outcome: str | None = None
         try:
@@ -196,8 +207,10 @@ class Worker:
                 if outcome is not None:
                     self._kill(process)
                     break
-            self._record_outcome(lease, process.exitcode, outcome)
+            self._record_outcome(lease, process.exitcode, outcome, child_error(work_dir))
         finally:
+            if process.exitcode is None:  # supervision itself failed: never leave the child behind
+                self._kill(process)
             shutil.rmtree(work_dir, ignore_errors=True)
             self._abandon_pending_engines(job_id, job.attempts, outcome or _describe_exit(process.exitcode))
 
@@ -233,7 +246,9 @@ class Worker:
             process.kill()
         process.join()
 
-    def _record_outcome(self, lease: queue.Lease, exitcode: int | None, outcome: str | None) -> None:
+    def _record_outcome(
+        self, lease: queue.Lease, exitcode: int | None, outcome: str | None, detail: str | None = None
+    ) -> None:
         job_id = lease.job.id or 0
         try:
             if outcome == "cancelled":
@@ -245,15 +260,21 @@ class Worker:
             elif outcome == "lease lost" or exitcode in (EXIT_RECORDED, EXIT_LEASE_LOST):
                 return
             else:
-                error = outcome or _describe_exit(exitcode)
+                error = outcome or _describe_exit(exitcode) + (f": {detail}" if detail else "")
                 backoff = min(self.config.backoff_max_seconds, self.config.backoff_base_seconds**lease.job.attempts)
                 job = queue.fail_attempt(self.app.catalog, job_id, lease.token, error=error, backoff_seconds=backoff)
                 logger.warning("job %s attempt %s failed (%s): now %s", job_id, lease.job.attempts, error, job.status)
-        except StaleLeaseError as err:
+        except (StaleLeaseError, sa.exc.OperationalError) as err:
             logger.warning("job %s: outcome not recorded, %s", job_id, err)
 
     def _abandon_pending_engines(self, job_id: int, attempt: int, reason: str) -> None:
         """An attempt's engine row still PENDING after its child ended was never published."""
+        try:
+            self._fail_pending_engines(job_id, attempt, reason)
+        except sa.exc.OperationalError as err:
+            logger.warning("job %s: unpublished engine rows of attempt %s not marked: %s", job_id, attempt, err.orig)
+
+    def _fail_pending_engines(self, job_id: int, attempt: int, reason: str) -> None:
         with self.app.catalog.write() as session:
             rows = session.exec(
                 select(EngineRecord).where(
@@ -267,6 +288,15 @@ class Worker:
                 row.error = f"attempt {attempt} of job {job_id} ended without publishing: {reason}"
                 row.finished_at = utcnow()
                 session.add(row)
+
+
+def child_error(work_dir: Path) -> str | None:
+    """The last line of the traceback a child left in its working directory, if any."""
+    path = work_dir / CHILD_ERROR_FILE
+    if not path.is_file():
+        return None
+    lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    return lines[-1][:500] if lines else None
 
 
 def _describe_exit(exitcode: int | None) -> str:

@@ -196,6 +196,10 @@ def test_verify_marks_a_corrupted_blob(app_ctx: AppContext, tmp_path: Path, caps
     assert shown["status"] == "CORRUPT"
     assert run_cli(capsys, *home, "verify", str(good.id)).code == 0
     assert run_cli(capsys, *home, "verify").code == 2
+    (app_ctx.home / (good.blob_path or "")).unlink()
+    missing = run_cli(capsys, *home, "check", str(good.id), "--json")
+    assert missing.code == 0 and missing.json()["verdict"] == "unknown"
+    assert "blob is missing" in missing.json()["reason"]
 
 
 def test_engine_list_and_show_json(app_ctx: AppContext, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -165,7 +165,8 @@ def test_cli_queue_worker_and_job_show(app_ctx: AppContext, tmp_path: Path, caps
     assert queued.code == 0, queued.err
     submitted = queued.json()
     assert submitted["status"] == JobStatus.QUEUED and submitted["joined"] is False
-    assert submitted["waiting"] == "waiting for a worker with TensorRT-RTX", "no worker is running yet"
+    version = run_cli(capsys, *home, "fingerprint", "--json").json()["packages"]["tensorrt_rtx"]
+    assert submitted["waiting"] == f"waiting for a worker with TensorRT-RTX {version} on Linux", "no worker runs yet"
     joined = run_cli(capsys, *home, "build", "conv", "--target", "sm86", "--queue", "--json").json()
     assert joined["job_id"] == submitted["job_id"] and joined["joined"] is True
     listed = run_cli(capsys, *home, "jobs", "--status", "queued", "--json").json()
@@ -222,3 +223,58 @@ def test_worker_concurrency_runs_jobs_side_by_side(app_ctx: AppContext, tmp_path
     ends = [j.finished_at for j in done]
     assert all(starts) and all(ends)
     assert max(s for s in starts if s) < min(e for e in ends if e), "the two attempts overlapped in time"
+
+
+def test_jobs_a_worker_cannot_run_do_not_hide_newer_ones(catalog_ctx: AppContext) -> None:
+    catalog = catalog_ctx.catalog
+    trt = {"backend": "trt", "compute_capability": "sm86"}
+    for index in range(60):
+        queue.enqueue(catalog, kind="build", payload={"n": index}, requirements=trt)
+    mine = queue.enqueue(catalog, kind="build", payload={}, requirements=RTX).job
+
+    def cpu_worker(requirements: Any) -> bool:
+        return bool(requirements.get("backend") == "rtx")
+
+    lease = queue.claim(catalog, worker="cpu", can_run=cpu_worker, lease_seconds=30)
+    assert lease is not None and lease.job.id == mine.id
+    assert queue.claim(catalog, worker="cpu", can_run=cpu_worker, lease_seconds=30) is None
+    assert sum(j.status == JobStatus.QUEUED for j in queue.list_jobs(catalog)) == 60
+
+
+def test_deterministic_build_failure_is_not_retried(app_ctx: AppContext, tmp_path: Path) -> None:
+    from tests.test_build import _int32_bias_qdq
+
+    register_model(app_ctx, _int32_bias_qdq(tmp_path), name="badq")
+    job = submit_build(app_ctx, BuildRequest(model="badq", backend="rtx", targets=("sm86",))).job
+    assert job is not None
+    Worker(app_ctx, WorkerConfig(name="w", job_id=job.id)).run()
+    done = queue.get_job(app_ctx.catalog, job.id or 0)
+    assert done.status == JobStatus.FAILED and done.attempts == 1
+    assert "conv_b_DequantizeLinear" in (done.error or "")
+
+
+def test_unexpected_child_error_is_recorded_and_retried_until_dead(app_ctx: AppContext) -> None:
+    job = queue.enqueue(app_ctx.catalog, kind="build", payload={}, requirements=RTX, max_attempts=2).job
+    Worker(app_ctx, WorkerConfig(name="w", job_id=job.id, backoff_base_seconds=0.1)).run()
+    dead = queue.get_job(app_ctx.catalog, job.id or 0)
+    assert dead.status == JobStatus.DEAD and dead.attempts == 2
+    assert "child exited with status 3: KeyError: 'model'" in (dead.error or ""), dead.error
+    assert list((app_ctx.home / "tmp").iterdir()) == []
+
+
+def test_cli_build_waits_through_a_backoff_and_runs_the_retry(
+    app_ctx: AppContext, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.clirunner import run_cli
+
+    register_model(app_ctx, make_mlp(tmp_path / "mlp.onnx"), name="mlp")
+    job = submit_build(app_ctx, BuildRequest(model="mlp", backend="rtx", targets=("sm86",))).job
+    assert job is not None
+    lease = queue.claim(app_ctx.catalog, worker="crashed", can_run=_always, lease_seconds=30)
+    assert lease is not None
+    queue.fail_attempt(app_ctx.catalog, job.id or 0, lease.token, error="child killed by SIGKILL", backoff_seconds=1.0)
+    result = run_cli(capsys, "--home", str(app_ctx.home), "build", "mlp", "--target", "sm86", "--json")
+    assert result.code == 0, result.err
+    done = queue.get_job(app_ctx.catalog, job.id or 0)
+    assert done.status == JobStatus.SUCCEEDED and done.attempts == 2
+    assert result.json()["id"] == done.result_engine_id

@@ -88,3 +88,16 @@ def test_model_bundle_is_stored_once(tmp_path: Path) -> None:
     again = store.put_model_bundle(src / "m.onnx", ["w.data"], "d" * 64)
     assert again.read_bytes() == b"model", "an existing bundle is never overwritten"
     assert list(store.tmp_dir.iterdir()) == []
+
+
+def test_republishing_repairs_a_damaged_blob(tmp_path: Path) -> None:
+    store = ArtifactStore(tmp_path)
+    data = os.urandom(50_000)
+    blob = store.write_blob([data])
+    damaged = bytearray(data)
+    damaged[100] ^= 0xFF
+    blob.path.write_bytes(bytes(damaged))
+    again = store.write_blob([data])
+    assert again.created is True, "the damaged copy was replaced"
+    assert blob.path.read_bytes() == data
+    assert store.verify_blob(blob.sha256).sha256 == blob.sha256

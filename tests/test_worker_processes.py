@@ -124,14 +124,17 @@ def _running_child(app: AppContext, job_id: int) -> int:
     return _job(app, job_id).runner_pid or 0
 
 
-def test_sigkilled_child_counts_an_attempt_cleans_up_and_the_retry_succeeds(slow_app: AppContext) -> None:
+@pytest.mark.parametrize("crash", [signal.SIGKILL, signal.SIGSEGV], ids=["sigkill", "segfault"])
+def test_crashed_child_counts_an_attempt_cleans_up_and_the_retry_succeeds(
+    slow_app: AppContext, crash: signal.Signals
+) -> None:
     app = slow_app
     job_id = submit_build(app, SLOW).job.id or 0  # type: ignore[union-attr]
     worker = _start_worker(app.home, "w1", "--lease-seconds", "6")
     try:
         child = _running_child(app, job_id)
         time.sleep(1.0)
-        os.kill(child, signal.SIGKILL)
+        os.kill(child, crash)
         _wait(lambda: _job(app, job_id).status in (JobStatus.SUCCEEDED, JobStatus.DEAD), 120, "the retry")
     finally:
         err = _stop(worker)
@@ -143,7 +146,7 @@ def test_sigkilled_child_counts_an_attempt_cleans_up_and_the_retry_succeeds(slow
     assert len(ready) == 1 and ready[0].id == job.result_engine_id and ready[0].job_attempt == 2
     for engine in engines:
         if engine.job_attempt == 1:
-            assert engine.status == EngineStatus.FAILED and "SIGKILL" in (engine.error or "")
+            assert engine.status == EngineStatus.FAILED and crash.name in (engine.error or "")
     assert list((app.home / "tmp").iterdir()) == [], "the killed attempt's files are gone"
     objects = [p for p in (app.home / "objects").rglob("*") if p.is_file()]
     assert [p.name for p in objects] == [ready[0].sha256], "no half-written blob"
@@ -228,3 +231,45 @@ def test_worker_exits_cleanly_on_sigterm_and_goes_offline(tmp_path: Path) -> Non
     assert record.capabilities["backends"] and "rtx" in record.capabilities["backends"]
     assert record.fingerprint["cpu_model"]
     app.close()
+
+
+def test_sigterm_lets_the_running_job_finish_then_exits(slow_app: AppContext) -> None:
+    app = slow_app
+    job_id = submit_build(app, SLOW).job.id or 0  # type: ignore[union-attr]
+    worker = _start_worker(app.home, "graceful")
+    _running_child(app, job_id)
+    worker.process.send_signal(signal.SIGTERM)
+    worker.process.wait(timeout=120)
+    assert worker.process.returncode == 0
+    job = _job(app, job_id)
+    assert job.status == JobStatus.SUCCEEDED and job.attempts == 1, (job.status, job.error)
+
+
+def test_second_sigterm_hands_the_job_back(slow_app: AppContext) -> None:
+    app = slow_app
+    job_id = submit_build(app, SLOW).job.id or 0  # type: ignore[union-attr]
+    worker = _start_worker(app.home, "impatient")
+    child = _running_child(app, job_id)
+    worker.process.send_signal(signal.SIGTERM)
+    time.sleep(0.5)
+    worker.process.send_signal(signal.SIGTERM)
+    worker.process.wait(timeout=60)
+    assert worker.process.returncode == 0
+    job = _job(app, job_id)
+    assert job.status == JobStatus.QUEUED and job.attempts == 0 and job.phase == "handed back"
+    assert not Path(f"/proc/{child}").exists() or _is_zombie(child)
+    assert [e.status for e in list_engines(app)] in ([], [EngineStatus.FAILED])
+    assert list((app.home / "tmp").iterdir()) == []
+
+
+def test_job_past_its_timeout_is_killed_and_dead_on_its_last_attempt(slow_app: AppContext) -> None:
+    from service.worker import Worker, WorkerConfig
+
+    app = slow_app
+    job = submit_build(app, SLOW, max_attempts=1, timeout_seconds=1.5).job
+    assert job is not None
+    Worker(app, WorkerConfig(name="impatient", job_id=job.id)).run()
+    dead = _job(app, job.id or 0)
+    assert dead.status == JobStatus.DEAD and dead.attempts == 1
+    assert "timed out after 1.5 s" in (dead.error or "")
+    assert list((app.home / "tmp").iterdir()) == []
