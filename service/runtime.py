@@ -13,7 +13,7 @@ On a hit the only work that grows with size is reading the engine once:
 - the engine blob is verified (BLAKE3 when recorded, else sha256) in the same pass that reads it
   into the buffer handed to the runtime.
 
-Every call records a load event (hit | miss | built | rejected) with seconds per phase.
+Every call records a load event (hit | miss | built | rejected | failed) with seconds per phase.
 """
 
 from __future__ import annotations
@@ -387,6 +387,8 @@ def load_or_build(
         outcome="miss",
     )
 
+    recorded: list[str] = []
+
     def finish(outcome: str, reason: str, engine: EngineRecord | None = None) -> None:
         event.outcome, event.reason = outcome, reason
         event.engine_id = engine.id if engine is not None else event.engine_id
@@ -399,57 +401,63 @@ def load_or_build(
         event.build_s = timer.phases.get("build")
         event.total_s = time.perf_counter() - started
         record_event(app, event)
+        recorded.append(outcome)
 
-    with timer.phase("lookup"):
-        digest = onnx_digest(app, path, host=host)
-        event.stat_cache_hit = digest.stat_cache_hit
-        model = find_model_by_digest(app, digest.digest)
-        plan = None
-        engine = None
-        if model is not None:
-            event.model_id, event.model_name = model.id, model.name
-            plan = plan_build(app, spec.request(str(model.id)), host=host)
-            engine = find_engine(app, plan, host)
-    if engine is not None:
-        try:
-            session = load_engine_record(app, engine, timer)
-        except EngineRejectedError as err:
-            finish("rejected", str(err), engine)
-            raise
-        finish("hit", f"engine {engine.id}", engine)
-        return LoadedEngine(session, engine, "hit", dict(timer.phases), digest.digest)
-    # -- a miss ----------------------------------------------------------------------------
-    if plan is not None:
-        miss = explain_miss(app, plan, host)
-    else:
-        miss = MissError(
-            f"no model with digest {digest.digest[:16]}... ({path.name}) in the catalog" + _renamed(app, path)
-        )
-    if on_miss == "fail":
-        finish("miss", str(miss))
-        raise miss
-    if model is None:
-        model = register_model(app, path).model
-        event.model_id, event.model_name = model.id, model.name
-    request = spec.request(str(model.id))
-    if on_miss == "queue":
-        submitted = submit_build(app, request)
-        if submitted.cache_hit and submitted.engine is not None:  # built meanwhile
-            return load_or_build(path, spec=spec, on_miss="fail", app=app, host=host)
-        job_id = submitted.job.id if submitted.job is not None else None
-        finish("miss", f"{miss}; queued build job {job_id}")
-        raise EngineQueuedError(
-            f"{miss}; queued build job {job_id}", nearest=miss.nearest, diffs=miss.diffs, job_id=job_id
-        )
-    with timer.phase("build"):
-        built = build_engine(app, request, host=host).engine
     try:
-        session = load_engine_record(app, built, timer)
-    except EngineRejectedError as err:
-        finish("rejected", f"built engine {built.id}, then: {err}", built)
+        with timer.phase("lookup"):
+            digest = onnx_digest(app, path, host=host)
+            event.stat_cache_hit = digest.stat_cache_hit
+            model = find_model_by_digest(app, digest.digest)
+            plan = None
+            engine = None
+            if model is not None:
+                event.model_id, event.model_name = model.id, model.name
+                plan = plan_build(app, spec.request(str(model.id)), host=host)
+                engine = find_engine(app, plan, host)
+        if engine is not None:
+            try:
+                session = load_engine_record(app, engine, timer)
+            except EngineRejectedError as err:
+                finish("rejected", str(err), engine)
+                raise
+            finish("hit", f"engine {engine.id}", engine)
+            return LoadedEngine(session, engine, "hit", dict(timer.phases), digest.digest)
+        # -- a miss ----------------------------------------------------------------------------
+        if plan is not None:
+            miss = explain_miss(app, plan, host)
+        else:
+            miss = MissError(
+                f"no model with digest {digest.digest[:16]}... ({path.name}) in the catalog" + _renamed(app, path)
+            )
+        if on_miss == "fail":
+            finish("miss", str(miss))
+            raise miss
+        if model is None:
+            model = register_model(app, path).model
+            event.model_id, event.model_name = model.id, model.name
+        request = spec.request(str(model.id))
+        if on_miss == "queue":
+            submitted = submit_build(app, request)
+            if submitted.cache_hit and submitted.engine is not None:  # built meanwhile
+                return load_or_build(path, spec=spec, on_miss="fail", app=app, host=host)
+            job_id = submitted.job.id if submitted.job is not None else None
+            finish("miss", f"{miss}; queued build job {job_id}")
+            raise EngineQueuedError(
+                f"{miss}; queued build job {job_id}", nearest=miss.nearest, diffs=miss.diffs, job_id=job_id
+            )
+        with timer.phase("build"):
+            built = build_engine(app, request, host=host).engine
+        try:
+            session = load_engine_record(app, built, timer)
+        except EngineRejectedError as err:
+            finish("rejected", f"built engine {built.id}, then: {err}", built)
+            raise
+        finish("built", f"{miss}; built engine {built.id}", built)
+        return LoadedEngine(session, built, "built", dict(timer.phases), digest.digest)
+    except BaseException as err:
+        if not recorded:  # every call leaves an event, also one that fails
+            finish("failed", f"{type(err).__name__}: {err}")
         raise
-    finish("built", f"{miss}; built engine {built.id}", built)
-    return LoadedEngine(session, built, "built", dict(timer.phases), digest.digest)
 
 
 def _renamed(app: AppContext, path: Path) -> str:

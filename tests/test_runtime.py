@@ -191,3 +191,15 @@ def test_ready_probe(capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeyp
     assert check_ready(app, "mlp", ORT).ready is False
     assert get_engine(app, engine.id or 0).status == EngineStatus.CORRUPT
     app.close()
+
+
+def test_a_failing_call_still_records_its_event(app_ctx: AppContext, tmp_path: Path) -> None:
+    from core.errors import PrecisionError
+
+    onnx_path = make_mlp(tmp_path / "model.onnx")
+    register_model(app_ctx, onnx_path, name="model")
+    with pytest.raises(PrecisionError, match="unknown precision"):
+        load_or_build(onnx_path, spec=RuntimeSpec(backend="ort", precision="fp64"), app=app_ctx, on_miss="fail")
+    [event] = _events(app_ctx)
+    assert event.outcome == "failed" and "unknown precision 'fp64'" in event.reason
+    assert event.model_name == "model"
