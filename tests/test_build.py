@@ -72,9 +72,13 @@ def test_progress_phases_reach_the_callback(app_ctx: AppContext, tmp_path: Path)
     register_model(app_ctx, make_conv(tmp_path / "conv.onnx"), name="conv")
     events = []
     build_engine(app_ctx, BuildRequest(model="conv", backend="rtx", targets=("sm86",)), progress=events.append)
-    starts = [e.phase for e in events if e.kind == "start"]
-    assert "Building engine" in starts
-    assert any(e.kind == "step" for e in events)
+    starts = [(e.phase, e.parent, e.steps) for e in events if e.kind == "start"]
+    top_phase, top_parent, top_steps = starts[0]
+    assert (top_phase, top_parent) == ("Building engine", None) and top_steps
+    assert ("Cloning network graph", "Building engine") in [(phase, parent) for phase, parent, _ in starts]
+    assert all(parent is not None for _, parent, _ in starts[1:]), "every later phase sits under another"
+    assert any(e.kind == "step" and e.phase == "Building engine" for e in events)
+    assert events[-1].kind == "finish" and events[-1].phase == "Building engine"
 
 
 def test_ort_build_targets_this_cpu_and_is_compatible(app_ctx: AppContext, tmp_path: Path) -> None:

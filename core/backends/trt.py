@@ -102,7 +102,7 @@ def _progress_monitor(trt: ModuleType, callback: ProgressCallback) -> Any:
         def __init__(self) -> None:
             trt.IProgressMonitor.__init__(self)
 
-        def phase_start(self, parent_phase: str | None, phase_name: str, num_steps: int) -> None:
+        def phase_start(self, phase_name: str, parent_phase: str | None, num_steps: int) -> None:
             callback(ProgressEvent("start", phase_name, parent=parent_phase, steps=num_steps))
 
         def step_complete(self, phase_name: str, step: int) -> bool:
