@@ -61,6 +61,15 @@ class HostFingerprint:
         data["gpus"] = [asdict(g) for g in self.gpus]
         return data
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> HostFingerprint:
+        """The inverse of `to_dict` (a worker's fingerprint as the catalog keeps it)."""
+        fields = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        fields["cpu_isa"] = tuple(data.get("cpu_isa") or ())
+        fields["gpus"] = tuple(GpuInfo(**g) for g in data.get("gpus") or ())
+        fields["packages"] = dict(data.get("packages") or {})
+        return cls(**fields)
+
     @property
     def cpu_target(self) -> str:
         """The ORT target name for this CPU: `<machine>-<best ISA level>`."""

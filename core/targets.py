@@ -64,5 +64,11 @@ def parse_rtx_targets(values: Iterable[str] | None) -> tuple[str, ...]:
     return tuple(sorted(targets, key=lambda s: sm_to_capability(s)))
 
 
+def parse_capabilities(requested: Iterable[str]) -> tuple[str, ...]:
+    """Normalize any compute capabilities (comma lists allowed), deduplicated and sorted."""
+    items = {normalize_sm(part) for value in requested for part in value.split(",") if part.strip()}
+    return tuple(sorted(items, key=sm_to_capability))
+
+
 def rtx_targets_are_default(targets: Iterable[str]) -> bool:
     return tuple(targets) == RTX_DEFAULT_TARGETS

@@ -11,10 +11,10 @@ engine row PENDING -> READY. A failure leaves only a FAILED row with the backend
 from __future__ import annotations
 
 import logging
-import platform
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -24,14 +24,17 @@ from core.backends.base import Backend, BuildSpec, LogCallback, ProgressCallback
 from core.backends.registry import get_backend
 from core.cachekey import KEY_SCHEMA, canonical_json, compute_cache_key
 from core.calibration import load_calibration, read_model_inputs
-from core.errors import BuildOptionError, CoreError
+from core.errors import BackendUnavailableError, BuildOptionError, CoreError, TargetError
 from core.fingerprint import HostFingerprint, host_fingerprint
 from core.precision import PrecisionSpec, convert_precision, plan_recipe
 from core.profiles import ProfileResult, parse_profile_args, resolve_profile
+from core.targets import parse_capabilities
+from db import queue
 from db.models import EngineRecord, EngineStatus, ModelRecord, utcnow
 from service.context import AppContext
 from service.errors import BuildFailedError
 from service.models import get_model, model_inputs, model_path, register_model
+from service.routing import WORKER_ALIVE_SECONDS
 
 logger = logging.getLogger(__name__)
 
@@ -82,7 +85,12 @@ def plan_build(app: AppContext, request: BuildRequest, *, host: HostFingerprint 
     host = host or host_fingerprint()
     model = get_model(app, request.model)
     precision = PrecisionSpec(request.precision, calibration=request.calibration, converter=request.converter)
-    backend_version = backend.version()
+    try:
+        backend_version = backend.version()
+    except BackendUnavailableError as err:
+        if request.backend != "trt":
+            raise
+        host, backend_version = _trt_worker_host(app, request.targets, err)
     targets = backend.resolve_targets(tuple(request.targets), host)
     profile = resolve_profile(model_inputs(model), parse_profile_args(request.profiles))
     if request.opt_level is not None and request.opt_level not in OPT_LEVELS:
@@ -107,7 +115,7 @@ def plan_build(app: AppContext, request: BuildRequest, *, host: HostFingerprint 
         "backend": backend.name,
         "backend_version": backend_version,
         "target": target_info,
-        "os": platform.system(),
+        "os": host.os,
     }
     return BuildPlan(
         model=model,
@@ -123,6 +131,28 @@ def plan_build(app: AppContext, request: BuildRequest, *, host: HostFingerprint 
         cache_key=compute_cache_key(ingredients),
         host=host,
         notes=tuple(profile.describe_defaults()),
+    )
+
+
+def _trt_worker_host(
+    app: AppContext, requested: tuple[str, ...], missing: BackendUnavailableError
+) -> tuple[HostFingerprint, str]:
+    """TensorRT builds on the GPU it tunes for. Where it is not installed (a CPU dashboard host),
+    plan for the live worker that has TensorRT and the requested GPU: its TensorRT version and GPU
+    go into the key, and the job is routed to workers that match them."""
+    wanted = parse_capabilities(requested)
+    if len(wanted) != 1:
+        raise TargetError(f"{missing}; to build on a GPU worker instead, name its GPU with one --target (e.g. sm86)")
+    since = utcnow() - timedelta(seconds=WORKER_ALIVE_SECONDS)
+    for worker in queue.list_workers(app.catalog, alive_since=since):
+        capabilities = worker.capabilities
+        version = (capabilities.get("versions") or {}).get("trt")
+        gpus = {g.get("compute_capability") for g in capabilities.get("gpus") or []}
+        if "trt" in capabilities.get("backends", []) and version and wanted[0] in gpus:
+            return HostFingerprint.from_dict(worker.fingerprint), str(version)
+    raise TargetError(
+        f"{missing}; and no live worker has TensorRT and an {wanted[0].upper()} GPU to build it "
+        "(start `enginecache worker` on such a host)"
     )
 
 

@@ -14,9 +14,8 @@ from db.models import TERMINAL_JOB_STATUSES, EngineRecord, JobRecord, JobStatus,
 from service.builds import BuildPlan, BuildRequest, find_ready_engine, plan_build
 from service.context import AppContext
 from service.events import record_event
-from service.routing import build_requirements, can_run, describe_requirements
+from service.routing import WORKER_ALIVE_SECONDS, build_requirements, can_run, describe_requirements
 
-WORKER_ALIVE_SECONDS = 15.0
 TERMINAL = TERMINAL_JOB_STATUSES
 
 

@@ -11,6 +11,7 @@ from db.models import EngineRecord
 
 BACKEND_MODULES = {"rtx": "tensorrt_rtx", "trt": "tensorrt", "ort": "onnxruntime"}
 BACKEND_LABELS = {"rtx": "TensorRT-RTX", "trt": "TensorRT", "ort": "ONNX Runtime"}
+WORKER_ALIVE_SECONDS = 15.0  # a worker whose heartbeat is older is not counted as live
 
 
 def worker_capabilities(host: HostFingerprint) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from db.models import (
     utcnow,
 )
 from service.context import AppContext
-from service.jobs import WORKER_ALIVE_SECONDS
+from service.routing import WORKER_ALIVE_SECONDS
 
 logger = logging.getLogger(__name__)
 

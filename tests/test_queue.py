@@ -5,15 +5,19 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlmodel import select
 
+from core.errors import TargetError
+from core.fingerprint import host_fingerprint
 from db import queue
 from db.catalog import Catalog
 from db.errors import StaleLeaseError
-from db.models import JobStatus
+from db.models import JobStatus, WorkerRecord, utcnow
 from service.builds import BuildRequest
 from service.context import AppContext
 from service.jobs import job_to_dict, submit_build
@@ -278,3 +282,48 @@ def test_cli_build_waits_through_a_backoff_and_runs_the_retry(
     done = queue.get_job(app_ctx.catalog, job.id or 0)
     assert done.status == JobStatus.SUCCEEDED and done.attempts == 2
     assert result.json()["id"] == done.result_engine_id
+
+
+def test_trt_build_from_a_cpu_host_is_planned_for_a_live_gpu_worker_fake_gpu_worker(
+    app_ctx: AppContext, tmp_path: Path
+) -> None:
+    """The GPU worker here is a catalog row standing in for a host with TensorRT and an A10 (no
+    machine we have runs full TensorRT); everything else is real."""
+    from service.jobs import waiting_reason
+
+    register_model(app_ctx, make_mlp(tmp_path / "mlp.onnx"), name="mlp")
+    request = BuildRequest(model="mlp", backend="trt", targets=("sm86",))
+    with pytest.raises(TargetError, match="no live worker has TensorRT and an SM86 GPU"):
+        submit_build(app_ctx, request)
+    gpu = {"index": 0, "name": "NVIDIA A10", "uuid": "GPU-1", "compute_capability": "sm86", "memory_total_bytes": 1}
+    fingerprint = {**host_fingerprint().to_dict(), "hostname": "gpu-node-1", "gpus": [gpu]}
+    queue.register_worker(
+        app_ctx.catalog,
+        name="gpu-node-1",
+        hostname="gpu-node-1",
+        pid=1,
+        fingerprint=fingerprint,
+        capabilities={
+            "backends": ["trt"],
+            "versions": {"trt": "10.13.0.35"},
+            "gpus": [{"name": "NVIDIA A10", "compute_capability": "sm86"}],
+            "cpu_target": "x86_64-avx2",
+            "os": "Linux",
+        },
+    )
+    job = submit_build(app_ctx, request).job
+    assert job is not None
+    assert job.requirements == {
+        "backend": "trt",
+        "backend_version": "10.13.0.35",
+        "os": "Linux",
+        "compute_capability": "sm86",
+    }
+    assert waiting_reason(app_ctx, job) is None, "a live worker can run it"
+    assert Worker(app_ctx, WorkerConfig(name="cpu", once=True)).run() == 0, "this CPU host does not claim it"
+    with app_ctx.catalog.write() as session:
+        row = session.exec(select(WorkerRecord).where(WorkerRecord.name == "gpu-node-1")).one()
+        row.heartbeat_at = utcnow() - timedelta(minutes=5)
+        session.add(row)
+    again = queue.get_job(app_ctx.catalog, job.id or 0)
+    assert waiting_reason(app_ctx, again) == "waiting for a worker with TensorRT 10.13.0.35 and an SM86 GPU on Linux"

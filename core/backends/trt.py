@@ -35,7 +35,7 @@ from core.backends.base import (
 from core.backends.loader import import_backend
 from core.errors import BackendUnavailableError, BuildError, TargetError
 from core.fingerprint import HostFingerprint, package_version
-from core.targets import RTX_DEFAULT_TARGETS, parse_rtx_targets, sm_to_capability
+from core.targets import RTX_DEFAULT_TARGETS, parse_capabilities, parse_rtx_targets
 
 if TYPE_CHECKING:
     from core.session import EngineSession, LoadSpec, PhaseTimer
@@ -158,7 +158,7 @@ class TensorRTBackend:
             return parse_rtx_targets(requested)
         local = self.default_targets(host)
         if requested:
-            wanted = parse_rtx_targets_any(requested)
+            wanted = parse_capabilities(requested)
             if wanted != local:
                 raise TargetError(
                     f"{self.label} builds for the GPU it runs on: this host has {local[0]} "
@@ -362,14 +362,6 @@ def _network_io(network: Any) -> tuple[TensorIO, ...]:
 def _errors(sink: list[str]) -> list[str]:
     found = [line for line in sink if line.startswith(("[ERROR]", "[INTERNAL_ERROR]"))]
     return found or ["no error message from the library (see the builder log)"]
-
-
-def parse_rtx_targets_any(requested: tuple[str, ...]) -> tuple[str, ...]:
-    """Normalize any compute capabilities (not only TensorRT-RTX's set), sorted."""
-    from core.targets import normalize_sm
-
-    items = {normalize_sm(p) for value in requested for p in value.split(",") if p.strip()}
-    return tuple(sorted(items, key=sm_to_capability))
 
 
 RTX_BACKEND = TensorRTBackend("rtx", "tensorrt_rtx", "TensorRT-RTX")
