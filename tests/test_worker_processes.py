@@ -30,8 +30,8 @@ from tests.conftest import shared_model
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _cli(home: Path, *args: str) -> list[str]:
-    return [sys.executable, "-m", "service.cli", "--home", str(home), *args]
+def _cli(app: AppContext, *args: str) -> list[str]:
+    return [sys.executable, "-m", "service.cli", "--home", str(app.home), "--db", app.db_url, *args]
 
 
 @dataclass
@@ -44,12 +44,12 @@ class WorkerProcess:
         return self.process.pid
 
 
-def _start_worker(home: Path, name: str, *extra: str) -> WorkerProcess:
+def _start_worker(app: AppContext, name: str, *extra: str) -> WorkerProcess:
     """A worker process whose output goes to a file: its fork server and children inherit it, and a
     pipe they held open would keep a reader waiting after the worker itself has exited."""
-    log = home.parent / f"{name}.log"
+    log = app.home.parent / f"{name}.log"
     with open(log, "wb") as sink:
-        process = subprocess.Popen(_cli(home, "worker", "--name", name, *extra), cwd=ROOT, stdout=sink, stderr=sink)
+        process = subprocess.Popen(_cli(app, "worker", "--name", name, *extra), cwd=ROOT, stdout=sink, stderr=sink)
     return WorkerProcess(process, log)
 
 
@@ -116,6 +116,13 @@ def slow_app(tmp_path: Path) -> Iterator[AppContext]:
     app.close()
 
 
+@pytest.fixture
+def slow_app_any_db(catalog_ctx: AppContext) -> AppContext:
+    """The slow job on each catalog database (SQLite, then PostgreSQL)."""
+    register_model(catalog_ctx, shared_model("tiny_llama.onnx"), name="tiny_llama")
+    return catalog_ctx
+
+
 SLOW = BuildRequest(model="tiny_llama", backend="rtx", targets=("sm89",), precision="fp16")
 
 
@@ -126,11 +133,11 @@ def _running_child(app: AppContext, job_id: int) -> int:
 
 @pytest.mark.parametrize("crash", [signal.SIGKILL, signal.SIGSEGV], ids=["sigkill", "segfault"])
 def test_crashed_child_counts_an_attempt_cleans_up_and_the_retry_succeeds(
-    slow_app: AppContext, crash: signal.Signals
+    slow_app_any_db: AppContext, crash: signal.Signals
 ) -> None:
-    app = slow_app
+    app = slow_app_any_db
     job_id = submit_build(app, SLOW).job.id or 0  # type: ignore[union-attr]
-    worker = _start_worker(app.home, "w1", "--lease-seconds", "6")
+    worker = _start_worker(app, "w1", "--lease-seconds", "6")
     try:
         child = _running_child(app, job_id)
         time.sleep(1.0)
@@ -155,11 +162,11 @@ def test_crashed_child_counts_an_attempt_cleans_up_and_the_retry_succeeds(
 def test_cancel_running_job_kills_the_child_and_never_retries(slow_app: AppContext, tmp_path: Path) -> None:
     app = slow_app
     job_id = submit_build(app, SLOW).job.id or 0  # type: ignore[union-attr]
-    worker = _start_worker(app.home, "w1")
+    worker = _start_worker(app, "w1")
     try:
         child = _running_child(app, job_id)
         out = subprocess.run(
-            _cli(app.home, "job", "cancel", str(job_id), "--json"), cwd=ROOT, capture_output=True, text=True
+            _cli(app, "job", "cancel", str(job_id), "--json"), cwd=ROOT, capture_output=True, text=True
         )
         assert out.returncode == 0, out.stderr
         assert json.loads(out.stdout)["cancel_requested"] is True
@@ -184,7 +191,7 @@ def _is_zombie(pid: int) -> bool:
 def test_stopped_worker_loses_its_lease_and_its_late_writes_are_rejected(slow_app: AppContext) -> None:
     app = slow_app
     job_id = submit_build(app, SLOW).job.id or 0  # type: ignore[union-attr]
-    stalled = _start_worker(app.home, "stalled", "--lease-seconds", "2")
+    stalled = _start_worker(app, "stalled", "--lease-seconds", "2")
     taker: WorkerProcess | None = None
     child = 0
     try:
@@ -193,7 +200,7 @@ def test_stopped_worker_loses_its_lease_and_its_late_writes_are_rejected(slow_ap
         _wait(lambda: any(e.job_attempt == 1 for e in list_engines(app)), 60, "the child to start its build")
         _stop_outside_transactions(app, [child, stalled.pid])
         time.sleep(3.0)  # past the 2 s lease
-        taker = _start_worker(app.home, "taker", "--once")
+        taker = _start_worker(app, "taker", "--once")
         _wait(lambda: _job(app, job_id).status == JobStatus.SUCCEEDED, 120, "the takeover to finish")
         taken = _job(app, job_id)
         assert taken.attempts == 2
@@ -219,7 +226,7 @@ def test_stopped_worker_loses_its_lease_and_its_late_writes_are_rejected(slow_ap
 
 def test_worker_exits_cleanly_on_sigterm_and_goes_offline(tmp_path: Path) -> None:
     app = AppContext.from_settings(tmp_path / "home")
-    worker = _start_worker(app.home, "idle")
+    worker = _start_worker(app, "idle")
     try:
         _wait(lambda: any(w.name == "idle" for w in queue.list_workers(app.catalog)), 30, "registration")
     finally:
@@ -236,7 +243,7 @@ def test_worker_exits_cleanly_on_sigterm_and_goes_offline(tmp_path: Path) -> Non
 def test_sigterm_lets_the_running_job_finish_then_exits(slow_app: AppContext) -> None:
     app = slow_app
     job_id = submit_build(app, SLOW).job.id or 0  # type: ignore[union-attr]
-    worker = _start_worker(app.home, "graceful")
+    worker = _start_worker(app, "graceful")
     _running_child(app, job_id)
     worker.process.send_signal(signal.SIGTERM)
     worker.process.wait(timeout=120)
@@ -248,7 +255,7 @@ def test_sigterm_lets_the_running_job_finish_then_exits(slow_app: AppContext) ->
 def test_second_sigterm_hands_the_job_back(slow_app: AppContext) -> None:
     app = slow_app
     job_id = submit_build(app, SLOW).job.id or 0  # type: ignore[union-attr]
-    worker = _start_worker(app.home, "impatient")
+    worker = _start_worker(app, "impatient")
     child = _running_child(app, job_id)
     worker.process.send_signal(signal.SIGTERM)
     time.sleep(0.5)
