@@ -35,8 +35,12 @@ def compute_cache_key(ingredients: Mapping[str, Any]) -> str:
     missing = [name for name in INGREDIENTS if name not in ingredients]
     if missing:
         raise ValueError(f"cache key ingredients missing: {', '.join(missing)}")
-    payload = {name: ingredients[name] for name in INGREDIENTS}
-    return hashlib.sha256(canonical_json(payload).encode()).hexdigest()
+    return canonical_digest({name: ingredients[name] for name in INGREDIENTS})
+
+
+def canonical_digest(value: Any) -> str:
+    """The sha256 of a value's canonical JSON."""
+    return hashlib.sha256(canonical_json(value).encode()).hexdigest()
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from sqlmodel import Session, col, select
 
 from core.backends.base import Backend, BuildSpec, LogCallback, ProgressCallback
 from core.backends.registry import get_backend
-from core.cachekey import KEY_SCHEMA, canonical_json, compute_cache_key
+from core.cachekey import KEY_SCHEMA, canonical_digest, compute_cache_key
 from core.calibration import load_calibration, read_model_inputs
 from core.errors import BackendUnavailableError, BuildOptionError, CoreError, TargetError
 from core.fingerprint import HostFingerprint, host_fingerprint
@@ -314,9 +314,7 @@ def _mark_failed(app: AppContext, engine_id: int, error: str, log: str) -> None:
 
 
 def recipe_key(source_digest: str, recipe: dict[str, Any]) -> str:
-    import hashlib
-
-    return hashlib.sha256(canonical_json({"source": source_digest, "recipe": recipe}).encode()).hexdigest()
+    return canonical_digest({"source": source_digest, "recipe": recipe})
 
 
 def _precision_variant(app: AppContext, plan: BuildPlan, work: Path) -> tuple[ModelRecord, tuple[str, ...]]:

@@ -52,6 +52,26 @@ class ChildSpec:
     host: HostFingerprint
     job_key: str | None = None  # the cache key the job was submitted under
 
+    def finish(
+        self,
+        app: AppContext,
+        status: str,
+        *,
+        error: str | None = None,
+        result_engine_id: int | None = None,
+        on_commit: Callable[[Session], None] | None = None,
+    ) -> None:
+        """Record this attempt's outcome under its lease (StaleLeaseError once the lease is lost)."""
+        queue.complete(
+            app.catalog,
+            self.job_id,
+            self.token,
+            status=status,
+            error=error,
+            result_engine_id=result_engine_id,
+            on_commit=on_commit,
+        )
+
 
 class ProgressWriter:
     """Turns TensorRT phases and log lines into job-row updates, at most every 0.5 s."""
@@ -140,7 +160,7 @@ def _run(app: AppContext, spec: ChildSpec) -> int:
     runner = JOB_RUNNERS.get(spec.kind)
     if runner is None:
         error = f"unknown job kind {spec.kind!r}"
-        queue.complete(app.catalog, spec.job_id, spec.token, status=JobStatus.FAILED, error=error)
+        spec.finish(app, JobStatus.FAILED, error=error)
         return EXIT_RECORDED
     return runner(app, spec)
 
@@ -150,31 +170,24 @@ def _run_build(app: AppContext, spec: ChildSpec) -> int:
     try:
         plan = plan_build(app, request, host=spec.host)
     except (CoreError, CatalogError) as err:
-        queue.complete(app.catalog, spec.job_id, spec.token, status=JobStatus.FAILED, error=str(err))
+        spec.finish(app, JobStatus.FAILED, error=str(err))
         return EXIT_RECORDED
     if spec.job_key is not None and plan.cache_key != spec.job_key:
         error = (
             f"this worker plans cache key {plan.cache_key[:16]}, the job was submitted for {spec.job_key[:16]}: "
             "its host differs in a key ingredient (backend version, OS, target); route the job elsewhere"
         )
-        queue.complete(app.catalog, spec.job_id, spec.token, status=JobStatus.FAILED, error=error)
+        spec.finish(app, JobStatus.FAILED, error=error)
         return EXIT_RECORDED
     existing = find_ready_engine(app, plan.cache_key)
     if existing is not None:
-        queue.complete(app.catalog, spec.job_id, spec.token, status=JobStatus.SUCCEEDED, result_engine_id=existing.id)
+        spec.finish(app, JobStatus.SUCCEEDED, result_engine_id=existing.id)
         return EXIT_RECORDED
     writer = ProgressWriter(app, spec)
 
     def finalize(engine_id: int, mutate: Callable[[Session], None]) -> None:
         writer.flush(force=True)
-        queue.complete(
-            app.catalog,
-            spec.job_id,
-            spec.token,
-            status=JobStatus.SUCCEEDED,
-            result_engine_id=engine_id,
-            on_commit=mutate,
-        )
+        spec.finish(app, JobStatus.SUCCEEDED, result_engine_id=engine_id, on_commit=mutate)
 
     try:
         result: BuildResult = run_build(
@@ -188,14 +201,7 @@ def _run_build(app: AppContext, spec: ChildSpec) -> int:
         )
     except BuildFailedError as err:
         writer.flush(force=True)
-        queue.complete(
-            app.catalog,
-            spec.job_id,
-            spec.token,
-            status=JobStatus.FAILED,
-            error=str(err),
-            result_engine_id=err.engine_id,
-        )
+        spec.finish(app, JobStatus.FAILED, error=str(err), result_engine_id=err.engine_id)
         return EXIT_RECORDED
     logger.info("job %s built engine %s", spec.job_id, result.engine.id)
     return EXIT_RECORDED

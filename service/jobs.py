@@ -98,6 +98,7 @@ def submit_build(
 def _record_request(
     app: AppContext, plan: BuildPlan, outcome: str, started: float, *, engine_id: int | None = None
 ) -> None:
+    seconds = time.perf_counter() - started
     record_event(
         app,
         LoadEventRecord(
@@ -110,8 +111,8 @@ def _record_request(
             precision=plan.precision.precision,
             host_target=",".join(plan.targets),
             outcome=outcome,
-            lookup_s=time.perf_counter() - started,
-            total_s=time.perf_counter() - started,
+            lookup_s=seconds,
+            total_s=seconds,
         ),
     )
 

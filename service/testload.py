@@ -228,14 +228,7 @@ def run_test_load_job(app: AppContext, spec: Any) -> int:
     engine_id = int(payload["engine_id"])
 
     def commit(mutate: Callable[[Session], None]) -> None:
-        queue.complete(
-            app.catalog,
-            spec.job_id,
-            spec.token,
-            status=JobStatus.SUCCEEDED,
-            result_engine_id=engine_id,
-            on_commit=mutate,
-        )
+        spec.finish(app, JobStatus.SUCCEEDED, result_engine_id=engine_id, on_commit=mutate)
 
     queue.report_progress(app.catalog, spec.job_id, spec.token, progress=0.1, phase="test-load")
     try:
@@ -253,9 +246,7 @@ def run_test_load_job(app: AppContext, spec: Any) -> int:
     except StaleLeaseError:
         raise
     except (CoreError, CatalogError, ServiceError) as err:
-        queue.complete(
-            app.catalog, spec.job_id, spec.token, status=JobStatus.FAILED, error=str(err), result_engine_id=engine_id
-        )
+        spec.finish(app, JobStatus.FAILED, error=str(err), result_engine_id=engine_id)
     return EXIT_RECORDED
 
 

@@ -16,8 +16,10 @@ FP16/INT8 builder flags are used (TensorRT 11 removed them).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -172,16 +174,8 @@ class TensorRTBackend:
         self, spec: BuildSpec, output: Path, progress: ProgressCallback | None = None, log: LogCallback | None = None
     ) -> BuildOutput:
         trt = self._trt()
-        with _BUILD_LOCK:
-            sink: list[str] = []
-            trt_logger = _capturing_logger(trt)
-            trt_logger.sink = sink
-            trt_logger.listener = log
-            try:
-                return self._build_locked(trt, trt_logger, spec, output, progress, sink)
-            finally:
-                trt_logger.sink = []
-                trt_logger.listener = None
+        with _captured(trt, log) as (trt_logger, sink):
+            return self._build_locked(trt, trt_logger, spec, output, progress, sink)
 
     def _build_locked(
         self,
@@ -256,8 +250,10 @@ class TensorRTBackend:
             )
         installed = self.version()
         details["installed_version"] = installed
-        header = _read_header(engine.path, trt)
-        validity, mask = self._header_validity(trt, header)
+        runtime = trt.Runtime(_capturing_logger(trt))
+        with open(engine.path, "rb") as stream:
+            header = stream.read(_header_size(runtime))
+        validity, mask = _header_validity(runtime, header)
         details["validity"] = validity
         details["diagnostics_mask"] = mask
         details["diagnostics"] = describe_diagnostics(mask)
@@ -283,13 +279,6 @@ class TensorRTBackend:
             return CompatibilityResult("compatible", f"{built}; GPU and version match this host", details)
         return CompatibilityResult("compatible", f"{built}; {self.label} validates the header on this GPU", details)
 
-    def _header_validity(self, trt: ModuleType, header: bytes) -> tuple[str | None, int]:
-        runtime = trt.Runtime(_capturing_logger(trt))
-        if not hasattr(runtime, "get_engine_validity"):
-            return None, 0
-        validity, mask = runtime.get_engine_validity(header)
-        return str(getattr(validity, "name", validity)), int(mask)
-
     # -- load ---------------------------------------------------------------------------
 
     def load(
@@ -305,39 +294,53 @@ class TensorRTBackend:
 
         timer = timer or PhaseTimer()
         trt = self._trt()
-        with _BUILD_LOCK:  # the process-wide logger's sink is ours while we load
-            sink: list[str] = []
-            trt_logger = _capturing_logger(trt)
-            trt_logger.sink = sink
-            try:
-                with timer.phase("validity"):
-                    runtime = trt.Runtime(trt_logger)
-                    size = int(getattr(runtime, "engine_header_size", 64))
-                    validity, mask = self._header_validity(trt, bytes(memoryview(engine)[:size]))
-                if validity == "INVALID":
-                    library = [line for line in sink if "VERBOSE" not in line]
-                    reasons = describe_diagnostics(mask) or [f"{self.label} gives no diagnostic bit (mask 0)"]
-                    raise IncompatibleEngineError(
-                        f"{self.label} reports {spec.label} INVALID on this host: "
-                        + "; ".join(reasons)
-                        + (f" [{self.label}: {' | '.join(library)}]" if library else ""),
-                        {
-                            "validity": validity,
-                            "diagnostics_mask": mask,
-                            "diagnostics": describe_diagnostics(mask),
-                            "library_log": library,
-                        },
-                    )
-                return TensorRTEngineSession(trt, runtime, engine, spec, timer, sink, self.name)
-            finally:
-                trt_logger.sink = []
+        with _captured(trt) as (trt_logger, sink):  # the process-wide logger's sink is ours while we load
+            with timer.phase("validity"):
+                runtime = trt.Runtime(trt_logger)
+                validity, mask = _header_validity(runtime, bytes(memoryview(engine)[: _header_size(runtime)]))
+            if validity == "INVALID":
+                library = [line for line in sink if "VERBOSE" not in line]
+                reasons = describe_diagnostics(mask) or [f"{self.label} gives no diagnostic bit (mask 0)"]
+                raise IncompatibleEngineError(
+                    f"{self.label} reports {spec.label} INVALID on this host: "
+                    + "; ".join(reasons)
+                    + (f" [{self.label}: {' | '.join(library)}]" if library else ""),
+                    {
+                        "validity": validity,
+                        "diagnostics_mask": mask,
+                        "diagnostics": describe_diagnostics(mask),
+                        "library_log": library,
+                    },
+                )
+            return TensorRTEngineSession(trt, runtime, engine, spec, timer, sink, self.name)
 
 
-def _read_header(path: Path, trt: ModuleType) -> bytes:
-    runtime = trt.Runtime(_capturing_logger(trt))
-    size = int(getattr(runtime, "engine_header_size", 64))
-    with open(path, "rb") as stream:
-        return stream.read(size)
+@contextlib.contextmanager
+def _captured(trt: ModuleType, listener: LogCallback | None = None) -> Iterator[tuple[Any, list[str]]]:
+    """The process-wide logger with a fresh sink (and listener) for one build or load; TensorRT keeps
+    one logger per process, so builds and loads in a process take turns."""
+    with _BUILD_LOCK:
+        sink: list[str] = []
+        trt_logger = _capturing_logger(trt)
+        trt_logger.sink = sink
+        trt_logger.listener = listener
+        try:
+            yield trt_logger, sink
+        finally:
+            trt_logger.sink = []
+            trt_logger.listener = None
+
+
+def _header_size(runtime: Any) -> int:
+    return int(getattr(runtime, "engine_header_size", 64))
+
+
+def _header_validity(runtime: Any, header: bytes) -> tuple[str | None, int]:
+    """TensorRT-RTX's header-only check: (VALID | SUBOPTIMAL | INVALID, diagnostics mask); None on TensorRT."""
+    if not hasattr(runtime, "get_engine_validity"):
+        return None, 0
+    validity, mask = runtime.get_engine_validity(header)
+    return str(getattr(validity, "name", validity)), int(mask)
 
 
 def _network_input(network: Any, name: str) -> Any:
