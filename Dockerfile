@@ -18,10 +18,7 @@ WORKDIR /app
 
 # Dependencies first (cached while only the code changes), then the code.
 COPY pyproject.toml README.md ./
-COPY core ./core
-COPY db ./db
-COPY service ./service
-COPY dashboard ./dashboard
+COPY enginecache ./enginecache
 RUN pip install --no-cache-dir . \
     && groupadd --system --gid 10001 enginecache \
     && useradd --system --uid 10001 --gid enginecache --home-dir /app --no-create-home enginecache \

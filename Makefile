@@ -30,7 +30,7 @@ lint: $(STAMP_DEV)
 	$(BIN)/lint-imports
 
 typecheck: $(STAMP_DEV)
-	$(BIN)/mypy core db service dashboard
+	$(BIN)/mypy enginecache
 
 test: $(STAMP_DEV) lint typecheck
 	$(BIN)/pytest -q -p no:cacheprovider

@@ -29,13 +29,13 @@ import sqlalchemy as sa  # noqa: E402
 import streamlit as st  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from core.cachekey import KEY_SCHEMA, compute_cache_key  # noqa: E402
-from core.fingerprint import host_fingerprint  # noqa: E402
-from core.onnx_info import inspect_model  # noqa: E402
-from db import queue  # noqa: E402
-from db.models import EngineRecord, JobRecord, ModelRecord  # noqa: E402
-from service.context import DB_URL_ENV, HOME_ENV, AppContext  # noqa: E402
-from service.routing import worker_capabilities  # noqa: E402
+from enginecache.core.cachekey import KEY_SCHEMA, compute_cache_key  # noqa: E402
+from enginecache.core.fingerprint import host_fingerprint  # noqa: E402
+from enginecache.core.onnx_info import inspect_model  # noqa: E402
+from enginecache.db import queue  # noqa: E402
+from enginecache.db.models import EngineRecord, JobRecord, ModelRecord  # noqa: E402
+from enginecache.service.context import DB_URL_ENV, HOME_ENV, AppContext  # noqa: E402
+from enginecache.service.routing import worker_capabilities  # noqa: E402
 from tests.modelfactory import make_conv  # noqa: E402
 
 VIEWS = ("overview", "models", "build", "engines", "timings", "hosts")

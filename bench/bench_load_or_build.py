@@ -37,10 +37,10 @@ import onnx  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 from sqlmodel import delete  # noqa: E402
 
-from core.hashing import hash_file, read_verified  # noqa: E402
-from db.models import StatCacheRecord  # noqa: E402
-from service.context import AppContext  # noqa: E402
-from service.runtime import RuntimeSpec, load_or_build  # noqa: E402
+from enginecache.core.hashing import hash_file, read_verified  # noqa: E402
+from enginecache.db.models import StatCacheRecord  # noqa: E402
+from enginecache.service.context import AppContext  # noqa: E402
+from enginecache.service.runtime import RuntimeSpec, load_or_build  # noqa: E402
 
 CHUNK = 64 * 1024 * 1024
 UNITS = {"K": 1024, "M": 1024**2, "G": 1024**3}

@@ -26,13 +26,13 @@ import sqlalchemy as sa
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from db import queue  # noqa: E402
-from db.models import JobStatus  # noqa: E402
-from service.builds import BuildRequest, build_engine  # noqa: E402
-from service.context import AppContext  # noqa: E402
-from service.engines import list_engines  # noqa: E402
-from service.jobs import submit_build  # noqa: E402
-from service.models import register_model  # noqa: E402
+from enginecache.db import queue  # noqa: E402
+from enginecache.db.models import JobStatus  # noqa: E402
+from enginecache.service.builds import BuildRequest, build_engine  # noqa: E402
+from enginecache.service.context import AppContext  # noqa: E402
+from enginecache.service.engines import list_engines  # noqa: E402
+from enginecache.service.jobs import submit_build  # noqa: E402
+from enginecache.service.models import register_model  # noqa: E402
 from tests.modelfactory import make_mlp  # noqa: E402
 
 MOBILENET = ROOT.parent / "shared" / "models" / "mobilenet_v3_small.onnx"
@@ -63,7 +63,7 @@ def workers(home: Path, db_url: str, count: int) -> Iterator[list[subprocess.Pop
             [
                 sys.executable,
                 "-m",
-                "service.cli",
+                "enginecache.cli",
                 "--home",
                 str(home),
                 "--db",

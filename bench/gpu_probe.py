@@ -27,17 +27,17 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 
-from core.fingerprint import host_fingerprint  # noqa: E402
-from service.builds import BuildRequest, build_engine  # noqa: E402
-from service.context import AppContext  # noqa: E402
-from service.engines import check_engine  # noqa: E402
-from service.models import register_model  # noqa: E402
-from service.testload import load_run_to_dict, run_test_load  # noqa: E402
+from enginecache.core.fingerprint import host_fingerprint  # noqa: E402
+from enginecache.service.builds import BuildRequest, build_engine  # noqa: E402
+from enginecache.service.context import AppContext  # noqa: E402
+from enginecache.service.engines import check_engine  # noqa: E402
+from enginecache.service.models import register_model  # noqa: E402
+from enginecache.service.testload import load_run_to_dict, run_test_load  # noqa: E402
 from tests.modelfactory import make_conv  # noqa: E402
 
 
 def cuda_roundtrip() -> dict[str, Any]:
-    from core.cuda import DeviceBuffer, Stream
+    from enginecache.core.backends.trt.cuda import DeviceBuffer, Stream
 
     host = np.random.default_rng(0).standard_normal(16 * 1024 * 1024).astype(np.float32)
     back = np.empty_like(host)

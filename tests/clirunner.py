@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from service.cli import main
+from enginecache.cli.app import main
 
 
 @dataclass

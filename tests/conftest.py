@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from service.context import AppContext
+from enginecache.service.context import AppContext
 
 IN_CI = os.environ.get("CI") == "true"
 SHARED_MODELS = Path(__file__).resolve().parents[1].parent / "shared" / "models"

@@ -11,13 +11,13 @@ import pytest
 import sqlalchemy as sa
 from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
 
-from core.fingerprint import host_fingerprint
-from db.models import EngineRecord, EngineStatus
-from service.builds import BuildRequest, build_engine
-from service.context import AppContext
-from service.engines import check_engine, verify_engines
-from service.errors import BuildFailedError
-from service.models import register_model
+from enginecache.core.fingerprint import host_fingerprint
+from enginecache.db.models import EngineRecord, EngineStatus
+from enginecache.errors import BuildFailedError
+from enginecache.service.builds import BuildRequest, build_engine
+from enginecache.service.context import AppContext
+from enginecache.service.engines import check_engine, verify_engines
+from enginecache.service.models import register_model
 from tests.clirunner import run_cli
 from tests.modelfactory import make_conv, make_mlp
 
@@ -251,7 +251,7 @@ def test_converted_variant_is_stored_with_lineage(app_ctx: AppContext, tmp_path:
     assert engine.precision_recipe["tool"] == "onnxruntime.quantization"
     assert any("uncalibrated" in w for w in engine.warnings)
     with app_ctx.catalog.read() as session:
-        from db.models import ModelRecord
+        from enginecache.db.models import ModelRecord
 
         variant = session.get(ModelRecord, engine.variant_model_id)
     assert variant is not None and variant.parent_id == source.id

@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from db.models import EngineStatus
-from service.builds import BuildRequest, BuildResult, build_engine
-from service.context import AppContext
-from service.models import register_model
+from enginecache.db.models import EngineStatus
+from enginecache.service.builds import BuildRequest, BuildResult, build_engine
+from enginecache.service.context import AppContext
+from enginecache.service.models import register_model
 from tests.conftest import shared_model
 
 MODELS = {

@@ -11,16 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from core.fingerprint import host_fingerprint
-from db import queue
-from db.errors import NotFoundError
-from db.models import EngineStatus, JobRecord, JobStatus, utcnow
-from service import engines, stats
-from service.builds import BuildRequest, build_engine
-from service.context import DB_URL_ENV, HOME_ENV, AppContext
-from service.models import register_model
-from service.routing import worker_capabilities
-from service.serve import ServeSpec, child_env, dashboard_command, worker_command
+from enginecache.core.fingerprint import host_fingerprint
+from enginecache.db import queue
+from enginecache.db.models import EngineStatus, JobRecord, JobStatus, utcnow
+from enginecache.errors import NotFoundError
+from enginecache.service import engines, stats
+from enginecache.service.builds import BuildRequest, build_engine
+from enginecache.service.context import DB_URL_ENV, HOME_ENV, AppContext
+from enginecache.service.models import register_model
+from enginecache.service.routing import worker_capabilities
+from enginecache.service.serve import ServeSpec, child_env, dashboard_command, worker_command
 from tests.modelfactory import make_mlp
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -91,7 +91,7 @@ def test_stats_aggregate_in_sql_on_each_catalog(catalog_ctx: AppContext, tmp_pat
 
 
 def test_host_verdict_reads_the_hosts_recorded_gpus_and_versions() -> None:
-    from db.models import EngineRecord
+    from enginecache.db.models import EngineRecord
 
     engine = EngineRecord(
         id=1,
@@ -137,7 +137,7 @@ def test_serve_on_a_busy_port_fails_with_the_reason(tmp_path: Path) -> None:
         busy.listen()
         port = busy.getsockname()[1]
         result = subprocess.run(
-            [sys.executable, "-m", "service.cli", "--home", str(tmp_path), "serve", "--port", str(port)],
+            [sys.executable, "-m", "enginecache.cli", "--home", str(tmp_path), "serve", "--port", str(port)],
             cwd=ROOT,
             capture_output=True,
             text=True,
@@ -149,9 +149,9 @@ def test_serve_on_a_busy_port_fails_with_the_reason(tmp_path: Path) -> None:
 
 
 def test_build_requests_answered_from_cache_count_as_hits(tmp_path: Path) -> None:
-    from service.jobs import submit_build
-    from service.testload import load_event_stats
-    from service.worker import Worker, WorkerConfig
+    from enginecache.service.jobs import submit_build
+    from enginecache.service.testload import load_event_stats
+    from enginecache.service.worker import Worker, WorkerConfig
     from tests.modelfactory import make_mlp
 
     app = AppContext.from_settings(tmp_path / "home")

@@ -14,14 +14,14 @@ import pytest
 from sqlmodel import select
 from streamlit.testing.v1 import AppTest
 
-from core.fingerprint import host_fingerprint
-from db import queue
-from db.models import EngineRecord, EngineStatus, JobRecord, JobStatus, ModelRecord, utcnow
-from service import stats
-from service.builds import BuildRequest, build_engine
-from service.context import DB_URL_ENV, HOME_ENV, AppContext
-from service.models import register_model
-from service.routing import worker_capabilities
+from enginecache.core.fingerprint import host_fingerprint
+from enginecache.db import queue
+from enginecache.db.models import EngineRecord, EngineStatus, JobRecord, JobStatus, ModelRecord, utcnow
+from enginecache.service import stats
+from enginecache.service.builds import BuildRequest, build_engine
+from enginecache.service.context import DB_URL_ENV, HOME_ENV, AppContext
+from enginecache.service.models import register_model
+from enginecache.service.routing import worker_capabilities
 from tests.modelfactory import make_conv, make_external_data_model, make_mlp
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -95,7 +95,7 @@ def seeded(catalog: AppContext, tmp_path: Path) -> Seeded:
 
 
 def test_router_serves_the_overview_first(seeded: Seeded) -> None:
-    at = AppTest.from_file(str(ROOT / "dashboard" / "app.py"), default_timeout=TIMEOUT).run()
+    at = AppTest.from_file(str(ROOT / "enginecache" / "dashboard" / "app.py"), default_timeout=TIMEOUT).run()
     assert not at.exception
     assert at.title[0].value == "Overview"
 
@@ -346,7 +346,7 @@ def _engine_view(engine_id: int) -> AppTest:
 
 
 def test_engines_show_test_load_results(seeded: Seeded) -> None:
-    from service.testload import run_test_load
+    from enginecache.service.testload import run_test_load
 
     ort = build_engine(seeded.app, BuildRequest(model="convnet", backend="ort")).engine
     run = run_test_load(seeded.app, ort.id or 0, iterations=15)

@@ -68,5 +68,4 @@ def test_gpu_variant_builds_on_nvidia_tensorrt_with_the_gpu_extra() -> None:
 
 def test_the_image_copies_every_package_the_product_imports() -> None:
     copied = {arg.split()[0] for op, arg in _instructions("Dockerfile") if op == "COPY"}
-    for package in ("core", "db", "service", "dashboard"):
-        assert package in copied, f"Dockerfile does not COPY {package}/"
+    assert "enginecache" in copied, "Dockerfile does not COPY enginecache/ (the one package)"

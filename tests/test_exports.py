@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from google.protobuf import text_format
 
-from service.builds import BuildRequest, build_engine
-from service.context import AppContext
-from service.engines import verify_engines
-from service.exports import ExportError, export_model, render_triton_config, verify_tree
-from service.models import register_model
+from enginecache.service.builds import BuildRequest, build_engine
+from enginecache.service.context import AppContext
+from enginecache.service.engines import verify_engines
+from enginecache.service.exports import ExportError, export_model, render_triton_config, verify_tree
+from enginecache.service.models import register_model
 from tests.clirunner import run_cli
 from tests.modelfactory import make_conv, make_mlp
 

@@ -12,14 +12,14 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from core.errors import ExternalDataError, InvalidModelError
-from core.onnx_info import (
+from enginecache.core.onnx_info import (
     ModelInfo,
     TensorInfo,
     inspect_model,
     model_digest,
     resolve_external_data,
 )
+from enginecache.errors import ExternalDataError, InvalidModelError
 from tests.conftest import shared_model
 from tests.modelfactory import make_conv, make_external_data_model, make_mlp
 

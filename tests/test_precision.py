@@ -15,8 +15,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from core import precision
-from core.calibration import (
+from enginecache.core import precision
+from enginecache.core.calibration import (
     DEFAULT_DYNAMIC_DIM,
     ModelInput,
     batch_arrays,
@@ -24,9 +24,9 @@ from core.calibration import (
     random_batches,
     read_model_inputs,
 )
-from core.errors import CalibrationError, PrecisionError
-from core.hashing import sha256_file
-from core.precision import PRECISIONS, PrecisionSpec, convert_precision, validate_model
+from enginecache.core.hashing import sha256_file
+from enginecache.core.precision import PRECISIONS, PrecisionSpec, convert_precision, validate_model
+from enginecache.errors import CalibrationError, PrecisionError
 from tests.conftest import shared_model, skip_or_fail
 from tests.modelfactory import make_conv, make_mlp
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from core.cachekey import INGREDIENTS, compute_cache_key, diff_ingredients
-from core.errors import ProfileError, TargetError
-from core.onnx_info import TensorInfo
-from core.profiles import parse_profile_args, parse_shape, resolve_profile
-from core.targets import RTX_DEFAULT_TARGETS, normalize_sm, parse_rtx_targets
+from enginecache.core.backends.trt.targets import RTX_DEFAULT_TARGETS, normalize_sm, parse_rtx_targets
+from enginecache.core.cachekey import INGREDIENTS, compute_cache_key, diff_ingredients
+from enginecache.core.onnx_info import TensorInfo
+from enginecache.core.profiles import parse_profile_args, parse_shape, resolve_profile
+from enginecache.errors import ProfileError, TargetError
 
 IMAGE = TensorInfo("input", "float32", ("batch", 3, 224, 224))
 IDS = TensorInfo("input_ids", "int64", ("batch", "seq"))

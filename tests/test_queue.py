@@ -12,17 +12,16 @@ from typing import Any
 import pytest
 from sqlmodel import select
 
-from core.errors import TargetError
-from core.fingerprint import host_fingerprint
-from db import queue
-from db.catalog import Catalog
-from db.errors import StaleLeaseError
-from db.models import JobStatus, WorkerRecord, utcnow
-from service.builds import BuildRequest
-from service.context import AppContext
-from service.jobs import job_to_dict, submit_build
-from service.models import register_model
-from service.worker import Worker, WorkerConfig
+from enginecache.core.fingerprint import host_fingerprint
+from enginecache.db import queue
+from enginecache.db.catalog import Catalog
+from enginecache.db.models import JobStatus, WorkerRecord, utcnow
+from enginecache.errors import StaleLeaseError, TargetError
+from enginecache.service.builds import BuildRequest
+from enginecache.service.context import AppContext
+from enginecache.service.jobs import job_to_dict, submit_build
+from enginecache.service.models import register_model
+from enginecache.service.worker import Worker, WorkerConfig
 from tests.modelfactory import make_mlp
 
 RTX = {"backend": "rtx"}
@@ -152,7 +151,7 @@ def test_eight_identical_submissions_make_one_job_and_one_build(catalog_ctx: App
     Worker(catalog_ctx, WorkerConfig(name="w", once=True)).run()
     job = queue.get_job(catalog_ctx.catalog, job_ids.pop() or 0)
     assert job.status == JobStatus.SUCCEEDED, job.error
-    from service.engines import list_engines
+    from enginecache.service.engines import list_engines
 
     assert len(list_engines(catalog_ctx)) == 1, "one build"
     again = submit_build(catalog_ctx, request)
@@ -289,7 +288,7 @@ def test_trt_build_from_a_cpu_host_is_planned_for_a_live_gpu_worker_fake_gpu_wor
 ) -> None:
     """The GPU worker here is a catalog row standing in for a host with TensorRT and an A10 (no
     machine we have runs full TensorRT); everything else is real."""
-    from service.jobs import waiting_reason
+    from enginecache.service.jobs import waiting_reason
 
     register_model(app_ctx, make_mlp(tmp_path / "mlp.onnx"), name="mlp")
     request = BuildRequest(model="mlp", backend="trt", targets=("sm86",))

@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 from sqlmodel import select
 
-from db.models import EngineStatus, LoadEventRecord, StatCacheRecord
-from service.builds import BuildRequest, build_engine
-from service.context import AppContext
-from service.engines import get_engine
-from service.jobs import get_job
-from service.models import register_model
-from service.runtime import (
+from enginecache.db.models import EngineStatus, LoadEventRecord, StatCacheRecord
+from enginecache.service.builds import BuildRequest, build_engine
+from enginecache.service.context import AppContext
+from enginecache.service.engines import get_engine
+from enginecache.service.jobs import get_job
+from enginecache.service.models import register_model
+from enginecache.service.runtime import (
     EngineQueuedError,
     EngineRejectedError,
     MissError,
@@ -25,7 +25,7 @@ from service.runtime import (
     load_or_build,
     onnx_digest,
 )
-from service.testload import load_event_stats
+from enginecache.service.testload import load_event_stats
 from tests.clirunner import run_cli
 from tests.modelfactory import make_external_data_model, make_mlp
 
@@ -194,7 +194,7 @@ def test_ready_probe(capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeyp
 
 
 def test_a_failing_call_still_records_its_event(app_ctx: AppContext, tmp_path: Path) -> None:
-    from core.errors import PrecisionError
+    from enginecache.core.errors import PrecisionError
 
     onnx_path = make_mlp(tmp_path / "model.onnx")
     register_model(app_ctx, onnx_path, name="model")

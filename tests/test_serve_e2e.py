@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from sqlmodel import select
 
-from db.models import EngineRecord, EngineStatus, JobRecord
-from service.context import DB_URL_ENV, HOME_ENV, AppContext
+from enginecache.db.models import EngineRecord, EngineStatus, JobRecord
+from enginecache.service.context import DB_URL_ENV, HOME_ENV, AppContext
 from tests.conftest import shared_model, skip_or_fail
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -67,7 +67,7 @@ def served(tmp_path: Path) -> Iterator[tuple[str, AppContext]]:
     home = tmp_path / "home"
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if k not in (HOME_ENV, DB_URL_ENV)}
-    command = [sys.executable, "-m", "service.cli", "--home", str(home), "serve", "--port", str(port)]
+    command = [sys.executable, "-m", "enginecache.cli", "--home", str(home), "serve", "--port", str(port)]
     process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     app = AppContext.from_settings(home)
     try:

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from core.errors import IntegrityError, StoreError
-from core.hashing import read_verified
-from core.store import ArtifactStore, HashingWriter
+from enginecache.core.hashing import read_verified
+from enginecache.core.store import ArtifactStore, HashingWriter
+from enginecache.errors import IntegrityCheckError, StoreError
 
 
 def test_write_blob_is_content_addressed_and_leaves_no_temp(tmp_path: Path) -> None:
@@ -59,14 +59,14 @@ def test_ingest_file_and_verify(tmp_path: Path) -> None:
     with open(blob.path, "r+b") as stream:
         stream.seek(5000)
         stream.write(b"\x00\x01\x02")
-    with pytest.raises(IntegrityError, match="hashes to"):
+    with pytest.raises(IntegrityCheckError, match="hashes to"):
         store.verify_blob(blob.sha256)
-    with pytest.raises(IntegrityError, match="blake3"):
+    with pytest.raises(IntegrityCheckError, match="blake3"):
         read_verified(blob.path, blake3_digest=blob.blake3)
-    with pytest.raises(IntegrityError, match="sha256"):
+    with pytest.raises(IntegrityCheckError, match="sha256"):
         read_verified(blob.path, sha256=blob.sha256)
     blob.path.unlink()
-    with pytest.raises(IntegrityError, match="missing"):
+    with pytest.raises(IntegrityCheckError, match="missing"):
         store.verify_blob(blob.sha256)
 
 

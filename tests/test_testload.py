@@ -8,22 +8,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from core.fingerprint import host_fingerprint
-from db.models import EngineRecord, EngineStatus, JobStatus
-from service.builds import BuildRequest, build_engine
-from service.context import AppContext
-from service.engines import get_engine
-from service.jobs import get_job, waiting_reason
-from service.models import register_model
-from service.routing import can_run, describe_requirements, load_requirements, worker_capabilities
-from service.testload import (
-    TestLoadError,
-    list_load_runs,
-    load_phase_stats,
-    run_test_load,
-    submit_test_load,
-)
-from service.worker import WorkerConfig, run_worker
+from enginecache.core.fingerprint import host_fingerprint
+from enginecache.db.models import EngineRecord, EngineStatus, JobStatus
+from enginecache.errors import TestInputError
+from enginecache.service.builds import BuildRequest, build_engine
+from enginecache.service.context import AppContext
+from enginecache.service.engines import get_engine
+from enginecache.service.jobs import get_job, waiting_reason
+from enginecache.service.models import register_model
+from enginecache.service.routing import can_run, describe_requirements, load_requirements, worker_capabilities
+from enginecache.service.testload import list_load_runs, load_phase_stats, run_test_load, submit_test_load
+from enginecache.service.worker import WorkerConfig, run_worker
 from tests.clirunner import run_cli
 from tests.conftest import shared_model
 from tests.modelfactory import make_mlp
@@ -106,7 +101,7 @@ def test_routing_sends_rtx_test_loads_to_gpu_workers(app_ctx: AppContext, tmp_pa
     assert reason is not None and "TensorRT-RTX" in reason and "SM86 or SM89" in reason
     again = submit_test_load(app_ctx, rtx.id or 0)
     assert again.id == job.id, "an identical active request joins the first"
-    with pytest.raises(TestLoadError, match="iterations"):
+    with pytest.raises(TestInputError, match="iterations"):
         submit_test_load(app_ctx, ort.id or 0, iterations=-1)
 
 

@@ -9,27 +9,28 @@ from typing import Any
 import numpy as np
 import pytest
 
-from core.backends.base import BuildSpec, TensorIO
-from core.backends.ort import ORT_BACKEND
-from core.backends.trt import RTX_BACKEND
-from core.hashing import hash_file
-from core.onnx_info import inspect_model
-from core.profiles import resolve_profile
-from core.session import LoadSpec, PhaseTimer, TensorRTEngineSession
-from core.validate import (
+from enginecache.core.backends.base import BuildSpec, LoadSpec, PhaseTimer, TensorIO
+from enginecache.core.backends.ort import ORT_BACKEND
+from enginecache.core.backends.trt import RTX_BACKEND
+from enginecache.core.backends.trt import cuda as core_cuda
+from enginecache.core.backends.trt.session import TensorRTEngineSession
+from enginecache.core.hashing import hash_file
+from enginecache.core.onnx_info import inspect_model
+from enginecache.core.profiles import resolve_profile
+from enginecache.core.validate import (
     CORRUPT,
     DEFAULT_TOLERANCES,
     FAIL,
     INCOMPATIBLE,
     PASS,
     TestLoadSpec,
-    ValidationError,
     compare_outputs,
     input_shapes,
     random_inputs,
     tolerances_for,
     validate_engine,
 )
+from enginecache.errors import TestInputError
 from tests.modelfactory import make_mlp
 
 IO = (TensorIO("input", "input", "float32", ("batch", 16)), TensorIO("output", "output", "float32", ("batch", 32)))
@@ -50,21 +51,21 @@ def test_compare_outputs_reports_errors_and_verdict_per_output() -> None:
     assert compare_outputs(far, ref, DEFAULT_TOLERANCES["fp16"])[1].passed is True  # ... inside fp16's
     nan = {"a": np.array([np.nan, 2.0, 3.0], np.float32), "b": ref["b"]}
     assert compare_outputs(nan, ref, DEFAULT_TOLERANCES["int8"])[0].passed is False
-    with pytest.raises(ValidationError, match="shape"):
+    with pytest.raises(TestInputError, match="shape"):
         compare_outputs({"a": np.zeros(4), "b": ref["b"]}, ref, DEFAULT_TOLERANCES["fp32"])
 
 
 def test_tolerances_are_per_precision_and_overridable() -> None:
     assert tolerances_for("fp32").atol < tolerances_for("fp16").atol < tolerances_for("int8").atol
     assert tolerances_for("fp16", {"min_cosine": 0.5}).min_cosine == 0.5
-    with pytest.raises(ValidationError, match="unknown tolerance"):
+    with pytest.raises(TestInputError, match="unknown tolerance"):
         tolerances_for("fp16", {"cos": 0.5})
 
 
 def test_input_shapes_use_profile_opt_and_batch_within_range() -> None:
     assert input_shapes(PROFILES, IO) == {"input": (2, 16)}
     assert input_shapes(PROFILES, IO, batch=8) == {"input": (8, 16)}
-    with pytest.raises(ValidationError, match="outside"):
+    with pytest.raises(TestInputError, match="outside"):
         input_shapes(PROFILES, IO, batch=9)
     ints = (
         TensorIO("input_ids", "input", "int64", ("b", "s")),
@@ -119,7 +120,7 @@ def test_inputs_file_is_used_and_checked(engines: dict[str, Path], tmp_path: Pat
     assert result.verdict == PASS and result.input_shapes == {"input": [3, 16]}
     bad = tmp_path / "bad.npz"
     np.savez(bad, wrong=np.ones((3, 16), np.float32))
-    with pytest.raises(ValidationError, match="lacks input"):
+    with pytest.raises(TestInputError, match="lacks input"):
         validate_engine(ORT_BACKEND, _spec(engines["ort"], engines["onnx"], inputs_path=bad))
 
 
@@ -222,10 +223,8 @@ def test_trt_session_drives_the_tensorrt10_api_fake_gpu_runtime(monkeypatch: pyt
 
         def close(self) -> None: ...
 
-    import core.cuda
-
-    monkeypatch.setattr(core.cuda, "DeviceBuffer", FakeBuffer)
-    monkeypatch.setattr(core.cuda, "Stream", FakeStream)
+    monkeypatch.setattr(core_cuda, "DeviceBuffer", FakeBuffer)
+    monkeypatch.setattr(core_cuda, "Stream", FakeStream)
     trt = types.SimpleNamespace(TensorIOMode=types.SimpleNamespace(INPUT="IN"))
     timer = PhaseTimer()
     session = TensorRTEngineSession(

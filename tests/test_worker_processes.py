@@ -18,20 +18,20 @@ from pathlib import Path
 
 import pytest
 
-from db import queue
-from db.models import EngineStatus, JobRecord, JobStatus
-from service.builds import BuildRequest
-from service.context import AppContext
-from service.engines import list_engines
-from service.jobs import submit_build
-from service.models import register_model
+from enginecache.db import queue
+from enginecache.db.models import EngineStatus, JobRecord, JobStatus
+from enginecache.service.builds import BuildRequest
+from enginecache.service.context import AppContext
+from enginecache.service.engines import list_engines
+from enginecache.service.jobs import submit_build
+from enginecache.service.models import register_model
 from tests.conftest import shared_model
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _cli(app: AppContext, *args: str) -> list[str]:
-    return [sys.executable, "-m", "service.cli", "--home", str(app.home), "--db", app.db_url, *args]
+    return [sys.executable, "-m", "enginecache.cli", "--home", str(app.home), "--db", app.db_url, *args]
 
 
 @dataclass
@@ -270,7 +270,7 @@ def test_second_sigterm_hands_the_job_back(slow_app: AppContext) -> None:
 
 
 def test_job_past_its_timeout_is_killed_and_dead_on_its_last_attempt(slow_app: AppContext) -> None:
-    from service.worker import Worker, WorkerConfig
+    from enginecache.service.worker import Worker, WorkerConfig
 
     app = slow_app
     job = submit_build(app, SLOW, max_attempts=1, timeout_seconds=1.5).job

@@ -1,0 +1,1 @@
+"""The `enginecache` command line: a peer of the dashboard on top of `enginecache.service`."""

@@ -1,0 +1,5 @@
+"""`python -m enginecache.cli`."""
+
+from enginecache.cli.app import main
+
+main()

@@ -1,0 +1,170 @@
+"""CLI commands for the serving side: `test-load`, `ready`, `export` (registered by enginecache.cli.app)."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from enginecache.cli.common import EXIT_FAILED, JsonOption, app_context, emit, fail
+from enginecache.core.fingerprint import host_fingerprint
+from enginecache.db.models import JobStatus
+from enginecache.service.exports import export_model
+from enginecache.service.jobs import cancel_job, capable_workers, wait_for_job, waiting_reason
+from enginecache.service.routing import can_run, worker_capabilities
+from enginecache.service.runtime import RuntimeSpec, check_ready
+from enginecache.service.testload import list_load_runs, load_run_to_dict, run_test_load, submit_test_load
+from enginecache.service.worker import WorkerConfig, default_worker_name, run_worker
+
+
+def describe_run(run: dict[str, Any]) -> str:
+    """A load run as text: verdict, phases, latency, accuracy per output."""
+    lines = [
+        f"engine {run['engine_id']} on {run['hostname']} ({run['host_target']}): {run['verdict']} - {run['reason']}"
+    ]
+    if run["phases"]:
+        lines.append("phases: " + ", ".join(f"{k} {v * 1000:.2f} ms" for k, v in run["phases"].items()))
+    latency = run["latency"]
+    if latency:
+        lines.append(
+            f"latency ({latency['iterations']} iterations, batch {latency['batch']}): p50 {latency['p50_ms']:.3f} ms, "
+            f"p90 {latency['p90_ms']:.3f} ms, p99 {latency['p99_ms']:.3f} ms, mean {latency['mean_ms']:.3f} ms, "
+            f"{latency['throughput']:.1f} samples/s"
+        )
+    for out in run["accuracy"]:
+        lines.append(
+            f"  {out['name']}: max abs {out['max_abs']:.3g}, max rel {out['max_rel']:.3g}, "
+            f"cosine {out['cosine']:.6f} {'ok' if out['passed'] else 'FAIL'}"
+        )
+    if run["tolerances"]:
+        lines.append("tolerances: " + ", ".join(f"{k} {v:g}" for k, v in run["tolerances"].items()))
+    return "\n".join(lines)
+
+
+def _tolerances(atol: float | None, rtol: float | None, min_cosine: float | None) -> dict[str, float]:
+    given = {"atol": atol, "rtol": rtol, "min_cosine": min_cosine}
+    return {k: v for k, v in given.items() if v is not None}
+
+
+def testload_command(
+    ctx: typer.Context,
+    engine_id: Annotated[int, typer.Argument(help="Engine id.")],
+    iterations: Annotated[int, typer.Option(help="Timed iterations after the first inference.")] = 50,
+    batch: Annotated[int | None, typer.Option(help="Batch size (default: the profile's opt shape).")] = None,
+    inputs: Annotated[Path | None, typer.Option("--inputs", help=".npz of inputs by name (default: random).")] = None,
+    atol: Annotated[float | None, typer.Option(help="Override the precision's absolute tolerance.")] = None,
+    rtol: Annotated[float | None, typer.Option(help="Override the relative tolerance.")] = None,
+    min_cosine: Annotated[float | None, typer.Option("--min-cosine", help="Override the cosine minimum.")] = None,
+    here: Annotated[
+        bool, typer.Option("--here", help="Run on this host now, whatever the routing (records its verdict).")
+    ] = False,
+    queue_only: Annotated[bool, typer.Option("--queue", help="Enqueue and print the job id at once.")] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Load an engine, time each phase and N iterations, compare outputs with ONNX Runtime on the fp32 ONNX.
+
+    Exit 0 on PASS; 1 on FAIL, INCOMPATIBLE, CORRUPT or ERROR, or when no worker can load the engine.
+    """
+    app_ctx = app_context(ctx)
+    tolerances = _tolerances(atol, rtol, min_cosine)
+    if here:
+        record = run_test_load(
+            app_ctx, engine_id, iterations=iterations, batch=batch, inputs=inputs, tolerances=tolerances or None
+        )
+        _finish_run(load_run_to_dict(record), as_json)
+        return
+    job = submit_test_load(
+        app_ctx, engine_id, iterations=iterations, batch=batch, inputs=inputs, tolerances=tolerances or None
+    )
+    job_id = job.id or 0
+    waiting = waiting_reason(app_ctx, job)
+    if queue_only:
+        emit(
+            {"job_id": job_id, "status": job.status, "waiting": waiting},
+            as_json,
+            f"test-load job {job_id} {job.status}" + (f" ({waiting})" if waiting else ""),
+        )
+        return
+    if not capable_workers(app_ctx, job):
+        if not can_run(job.requirements, worker_capabilities(host_fingerprint())):
+            cancel_job(app_ctx, job_id)
+            fail(
+                f"no worker can load engine {engine_id}: it needs {waiting or 'another host'}; this host cannot "
+                "either (pass --here to record this host's verdict, or --queue to leave the job for such a worker)",
+                EXIT_FAILED,
+            )
+        config = WorkerConfig(name=f"cli-{default_worker_name()}", job_id=job_id)
+        threading.Thread(
+            target=run_worker, args=(app_ctx, config), kwargs={"install_signals": False}, daemon=True
+        ).start()
+    done = wait_for_job(app_ctx, job_id)
+    if done.status != JobStatus.SUCCEEDED:
+        fail(f"test-load job {job_id} {done.status}: {done.error}", EXIT_FAILED)
+    runs = [r for r in list_load_runs(app_ctx, engine_id) if r["job_id"] == job_id]
+    if not runs:
+        fail(f"test-load job {job_id} succeeded but recorded no load run", EXIT_FAILED)
+    _finish_run(runs[0], as_json)
+
+
+def _finish_run(run: dict[str, Any], as_json: bool) -> None:
+    emit(run, as_json, describe_run(run))
+    if run["verdict"] != "PASS":
+        raise typer.Exit(EXIT_FAILED)
+
+
+def _spec(
+    backend: str, precision: str, target: list[str] | None, profile: list[str] | None, calib: Path | None
+) -> RuntimeSpec:
+    return RuntimeSpec(
+        backend=backend,
+        precision=precision,
+        targets=tuple(target or ()),
+        profiles=tuple(profile or ()),
+        calibration=calib,
+    )
+
+
+def ready_command(
+    ctx: typer.Context,
+    model: Annotated[str, typer.Option("--model", help="Model name, id or digest.")],
+    backend: Annotated[str, typer.Option(help="rtx | trt | ort")] = "rtx",
+    precision: Annotated[str, typer.Option(help="fp32 | fp16 | bf16 | int8 | fp8")] = "fp32",
+    target: Annotated[list[str] | None, typer.Option("--target", help="As for build.")] = None,
+    profile: Annotated[list[str] | None, typer.Option("--profile", help="As for build.")] = None,
+    calib: Annotated[Path | None, typer.Option("--calib", help="As for build (int8/fp8).")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Readiness probe: exit 0 once this host's engine for MODEL is verified and compatible; else say why, exit 1."""
+    result = check_ready(app_context(ctx), model, _spec(backend, precision, target, profile, calib))
+    emit(result.to_dict(), as_json, ("ready: " if result.ready else "not ready: ") + result.reason)
+    if not result.ready:
+        raise typer.Exit(EXIT_FAILED)
+
+
+def export_command(
+    ctx: typer.Context,
+    dest: Annotated[Path, typer.Argument(help="Destination directory.")],
+    model: Annotated[str, typer.Option("--model", help="Model name, id or digest.")],
+    fmt: Annotated[str, typer.Option("--format", help="triton | tree")] = "tree",
+    backend: Annotated[str | None, typer.Option(help="Only this backend's engines.")] = None,
+    precision: Annotated[str | None, typer.Option(help="Only this precision (triton: default fp32).")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Write a Triton model repository or the per-hardware tree with a manifest of fingerprints and sha256."""
+    result = export_model(app_context(ctx), model, dest, fmt=fmt, backend=backend, precision=precision)
+    emit(
+        result.to_dict(),
+        as_json,
+        "\n".join([f"exported {len(result.files)} file(s) to {result.root}", *[str(p) for p in result.files]]),
+    )
+
+
+def register(app: typer.Typer) -> None:
+    app.command("test-load")(testload_command)
+    app.command("ready")(ready_command)
+    app.command("export")(export_command)
+
+
+__all__ = ["describe_run", "register"]

@@ -1,0 +1,51 @@
+"""The `enginecache serve` command: dashboard plus one local worker (see service.serve)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from enginecache.cli.common import app_context
+from enginecache.service.serve import DEFAULT_MAX_UPLOAD_MB, DEFAULT_PORT, Served, ServeSpec, run_serve
+
+
+def register(app: typer.Typer) -> None:
+    """Add `serve` to the CLI."""
+
+    @app.command()
+    def serve(
+        ctx: typer.Context,
+        port: Annotated[int, typer.Option("--port", "-p", help="Dashboard port.")] = DEFAULT_PORT,
+        address: Annotated[
+            str | None, typer.Option("--address", help="Address to listen on (default: all interfaces).")
+        ] = None,
+        max_upload_mb: Annotated[
+            int, typer.Option("--max-upload-mb", help="Largest file the dashboard accepts, in MB.")
+        ] = DEFAULT_MAX_UPLOAD_MB,
+        worker: Annotated[
+            bool, typer.Option("--worker/--no-worker", help="Start one local worker beside the dashboard.")
+        ] = True,
+        worker_name: Annotated[str | None, typer.Option("--worker-name", help="Name of the local worker.")] = None,
+    ) -> None:
+        """Start the dashboard and one local worker on this catalog; ^C stops both."""
+        app_ctx = app_context(ctx)
+        app_ctx.catalog  # noqa: B018 - migrate once here, before two processes open the catalog
+        spec = ServeSpec(
+            home=app_ctx.home,
+            db_url=app_ctx.db_url,
+            port=port,
+            address=address,
+            max_upload_mb=max_upload_mb,
+            worker=worker,
+            worker_name=worker_name,
+        )
+
+        def ready(served: Served) -> None:
+            where = f"catalog {app_ctx.catalog.safe_url}, store {app_ctx.home}"
+            typer.echo(f"enginecache dashboard: {served.url} ({where})", err=True)
+            typer.echo("worker: " + ("running" if served.worker else "none (--no-worker)"), err=True)
+
+        code = run_serve(spec, on_ready=ready)
+        if code:
+            raise typer.Exit(code)

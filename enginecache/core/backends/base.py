@@ -1,0 +1,265 @@
+"""The backend contract: what every backend package implements, and the value types it trades in.
+
+A backend owns its policy (the way Polygraphy keeps each backend's loader and runner together):
+how it builds, how it loads (its session), its targets and label, its dtype names, the one rule
+that says whether a host can load one of its engines and why not, and what a worker must have to
+build or to load one. Service and dashboard code ask the backend through this interface; they never
+switch on backend names.
+
+A session is made from the engine bytes already read (and verified) into memory, never from a
+path, so the bytes that were hashed are the bytes that run. Each load phase (validity check,
+deserialize, execution context, I/O allocation) is timed into a `PhaseTimer`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from enginecache.core.fingerprint import HostFingerprint
+from enginecache.core.profiles import ProfileResult
+
+Feeds = Mapping[str, np.ndarray]
+Requirements = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ProgressEvent:
+    """A build phase started, advanced or finished (from TensorRT's IProgressMonitor)."""
+
+    kind: str  # "start" | "step" | "finish"
+    phase: str
+    parent: str | None = None
+    step: int | None = None
+    steps: int | None = None
+
+
+ProgressCallback = Callable[[ProgressEvent], None]
+LogCallback = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class BuildSpec:
+    """What to build: a (possibly precision-converted) ONNX model for targets with profiles."""
+
+    onnx_path: Path
+    targets: tuple[str, ...]
+    profile: ProfileResult
+    precision: str = "fp32"
+    opt_level: int | None = None
+    workspace_bytes: int | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TensorIO:
+    name: str
+    mode: str  # "input" | "output"
+    dtype: str
+    shape: tuple[int | str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "mode": self.mode, "dtype": self.dtype, "shape": list(self.shape)}
+
+
+@dataclass(frozen=True)
+class BuildOutput:
+    """A serialized engine written to `engine_path` by a backend, with what it reported."""
+
+    engine_path: Path
+    io: tuple[TensorIO, ...]
+    log: str
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class CompatibilityResult:
+    verdict: str  # "compatible" | "incompatible" | "unknown"
+    reason: str
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"verdict": self.verdict, "reason": self.reason, "details": dict(self.details)}
+
+    @property
+    def compatible(self) -> bool:
+        return self.verdict == "compatible"
+
+
+@dataclass(frozen=True)
+class EngineRef:
+    """What a compatibility check knows of an engine from the catalog (`path` where the blob is local)."""
+
+    backend: str
+    backend_version: str
+    targets: tuple[str, ...]
+    precision: str
+    os: str | None = None
+    path: Path | None = None
+
+
+@dataclass
+class PhaseTimer:
+    """Seconds per named phase, in the order they ran (a phase run twice adds up)."""
+
+    phases: dict[str, float] = field(default_factory=dict)
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.phases[name] = self.phases.get(name, 0.0) + time.perf_counter() - started
+
+    def total(self) -> float:
+        return sum(self.phases.values())
+
+
+@dataclass(frozen=True)
+class LoadSpec:
+    """How to load: the shapes to prepare I/O for (the profile's opt shapes by default)."""
+
+    input_shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    label: str = "engine"
+    backend_version: str | None = None  # the version that built it (checked where the format is tied to it)
+    targets: tuple[str, ...] = ()
+
+
+class EngineSession(Protocol):
+    """A loaded engine, ready to run."""
+
+    backend: str
+    io: tuple[TensorIO, ...]
+
+    def infer(self, feeds: Feeds) -> dict[str, np.ndarray]:
+        """Run once; returns every output by name as host numpy arrays."""
+        ...
+
+    def close(self) -> None:
+        """Release the session (device memory, contexts)."""
+        ...
+
+
+def numpy_dtype(name: str) -> np.dtype[Any]:
+    """The numpy dtype for one of our dtype names (`float32`, `float16`, `int64`, `bool`, ...)."""
+    return np.dtype("bool" if name == "bool" else name)
+
+
+class Backend(Protocol):
+    """A build/load backend. GPU libraries are imported lazily, inside its methods."""
+
+    name: str
+    label: str  # "TensorRT-RTX"
+    module: str  # the Python module of its library ("tensorrt_rtx")
+    device: str  # "gpu" | "cpu": what its engines run on
+
+    def version(self) -> str:
+        """The exact library version; raises BackendUnavailableError when not installed."""
+        ...
+
+    # -- targets ------------------------------------------------------------------------
+
+    def default_targets(self, host: HostFingerprint) -> tuple[str, ...]:
+        """Targets used when the user names none."""
+        ...
+
+    def resolve_targets(self, requested: tuple[str, ...], host: HostFingerprint) -> tuple[str, ...]:
+        """Validate requested targets (raise TargetError), or the defaults when empty."""
+        ...
+
+    def known_targets(self) -> tuple[str, ...]:
+        """Targets it can build for from any host (TensorRT-RTX's compute capabilities); () if it
+        builds only for the hardware it runs on."""
+        ...
+
+    def target_info(self, targets: tuple[str, ...], host: HostFingerprint) -> dict[str, Any]:
+        """The target as a cache-key ingredient."""
+        ...
+
+    def host_target(self, host: HostFingerprint) -> str:
+        """This host as a load target: 'sm86,sm89' (GPU backends, 'no-gpu' without one) or 'x86_64-avx2'."""
+        ...
+
+    def show_targets(self, targets: tuple[str, ...]) -> str:
+        """Targets as an operator reads them ('SM86,SM89', 'x86_64-avx2')."""
+        ...
+
+    def covers(self, targets: tuple[str, ...], host: HostFingerprint) -> bool:
+        """Whether the engine's targets include this host's hardware (library versions aside)."""
+        ...
+
+    def dtype(self, native: Any) -> str:
+        """The library's tensor type (TensorRT DataType, ORT type string) as our dtype name."""
+        ...
+
+    # -- policy -------------------------------------------------------------------------
+
+    def compatibility(self, engine: EngineRef, host: HostFingerprint) -> CompatibilityResult:
+        """THE rule: can `host` (this one, or a worker as the catalog recorded it) load `engine`, and
+        why not. Decided from the fingerprint (library version, OS, GPUs or CPU target); loads no
+        library. `check_compatibility` adds the library's own header check on this host."""
+        ...
+
+    def check_compatibility(self, engine: EngineRef, host: HostFingerprint) -> CompatibilityResult:
+        """`compatibility`, then the library's own check of the engine's header here, where it has one."""
+        ...
+
+    def build_requirements(self, target_info: Mapping[str, Any], backend_version: str, os_name: str) -> Requirements:
+        """What a worker must have to build this engine (matched by `service.routing.can_run`)."""
+        ...
+
+    def load_requirements(self, targets: tuple[str, ...]) -> Requirements:
+        """What a worker must have to load an engine built for `targets`."""
+        ...
+
+    def describe_buildable(self, capabilities: Mapping[str, Any]) -> str:
+        """What a worker with these capabilities can build with this backend, in words."""
+        ...
+
+    def describe_loadable(self, capabilities: Mapping[str, Any]) -> str:
+        """What such a worker can load, in words."""
+        ...
+
+    # -- build and load -----------------------------------------------------------------
+
+    def build(
+        self, spec: BuildSpec, output: Path, progress: ProgressCallback | None = None, log: LogCallback | None = None
+    ) -> BuildOutput:
+        """Build into `output`; phases go to `progress`, builder log lines to `log` as they come."""
+        ...
+
+    def load(
+        self, engine: bytes | bytearray | memoryview, spec: LoadSpec, timer: PhaseTimer | None = None
+    ) -> EngineSession:
+        """Check the engine with the backend's own validity test (phase `validity`; raises
+        IncompatibleEngineError with its diagnostic), then deserialize it from the verified bytes
+        and prepare I/O for `spec.input_shapes` (phases timed into `timer`)."""
+        ...
+
+
+def verdict(built: str, reasons: list[str], details: Mapping[str, Any], ok: str) -> CompatibilityResult:
+    """'incompatible' with every reason, or 'compatible' saying why (`ok`)."""
+    if reasons:
+        return CompatibilityResult("incompatible", f"{built}; " + "; ".join(reasons), details)
+    return CompatibilityResult("compatible", f"{built}; {ok}", details)
+
+
+def common_reasons(engine: EngineRef, host: HostFingerprint, label: str, module: str) -> tuple[list[str], str | None]:
+    """The reasons every backend shares: its library missing or at another version, another OS.
+    Returns (reasons, installed version)."""
+    installed = host.packages.get(module)
+    reasons: list[str] = []
+    if not installed:
+        reasons.append(f"{label} is not installed on this host")
+    elif installed != engine.backend_version:
+        reasons.append(f"this host has {label} {installed}, the engine needs {engine.backend_version}")
+    if engine.os and host.os and engine.os != host.os:
+        reasons.append(f"the engine was built for {engine.os}, this host runs {host.os}")
+    return reasons, installed

@@ -1,0 +1,167 @@
+"""ONNX Runtime (CPU): the engine is the ORT-format model optimized for this CPU.
+
+ORT's fully optimized (`ORT_ENABLE_ALL`) model may contain layout and fusion choices specific
+to the CPU it was optimized on, so its target is the CPU architecture and ISA level.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from enginecache.core.backends.base import (
+    BuildOutput,
+    BuildSpec,
+    CompatibilityResult,
+    EngineRef,
+    EngineSession,
+    LoadSpec,
+    LogCallback,
+    PhaseTimer,
+    ProgressCallback,
+    ProgressEvent,
+    Requirements,
+    common_reasons,
+    verdict,
+)
+from enginecache.core.backends.ort.dtypes import ort_dtype
+from enginecache.core.backends.ort.session import OrtEngineSession, session_io
+from enginecache.core.fingerprint import HostFingerprint, package_version
+from enginecache.core.lazyimport import import_backend
+from enginecache.errors import BuildFailedError, IncompatibleEngineError, TargetError
+
+logger = logging.getLogger(__name__)
+
+# An ORT-format model is a flatbuffer whose file identifier (bytes 4..8) is "ORTM".
+ORT_FORMAT_IDENTIFIER = b"ORTM"
+
+
+class OnnxRuntimeBackend:
+    name = "ort"
+    label = "ONNX Runtime"
+    module = "onnxruntime"
+    device = "cpu"
+
+    def _ort(self) -> ModuleType:
+        return import_backend("onnxruntime")
+
+    def version(self) -> str:
+        return package_version("onnxruntime") or str(self._ort().__version__)
+
+    def default_targets(self, host: HostFingerprint) -> tuple[str, ...]:
+        return (host.cpu_target,)
+
+    def resolve_targets(self, requested: tuple[str, ...], host: HostFingerprint) -> tuple[str, ...]:
+        local = self.default_targets(host)
+        wanted = tuple(p.strip() for value in requested for p in value.split(",") if p.strip())
+        if wanted and wanted != local and wanted != ("cpu",):
+            raise TargetError(
+                f"unknown target {', '.join(wanted)!r} for ONNX Runtime: it optimizes for the CPU it runs on, "
+                f"here {local[0]} (use --target cpu or omit --target)"
+            )
+        return local
+
+    def build(
+        self, spec: BuildSpec, output: Path, progress: ProgressCallback | None = None, log: LogCallback | None = None
+    ) -> BuildOutput:
+        ort = self._ort()
+        if progress is not None:
+            progress(ProgressEvent("start", "Optimizing for this CPU", steps=1))
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.optimized_model_filepath = str(output)
+        options.add_session_config_entry("session.save_model_format", "ORT")
+        options.log_severity_level = 3
+        try:
+            session = ort.InferenceSession(str(spec.onnx_path), options, providers=["CPUExecutionProvider"])
+        except (RuntimeError, ValueError) as err:  # ORT raises its own subclasses of these
+            raise BuildFailedError(f"ONNX Runtime could not optimize {spec.onnx_path.name}: {err}") from err
+        io = session_io(session)
+        if not output.is_file():
+            raise BuildFailedError(f"ONNX Runtime wrote no optimized model for {spec.onnx_path.name}")
+        if progress is not None:
+            progress(ProgressEvent("finish", "Optimizing for this CPU"))
+        text = f"ONNX Runtime {ort.__version__}: optimized {spec.onnx_path.name} with ORT_ENABLE_ALL (ORT format)"
+        if log is not None:
+            log(text)
+        return BuildOutput(engine_path=output, io=io, log=text)
+
+    # -- targets and policy ------------------------------------------------------------
+
+    def known_targets(self) -> tuple[str, ...]:
+        return ()
+
+    def target_info(self, targets: tuple[str, ...], host: HostFingerprint) -> dict[str, Any]:
+        return {"cpu": targets[0]}
+
+    def host_target(self, host: HostFingerprint) -> str:
+        return host.cpu_target
+
+    def show_targets(self, targets: tuple[str, ...]) -> str:
+        return ",".join(targets)
+
+    def covers(self, targets: tuple[str, ...], host: HostFingerprint) -> bool:
+        return host.cpu_target in targets
+
+    def dtype(self, native: Any) -> str:
+        return ort_dtype(str(native))
+
+    def compatibility(self, engine: EngineRef, host: HostFingerprint) -> CompatibilityResult:
+        """Loadable where ONNX Runtime is installed at the version that wrote the ORT-format model (the
+        format is tied to it), on the OS and the CPU target (architecture and ISA level) it was optimized for."""
+        built = f"built for {', '.join(engine.targets)} with {self.label} {engine.backend_version}"
+        reasons, installed = common_reasons(engine, host, self.label, self.module)
+        if not self.covers(engine.targets, host):
+            reasons.append(f"this host's CPU is {host.cpu_target}")
+        details = {"installed_version": installed, "host_target": host.cpu_target}
+        return verdict(built, reasons, details, "CPU and ONNX Runtime version match (ORT-format models are tied to it)")
+
+    def check_compatibility(self, engine: EngineRef, host: HostFingerprint) -> CompatibilityResult:
+        """The rule above; ONNX Runtime has no header check of its own beyond loading the model."""
+        return self.compatibility(engine, host)
+
+    def build_requirements(self, target_info: Mapping[str, Any], backend_version: str, os_name: str) -> Requirements:
+        """The exact ONNX Runtime version and OS of the cache key, and the CPU target it optimizes for."""
+        return {
+            "backend": self.name,
+            "backend_version": backend_version,
+            "os": os_name,
+            "cpu_target": target_info["cpu"],
+        }
+
+    def load_requirements(self, targets: tuple[str, ...]) -> Requirements:
+        return {"backend": self.name, "cpu_target": targets[0] if targets else None}
+
+    def describe_buildable(self, capabilities: Mapping[str, Any]) -> str:
+        return f"{self.name}: {capabilities.get('cpu_target')}"
+
+    def describe_loadable(self, capabilities: Mapping[str, Any]) -> str:
+        return f"{self.name}: {capabilities.get('cpu_target')}"
+
+    def load(
+        self, engine: bytes | bytearray | memoryview, spec: LoadSpec, timer: PhaseTimer | None = None
+    ) -> EngineSession:
+        """An `OrtEngineSession` on the CPU. Validity: the ORT-format identifier, and the ONNX Runtime
+        version (ORT-format models are tied to the version that wrote them)."""
+        timer = timer or PhaseTimer()
+        ort = self._ort()
+        installed = self.version()
+        with timer.phase("validity"):
+            identifier = bytes(memoryview(engine)[4:8])
+            if identifier != ORT_FORMAT_IDENTIFIER:
+                raise IncompatibleEngineError(
+                    f"{spec.label} is not an ORT-format model (file identifier {identifier!r}, expected 'ORTM')",
+                    {"validity": "INVALID", "identifier": identifier.hex()},
+                )
+            if spec.backend_version is not None and spec.backend_version != installed:
+                raise IncompatibleEngineError(
+                    f"{spec.label} was written by ONNX Runtime {spec.backend_version}; this host has {installed}",
+                    {"validity": "INVALID", "installed_version": installed},
+                )
+        return OrtEngineSession(ort, engine, spec, timer)
+
+
+ORT_BACKEND = OnnxRuntimeBackend()

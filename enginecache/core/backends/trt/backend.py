@@ -1,0 +1,353 @@
+"""TensorRT and TensorRT for RTX behind one code path.
+
+Both libraries share the Builder / OnnxParser / BuilderConfig / Runtime API. Where they differ
+the difference is detected by `hasattr` on the loaded module or object, not by version strings:
+
+| capability                        | tensorrt_rtx                     | tensorrt                       |
+|-----------------------------------|----------------------------------|--------------------------------|
+| build without a GPU               | yes (CPU-only AOT)               | no: builds for the local GPU   |
+| target choice                     | `config.set_compute_capability`  | the GPU it runs on             |
+| strongly typed network flag       | `STRONGLY_TYPED` (default typing)| `STRONGLY_TYPED` (TRT 10+)     |
+| header validity check             | `Runtime.get_engine_validity`    | not available                  |
+
+Precision is in the ONNX graph (core.precision): networks are built strongly typed, so no
+FP16/INT8 builder flags are used (TensorRT 11 removed them).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from enginecache.core.backends.base import (
+    BuildOutput,
+    BuildSpec,
+    CompatibilityResult,
+    EngineRef,
+    EngineSession,
+    LoadSpec,
+    LogCallback,
+    PhaseTimer,
+    ProgressCallback,
+    Requirements,
+    TensorIO,
+    common_reasons,
+    verdict,
+)
+from enginecache.core.backends.trt.dtypes import dtype_name
+from enginecache.core.backends.trt.session import TensorRTEngineSession
+from enginecache.core.backends.trt.targets import (
+    RTX_COMPUTE_CAPABILITIES,
+    RTX_DEFAULT_TARGETS,
+    parse_capabilities,
+    parse_rtx_targets,
+)
+from enginecache.core.backends.trt.trtlog import captured, capturing_logger, progress_monitor
+from enginecache.core.fingerprint import HostFingerprint, package_version
+from enginecache.core.lazyimport import import_backend
+from enginecache.errors import BackendUnavailableError, BuildFailedError, IncompatibleEngineError, TargetError
+
+logger = logging.getLogger(__name__)
+
+# EngineInvalidityDiagnostics bits, with the words we report for each.
+_DIAGNOSTICS = {
+    1: "the engine was built by a different TensorRT-RTX version",
+    2: "this GPU's compute capability is not supported by the engine or by TensorRT-RTX",
+    4: "the CUDA driver is too old",
+    8: "the CUDA runtime is too old",
+    16: "the GPU does not have enough memory",
+    32: "the engine is malformed",
+    64: "a CUDA error occurred while checking",
+}
+
+
+def describe_diagnostics(mask: int) -> list[str]:
+    return [text for bit, text in _DIAGNOSTICS.items() if mask & bit]
+
+
+class TensorRTBackend:
+    """`rtx` (module tensorrt_rtx) or `trt` (module tensorrt)."""
+
+    device = "gpu"
+
+    def __init__(self, name: str, module: str, label: str) -> None:
+        self.name = name
+        self.module = module
+        self.label = label
+
+    def _trt(self) -> ModuleType:
+        return import_backend(self.module)
+
+    def version(self) -> str:
+        installed = package_version(self.module)
+        if installed is not None:
+            return installed
+        return str(self._trt().__version__)
+
+    @property
+    def aot_targets(self) -> bool:
+        """True for TensorRT-RTX, whose builder takes compute capabilities (no GPU needed)."""
+        return self.module == "tensorrt_rtx"
+
+    def default_targets(self, host: HostFingerprint) -> tuple[str, ...]:
+        if self.aot_targets:
+            return RTX_DEFAULT_TARGETS
+        if not host.gpus:
+            raise TargetError(f"{self.label} builds for the GPU it runs on, and this host has no NVIDIA GPU")
+        return (host.gpus[0].compute_capability,)
+
+    def resolve_targets(self, requested: tuple[str, ...], host: HostFingerprint) -> tuple[str, ...]:
+        if self.aot_targets:
+            return parse_rtx_targets(requested)
+        local = self.default_targets(host)
+        if requested:
+            wanted = parse_capabilities(requested)
+            if wanted != local:
+                raise TargetError(
+                    f"{self.label} builds for the GPU it runs on: this host has {local[0]} "
+                    f"({host.gpus[0].name}); asked for {', '.join(wanted)}. Build on a worker with that GPU."
+                )
+        return local
+
+    # -- build --------------------------------------------------------------------------
+
+    def build(
+        self, spec: BuildSpec, output: Path, progress: ProgressCallback | None = None, log: LogCallback | None = None
+    ) -> BuildOutput:
+        trt = self._trt()
+        with captured(trt, log) as (trt_logger, sink):
+            return self._build_locked(trt, trt_logger, spec, output, progress, sink)
+
+    def _build_locked(
+        self,
+        trt: ModuleType,
+        trt_logger: Any,
+        spec: BuildSpec,
+        output: Path,
+        progress: ProgressCallback | None,
+        sink: list[str],
+    ) -> BuildOutput:
+        trt_logger.min_severity = trt.Logger.VERBOSE if hasattr(trt.Logger, "VERBOSE") else None
+        builder = trt.Builder(trt_logger)
+        flags = 0
+        creation = getattr(trt, "NetworkDefinitionCreationFlag", None)
+        if creation is not None and hasattr(creation, "STRONGLY_TYPED"):
+            flags |= 1 << int(creation.STRONGLY_TYPED)
+        network = builder.create_network(flags)
+        parser = trt.OnnxParser(network, trt_logger)
+        if not parser.parse_from_file(str(spec.onnx_path)):
+            errors = [self._parser_error(parser.get_error(i)) for i in range(parser.num_errors)]
+            raise BuildFailedError(
+                f"{self.label} could not parse {spec.onnx_path.name}: " + "; ".join(errors or _errors(sink))
+            )
+        config = builder.create_builder_config()
+        if self.aot_targets:
+            config.num_compute_capabilities = len(spec.targets)
+            for index, sm in enumerate(spec.targets):
+                config.set_compute_capability(getattr(trt.ComputeCapability, sm.upper()), index)
+        if spec.workspace_bytes is not None:
+            config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, spec.workspace_bytes)
+        if spec.opt_level is not None:
+            config.builder_optimization_level = spec.opt_level
+        if progress is not None and hasattr(config, "progress_monitor"):
+            config.progress_monitor = progress_monitor(trt, progress)
+        profile = builder.create_optimization_profile()
+        dynamic = False
+        for shapes in spec.profile.inputs:
+            tensor = _network_input(network, shapes.name)
+            if tensor is None:
+                raise BuildFailedError(f"profile names {shapes.name!r}, which the parsed network has no input for")
+            if any(d < 0 for d in tensor.shape):
+                profile.set_shape(shapes.name, shapes.min, shapes.opt, shapes.max)
+                dynamic = True
+        if dynamic:
+            config.add_optimization_profile(profile)
+        io = _network_io(network)
+        serialized = builder.build_serialized_network(network, config)
+        if serialized is None:
+            raise BuildFailedError(f"{self.label} failed to build {spec.onnx_path.name}: " + "; ".join(_errors(sink)))
+        with open(output, "wb") as stream:
+            stream.write(memoryview(serialized))
+        del serialized
+        return BuildOutput(engine_path=output, io=io, log="\n".join(sink))
+
+    @staticmethod
+    def _parser_error(error: Any) -> str:
+        node_name = error.node_name() if hasattr(error, "node_name") else ""
+        operator = error.node_operator() if hasattr(error, "node_operator") else ""
+        where = f"node {node_name or error.node()}" + (f" ({operator})" if operator else "")
+        return f"{where}: {error.desc()}"
+
+    # -- targets and policy ------------------------------------------------------------
+
+    def known_targets(self) -> tuple[str, ...]:
+        return RTX_COMPUTE_CAPABILITIES if self.aot_targets else ()
+
+    def target_info(self, targets: tuple[str, ...], host: HostFingerprint) -> dict[str, Any]:
+        if self.aot_targets:
+            return {"compute_capabilities": list(targets)}
+        gpu = next(g for g in host.gpus if g.compute_capability == targets[0])
+        return {"compute_capability": targets[0], "gpu": gpu.name}
+
+    def host_target(self, host: HostFingerprint) -> str:
+        return ",".join(g.compute_capability for g in host.gpus) or "no-gpu"
+
+    def show_targets(self, targets: tuple[str, ...]) -> str:
+        return ",".join(targets).upper()
+
+    def covers(self, targets: tuple[str, ...], host: HostFingerprint) -> bool:
+        return any(g.compute_capability in targets for g in host.gpus)
+
+    def dtype(self, native: Any) -> str:
+        return dtype_name(native)
+
+    def compatibility(self, engine: EngineRef, host: HostFingerprint) -> CompatibilityResult:
+        """Loadable where this library is installed at the exact version that built the engine, on its
+        OS, with an NVIDIA GPU whose compute capability is among the engine's targets."""
+        built = f"built for {', '.join(t.upper() for t in engine.targets)} with {self.label} {engine.backend_version}"
+        reasons, installed = common_reasons(engine, host, self.label, self.module)
+        if not host.gpus:
+            reasons.append(f"this host has no NVIDIA GPU ({host.nvml})")
+        elif not self.covers(engine.targets, host):
+            names = ", ".join(f"{g.name} ({g.compute_capability.upper()})" for g in host.gpus)
+            reasons.append(f"this host's GPU {names} is not among the engine's targets")
+        details: dict[str, Any] = {
+            "targets": list(engine.targets),
+            "backend_version": engine.backend_version,
+            "installed_version": installed,
+        }
+        return verdict(built, reasons, details, "GPU and version match this host")
+
+    def check_compatibility(self, engine: EngineRef, host: HostFingerprint) -> CompatibilityResult:
+        """The rule, then (where the library is installed and the blob is local) TensorRT-RTX's own
+        header check, whose diagnostic bits are added to the reasons."""
+        rule = self.compatibility(engine, host)
+        if engine.path is None:
+            return rule
+        try:
+            trt = self._trt()
+        except BackendUnavailableError as err:
+            return CompatibilityResult(rule.verdict, rule.reason, {**rule.details, "error": str(err)})
+        runtime = trt.Runtime(capturing_logger(trt))
+        with open(engine.path, "rb") as stream:
+            header = stream.read(_header_size(runtime))
+        validity, mask = _header_validity(runtime, header)
+        details = {
+            **rule.details,
+            "validity": validity,
+            "diagnostics_mask": mask,
+            "diagnostics": describe_diagnostics(mask),
+        }
+        built = rule.reason.split("; ", 1)[0]
+        if not rule.compatible:
+            extra = [d for d in describe_diagnostics(mask) if d not in rule.reason]
+            return CompatibilityResult("incompatible", "; ".join([rule.reason, *extra]), details)
+        if validity == "INVALID":
+            reasons = describe_diagnostics(mask) or [f"{self.label} reports the engine invalid on this host"]
+            return CompatibilityResult("incompatible", f"{built}; " + "; ".join(reasons), details)
+        if validity == "SUBOPTIMAL":
+            return CompatibilityResult(
+                "compatible", f"{built}; loadable, but {self.label} reports it suboptimal here", details
+            )
+        if validity is None:
+            return CompatibilityResult(rule.verdict, rule.reason, details)
+        return CompatibilityResult("compatible", f"{built}; {self.label} validates the header on this GPU", details)
+
+    def build_requirements(self, target_info: Mapping[str, Any], backend_version: str, os_name: str) -> Requirements:
+        """The exact library version and OS of the cache key; TensorRT also the GPU it builds for
+        (TensorRT-RTX builds ahead of time for any listed compute capability, with no GPU)."""
+        requirements: Requirements = {"backend": self.name, "backend_version": backend_version, "os": os_name}
+        if not self.aot_targets:
+            requirements["compute_capability"] = target_info["compute_capability"]
+        return requirements
+
+    def load_requirements(self, targets: tuple[str, ...]) -> Requirements:
+        """A GPU of one of the engine's compute capabilities (TensorRT: the one it was built on)."""
+        if self.aot_targets:
+            return {"backend": self.name, "compute_capability_any": list(targets)}
+        return {"backend": self.name, **({"compute_capability": targets[0]} if targets else {})}
+
+    def describe_buildable(self, capabilities: Mapping[str, Any]) -> str:
+        if self.aot_targets:
+            return f"{self.name}: any of {', '.join(RTX_COMPUTE_CAPABILITIES)} (no GPU needed)"
+        return self.describe_loadable(capabilities)
+
+    def describe_loadable(self, capabilities: Mapping[str, Any]) -> str:
+        gpus = [str(g.get("compute_capability")) for g in capabilities.get("gpus", [])]
+        return f"{self.name}: " + (", ".join(gpus) if gpus else "nothing (no NVIDIA GPU)")
+
+    # -- load ---------------------------------------------------------------------------
+
+    def load(
+        self, engine: bytes | bytearray | memoryview, spec: LoadSpec, timer: PhaseTimer | None = None
+    ) -> EngineSession:
+        """A `TensorRTEngineSession` on this host's GPU, from the verified bytes.
+
+        TensorRT-RTX first checks the header (`get_engine_validity`); INVALID raises
+        IncompatibleEngineError carrying the library's diagnostic bits and its own log lines
+        (on a host without a GPU: the CUDA error it met reading the GPU's properties).
+        """
+        timer = timer or PhaseTimer()
+        trt = self._trt()
+        with captured(trt) as (trt_logger, sink):  # the process-wide logger's sink is ours while we load
+            with timer.phase("validity"):
+                runtime = trt.Runtime(trt_logger)
+                validity, mask = _header_validity(runtime, bytes(memoryview(engine)[: _header_size(runtime)]))
+            if validity == "INVALID":
+                library = [line for line in sink if "VERBOSE" not in line]
+                reasons = describe_diagnostics(mask) or [f"{self.label} gives no diagnostic bit (mask 0)"]
+                raise IncompatibleEngineError(
+                    f"{self.label} reports {spec.label} INVALID on this host: "
+                    + "; ".join(reasons)
+                    + (f" [{self.label}: {' | '.join(library)}]" if library else ""),
+                    {
+                        "validity": validity,
+                        "diagnostics_mask": mask,
+                        "diagnostics": describe_diagnostics(mask),
+                        "library_log": library,
+                    },
+                )
+            return TensorRTEngineSession(trt, runtime, engine, spec, timer, sink, self.name)
+
+
+def _header_size(runtime: Any) -> int:
+    return int(getattr(runtime, "engine_header_size", 64))
+
+
+def _header_validity(runtime: Any, header: bytes) -> tuple[str | None, int]:
+    """TensorRT-RTX's header-only check: (VALID | SUBOPTIMAL | INVALID, diagnostics mask); None on TensorRT."""
+    if not hasattr(runtime, "get_engine_validity"):
+        return None, 0
+    validity, mask = runtime.get_engine_validity(header)
+    return str(getattr(validity, "name", validity)), int(mask)
+
+
+def _network_input(network: Any, name: str) -> Any:
+    for index in range(network.num_inputs):
+        tensor = network.get_input(index)
+        if tensor.name == name:
+            return tensor
+    return None
+
+
+def _network_io(network: Any) -> tuple[TensorIO, ...]:
+    io: list[TensorIO] = []
+    for index in range(network.num_inputs):
+        tensor = network.get_input(index)
+        io.append(TensorIO(tensor.name, "input", dtype_name(tensor.dtype), tuple(tensor.shape)))
+    for index in range(network.num_outputs):
+        tensor = network.get_output(index)
+        io.append(TensorIO(tensor.name, "output", dtype_name(tensor.dtype), tuple(tensor.shape)))
+    return tuple(io)
+
+
+def _errors(sink: list[str]) -> list[str]:
+    found = [line for line in sink if line.startswith(("[ERROR]", "[INTERNAL_ERROR]"))]
+    return found or ["no error message from the library (see the builder log)"]
+
+
+RTX_BACKEND = TensorRTBackend("rtx", "tensorrt_rtx", "TensorRT-RTX")
+TRT_BACKEND = TensorRTBackend("trt", "tensorrt", "TensorRT")

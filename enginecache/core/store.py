@@ -1,0 +1,206 @@
+"""The content-addressed artifact store.
+
+Layout under `home`:
+- `objects/sha256/<2 hex>/<digest>`: engine blobs, named by the sha256 of their bytes.
+- `models/<digest>/<file names>`: ONNX bundles (model plus external data files, keeping the
+  relative names the model refers to), named by the model digest (core.onnx_info).
+- `tmp/`: work space on the same filesystem, so a finished file is published by a rename.
+
+Writes go to a temp file while the bytes are hashed, are fsynced, then published with
+`os.link` (which never replaces an existing name) or `os.replace` for a whole directory, and
+the parent directory is fsynced. Nothing is ever overwritten: publishing bytes that already
+exist keeps the existing copy, unless that copy no longer hashes to its name (damaged on disk),
+in which case the fresh bytes, hashed as they were written, replace it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from enginecache.core.hashing import CHUNK_BYTES, DigestResult, StreamHasher, hash_file
+from enginecache.errors import IntegrityCheckError, StoreError
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class BlobInfo:
+    """A blob that is durable in the store."""
+
+    sha256: str
+    blake3: str
+    size: int
+    path: Path
+    created: bool  # False when identical bytes were already stored
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class HashingWriter:
+    """A binary file-like sink that hashes what it writes."""
+
+    def __init__(self, stream: BinaryIO) -> None:
+        self._stream = stream
+        self.hasher = StreamHasher()
+
+    def write(self, data: bytes | bytearray | memoryview) -> int:
+        self._stream.write(data)
+        self.hasher.update(data)
+        return len(data)
+
+
+class ArtifactStore:
+    """Blobs and model bundles under one home directory."""
+
+    def __init__(self, home: Path, *, tmp_dir: Path | None = None) -> None:
+        self.home = home
+        self.objects_dir = home / "objects" / "sha256"
+        self.models_dir = home / "models"
+        self.tmp_dir = tmp_dir or home / "tmp"  # must be on the same filesystem as objects/
+
+    def ensure(self) -> None:
+        for path in (self.objects_dir, self.models_dir, self.tmp_dir):
+            path.mkdir(parents=True, exist_ok=True)
+
+    # -- engine blobs -------------------------------------------------------------------
+
+    def blob_path(self, sha256: str) -> Path:
+        if len(sha256) != 64 or any(c not in "0123456789abcdef" for c in sha256):
+            raise StoreError(f"not a sha256 digest: {sha256!r}")
+        return self.objects_dir / sha256[:2] / sha256
+
+    def relative(self, path: Path) -> str:
+        return path.relative_to(self.home).as_posix()
+
+    @contextlib.contextmanager
+    def temp_dir(self, prefix: str = "work-") -> Iterator[Path]:
+        """A scratch directory on the store's filesystem, removed afterwards."""
+        self.ensure()
+        path = Path(tempfile.mkdtemp(prefix=prefix, dir=self.tmp_dir))
+        try:
+            yield path
+        finally:
+            shutil.rmtree(path, ignore_errors=True)
+
+    def write_blob(self, chunks: Sequence[bytes | bytearray | memoryview] | memoryview) -> BlobInfo:
+        """Write bytes (a buffer or a sequence of buffers) as a new blob."""
+        parts = [chunks] if isinstance(chunks, memoryview) else list(chunks)
+
+        def fill(writer: HashingWriter) -> None:
+            for part in parts:
+                view = memoryview(part).cast("B")
+                for start in range(0, len(view), CHUNK_BYTES):
+                    writer.write(view[start : start + CHUNK_BYTES])
+
+        return self._publish(fill)
+
+    def ingest_file(self, source: Path) -> BlobInfo:
+        """Copy a file into the store while hashing it."""
+
+        def fill(writer: HashingWriter) -> None:
+            buffer = bytearray(CHUNK_BYTES)
+            view = memoryview(buffer)
+            with open(source, "rb", buffering=0) as stream:
+                while n := stream.readinto(view):
+                    writer.write(view[:n])
+
+        return self._publish(fill)
+
+    def _publish(self, fill: object) -> BlobInfo:
+        self.ensure()
+        fd, temp_name = tempfile.mkstemp(prefix="blob-", suffix=".partial", dir=self.tmp_dir)
+        temp = Path(temp_name)
+        try:
+            with os.fdopen(fd, "wb") as stream:
+                writer = HashingWriter(stream)
+                fill(writer)  # type: ignore[operator]
+                stream.flush()
+                os.fsync(stream.fileno())
+            digest = writer.hasher.result()
+            final = self.blob_path(digest.sha256)
+            if not final.parent.is_dir():
+                final.parent.mkdir(parents=True, exist_ok=True)
+                fsync_dir(self.objects_dir)
+            try:
+                os.link(temp, final)
+                created = True
+            except FileExistsError:
+                created = self._repair_if_damaged(temp, final, digest.sha256)
+            fsync_dir(final.parent)
+            return BlobInfo(digest.sha256, digest.blake3, digest.size, final, created)
+        except OSError as err:
+            raise StoreError(f"could not write blob into {self.objects_dir}: {err}") from err
+        finally:
+            temp.unlink(missing_ok=True)
+
+    def _repair_if_damaged(self, temp: Path, final: Path, sha256: str) -> bool:
+        """Identical bytes are already stored: keep them, unless they no longer hash to their name
+        (a damaged copy); then the fresh, verified bytes replace it. Returns whether it wrote."""
+        if hash_file(final).sha256 == sha256:
+            return False
+        logger.warning("blob %s was damaged on disk; replacing it with freshly written bytes", sha256)
+        os.replace(temp, final)
+        return True
+
+    def verify_blob(self, sha256: str) -> DigestResult:
+        """Re-hash a blob in one pass; raise IntegrityCheckError on mismatch or absence."""
+        path = self.blob_path(sha256)
+        if not path.is_file():
+            raise IntegrityCheckError(f"blob {sha256} is missing from {path.parent}")
+        got = hash_file(path)
+        if got.sha256 != sha256:
+            raise IntegrityCheckError(f"blob {path} hashes to {got.sha256}, recorded {sha256}")
+        return got
+
+    # -- model bundles ------------------------------------------------------------------
+
+    def model_dir(self, digest: str) -> Path:
+        return self.models_dir / digest
+
+    def put_model_bundle(self, model_path: Path, external_files: Sequence[str], digest: str) -> Path:
+        """Copy a model and its external data files (relative names kept) into `models/<digest>/`.
+
+        Returns the stored model file's path. An existing bundle with that digest is kept as is.
+        """
+        self.ensure()
+        target = self.model_dir(digest)
+        stored_model = target / model_path.name
+        if target.is_dir():
+            return stored_model
+        staging = Path(tempfile.mkdtemp(prefix="model-", dir=self.tmp_dir))
+        try:
+            names = [model_path.name, *external_files]
+            for name in names:
+                source = model_path.parent / name
+                dest = staging / name
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(source, dest)
+                with open(dest, "rb") as stream:
+                    os.fsync(stream.fileno())
+            fsync_dir(staging)
+            try:
+                os.rename(staging, target)
+            except OSError:
+                if not target.is_dir():
+                    raise
+                logger.debug("model bundle %s was stored concurrently; keeping that copy", digest)
+            fsync_dir(self.models_dir)
+            return stored_model
+        except OSError as err:
+            raise StoreError(f"could not store model bundle {digest}: {err}") from err
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)

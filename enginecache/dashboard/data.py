@@ -1,0 +1,148 @@
+"""Shared dashboard plumbing: the AppContext (one per catalog, `st.cache_resource`), cached
+queries (`st.cache_data` with short TTLs, keyed by the catalog), and error display.
+
+Views call the service layer only through here or directly; nothing here builds or loads an
+engine: builds and test-loads are jobs, claimed by workers.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import streamlit as st
+
+from enginecache.errors import EngineCacheError
+from enginecache.service import stats, testload
+from enginecache.service.context import DB_URL_ENV, HOME_ENV, AppContext
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+CatalogKey = tuple[str, str]  # (home, db url): what cached queries are keyed by
+
+# Errors a user can act on: shown with their message. Anything else is shown with its type too.
+EXPECTED_ERRORS: tuple[type[BaseException], ...] = (
+    EngineCacheError,
+    EngineCacheError,
+    EngineCacheError,
+    OSError,
+    ValueError,
+)
+
+LIVE_TTL = 2.0  # counts, jobs: what changes while you watch
+LIST_TTL = 3.0  # lists and pages
+CHART_TTL = 30.0  # aggregates for charts
+
+
+def catalog_key() -> CatalogKey:
+    """The catalog this process serves: ENGINECACHE_HOME and ENGINECACHE_DB_URL (as the CLI)."""
+    ctx = AppContext.from_settings(os.environ.get(HOME_ENV), os.environ.get(DB_URL_ENV))
+    return (str(ctx.home), ctx.db_url)
+
+
+@st.cache_resource(show_spinner=False)
+def _open_app(home: str, db_url: str) -> AppContext:
+    return AppContext.from_settings(home, db_url)
+
+
+def get_app() -> AppContext:
+    """The AppContext (catalog engine and store) of this process, opened once per catalog."""
+    return _open_app(*catalog_key())
+
+
+def clear_caches() -> None:
+    """After a write (submit, cancel, verify, retire, upload): the next read sees it."""
+    st.cache_data.clear()
+
+
+def show_error(err: BaseException, what: str = "") -> None:
+    prefix = f"{what}: " if what else ""
+    if isinstance(err, EXPECTED_ERRORS):
+        st.error(f"{prefix}{err}", icon=":material/error:")
+    else:
+        logger.exception("dashboard error")
+        st.error(f"{prefix}{type(err).__name__}: {err}", icon=":material/error:")
+
+
+def attempt(what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T | None:
+    """Run a service call; on failure show the reason with `st.error` and return None."""
+    try:
+        return fn(*args, **kwargs)
+    except Exception as err:  # noqa: BLE001 - every failure is shown to the operator with its reason
+        show_error(err, what)
+        return None
+
+
+def fmt_bytes(n: float | int | None) -> str:
+    if n is None:
+        return "-"
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{value:,.0f} {unit}" if unit == "B" else f"{value:,.1f} {unit}"
+        value /= 1024
+    return f"{value:,.1f} TiB"
+
+
+# -- cached queries (keyed by the catalog, so tests with temp catalogs never share results) ---
+
+
+@st.cache_data(ttl=LIVE_TTL, show_spinner=False)
+def counts(key: CatalogKey) -> stats.CatalogCounts:
+    return stats.catalog_counts(_open_app(*key))
+
+
+@st.cache_data(ttl=CHART_TTL, show_spinner=False)
+def cache_activity(key: CatalogKey, days: int) -> list[stats.CacheDay]:
+    return stats.cache_activity(_open_app(*key), days=days)
+
+
+@st.cache_data(ttl=LIVE_TTL, show_spinner=False)
+def recent_failures(key: CatalogKey, limit: int) -> list[stats.Failure]:
+    return stats.recent_failures(_open_app(*key), limit=limit)
+
+
+@st.cache_data(ttl=LIST_TTL, show_spinner=False)
+def model_rows(key: CatalogKey) -> list[stats.ModelRow]:
+    return stats.model_rows(_open_app(*key))
+
+
+@st.cache_data(ttl=LIST_TTL, show_spinner=False)
+def filter_options(key: CatalogKey) -> stats.FilterOptions:
+    return stats.engine_filter_options(_open_app(*key))
+
+
+@st.cache_data(ttl=LIVE_TTL, show_spinner=False)
+def engine_page(key: CatalogKey, spec: stats.EngineFilter, offset: int, limit: int) -> stats.EnginePage:
+    return stats.engine_page(_open_app(*key), spec, offset=offset, limit=limit)
+
+
+@st.cache_data(ttl=CHART_TTL, show_spinner=False)
+def build_time_groups(key: CatalogKey) -> list[stats.BuildTimeGroup]:
+    return stats.build_time_groups(_open_app(*key))
+
+
+@st.cache_data(ttl=CHART_TTL, show_spinner=False)
+def load_phase_stats(key: CatalogKey) -> list[dict[str, Any]]:
+    """Mean seconds per load phase by model x backend x targets x precision, beside build time."""
+    return testload.load_phase_stats(_open_app(*key))
+
+
+@st.cache_data(ttl=CHART_TTL, show_spinner=False)
+def load_event_stats(key: CatalogKey) -> list[dict[str, Any]]:
+    """`load_or_build` outcomes and hit rate by model, host and day."""
+    return testload.load_event_stats(_open_app(*key))
+
+
+@st.cache_data(ttl=LIST_TTL, show_spinner=False)
+def load_runs(key: CatalogKey, engine_id: int) -> list[dict[str, Any]]:
+    """An engine's test-load runs, newest first."""
+    return testload.list_load_runs(_open_app(*key), engine_id, limit=20)
+
+
+@st.cache_data(ttl=LIVE_TTL, show_spinner=False)
+def worker_hosts(key: CatalogKey) -> list[stats.HostRow]:
+    return stats.worker_hosts(_open_app(*key))

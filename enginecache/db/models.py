@@ -1,0 +1,271 @@
+"""Catalog tables (SQLModel). No TensorRT, no core imports here.
+
+JSON columns hold structured facts (inspection, key ingredients); every field a query filters
+or sorts on has a column and an index of its own.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+import sqlalchemy as sa
+from sqlmodel import Field, SQLModel
+
+from enginecache.db.types import UTCDateTime
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class EngineStatus(StrEnum):
+    PENDING = "PENDING"
+    READY = "READY"
+    FAILED = "FAILED"
+    CORRUPT = "CORRUPT"
+    RETIRED = "RETIRED"
+
+
+def _json() -> Any:
+    return Field(default_factory=dict, sa_column=sa.Column(sa.JSON, nullable=False))
+
+
+def _tz_time(*, nullable: bool = False, index: bool = False) -> Any:
+    return Field(
+        default_factory=utcnow if not nullable else None,
+        sa_column=sa.Column(UTCDateTime(), nullable=nullable, index=index),
+    )
+
+
+class ModelRecord(SQLModel, table=True):
+    """An ONNX model (a user's upload or a precision-converted variant) in the store."""
+
+    __tablename__ = "models"
+
+    id: int | None = Field(default=None, primary_key=True)
+    name: str = Field(index=True)
+    digest: str = Field(sa_column=sa.Column(sa.String(64), nullable=False, unique=True))
+    filename: str
+    store_path: str
+    size_bytes: int = Field(sa_column=sa.Column(sa.BigInteger, nullable=False))
+    info: dict[str, Any] = _json()
+    parent_id: int | None = Field(default=None, foreign_key="models.id", index=True)
+    recipe: dict[str, Any] = _json()
+    recipe_key: str | None = Field(default=None, index=True)
+    created_at: datetime = _tz_time()
+
+
+class EngineRecord(SQLModel, table=True):
+    """One engine build: its request (cache key and ingredients) and, once READY, its blob."""
+
+    __tablename__ = "engines"
+    __table_args__ = (
+        sa.Index("ix_engines_model_created", "model_id", "created_at"),
+        sa.Index("ix_engines_key_status", "cache_key", "status"),
+        sa.Index("ix_engines_status_created", "status", "created_at"),
+        sa.Index("ix_engines_model_backend_precision", "model_id", "backend", "precision", "targets"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    model_id: int = Field(foreign_key="models.id")
+    variant_model_id: int | None = Field(default=None, foreign_key="models.id")
+    backend: str = Field(index=True)
+    backend_version: str
+    precision: str = Field(index=True)
+    targets: str = Field(index=True)  # comma-joined, sorted: "sm80,sm86"
+    cache_key: str = Field(sa_column=sa.Column(sa.String(64), nullable=False))
+    status: str = Field(default=EngineStatus.PENDING, index=True)
+    onnx_digest: str
+    key_ingredients: dict[str, Any] = _json()
+    precision_recipe: dict[str, Any] = _json()
+    build_options: dict[str, Any] = _json()
+    target_info: dict[str, Any] = _json()
+    os: str
+    host: dict[str, Any] = _json()
+    io: list[dict[str, Any]] = Field(default_factory=list, sa_column=sa.Column(sa.JSON, nullable=False))
+    warnings: list[str] = Field(default_factory=list, sa_column=sa.Column(sa.JSON, nullable=False))
+    sha256: str | None = Field(default=None, index=True)
+    blake3: str | None = None
+    size_bytes: int | None = Field(default=None, sa_column=sa.Column(sa.BigInteger, nullable=True))
+    blob_path: str | None = None
+    build_seconds: float | None = None
+    builder_log: str = Field(default="", sa_column=sa.Column(sa.Text, nullable=False))
+    error: str | None = Field(default=None, sa_column=sa.Column(sa.Text, nullable=True))
+    created_at: datetime = _tz_time(index=True)
+    finished_at: datetime | None = _tz_time(nullable=True)
+    verified_at: datetime | None = _tz_time(nullable=True)
+    job_id: int | None = Field(default=None, index=True)
+    job_attempt: int | None = None
+
+
+class JobStatus(StrEnum):
+    QUEUED = "QUEUED"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"  # deterministic failure: not retried
+    DEAD = "DEAD"  # attempts exhausted
+    CANCELLED = "CANCELLED"
+
+
+ACTIVE_JOB_STATUSES = (JobStatus.QUEUED, JobStatus.RUNNING)
+TERMINAL_JOB_STATUSES = (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.DEAD, JobStatus.CANCELLED)
+
+
+class JobRecord(SQLModel, table=True):
+    """A unit of work (build, test_load) claimed by one worker at a time under a lease."""
+
+    __tablename__ = "jobs"
+    __table_args__ = (
+        sa.Index("ix_jobs_status_run_after", "status", "run_after"),
+        sa.Index("ix_jobs_status_created", "status", "created_at"),
+        sa.Index("ix_jobs_finished_at", "finished_at"),
+        sa.Index(
+            "ux_jobs_active_key",
+            "idempotency_key",
+            unique=True,
+            sqlite_where=sa.text("status IN ('QUEUED', 'RUNNING')"),
+            postgresql_where=sa.text("status IN ('QUEUED', 'RUNNING')"),
+        ),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    kind: str = Field(index=True)
+    status: str = Field(default=JobStatus.QUEUED)
+    idempotency_key: str | None = None
+    payload: dict[str, Any] = _json()
+    requirements: dict[str, Any] = _json()
+    attempts: int = 0
+    max_attempts: int = 3
+    timeout_seconds: float = 3600.0
+    lease_owner: str | None = None
+    runner_pid: int | None = None  # the child process running the current attempt
+    lease_token: str | None = None
+    lease_expires_at: datetime | None = _tz_time(nullable=True)
+    cancel_requested: bool = False
+    progress: float = 0.0
+    phase: str | None = None
+    log_tail: str = Field(default="", sa_column=sa.Column(sa.Text, nullable=False))
+    error: str | None = Field(default=None, sa_column=sa.Column(sa.Text, nullable=True))
+    result_engine_id: int | None = Field(default=None, foreign_key="engines.id")
+    run_after: datetime = _tz_time()
+    created_at: datetime = _tz_time(index=True)
+    started_at: datetime | None = _tz_time(nullable=True)
+    finished_at: datetime | None = _tz_time(nullable=True)
+    updated_at: datetime = _tz_time()
+
+
+class WorkerRecord(SQLModel, table=True):
+    """A worker process: its host fingerprint, what it can run, and its last heartbeat."""
+
+    __tablename__ = "workers"
+
+    id: int | None = Field(default=None, primary_key=True)
+    name: str = Field(sa_column=sa.Column(sa.String, nullable=False, unique=True))
+    hostname: str
+    pid: int
+    fingerprint: dict[str, Any] = _json()
+    capabilities: dict[str, Any] = _json()
+    status: str = "online"
+    current_job_id: int | None = None
+    started_at: datetime = _tz_time()
+    heartbeat_at: datetime = _tz_time(index=True)
+
+
+class LoadRunRecord(SQLModel, table=True):
+    """One test-load of an engine: verdict, seconds per load phase, latency, accuracy per output."""
+
+    __tablename__ = "load_runs"
+    __table_args__ = (
+        sa.Index("ix_load_runs_engine_created", "engine_id", "created_at"),
+        sa.Index("ix_load_runs_model_backend_precision", "model_id", "backend", "precision", "targets"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    engine_id: int = Field(foreign_key="engines.id")
+    model_id: int = Field(foreign_key="models.id")
+    job_id: int | None = Field(default=None, foreign_key="jobs.id")
+    backend: str
+    precision: str
+    targets: str
+    hostname: str = Field(index=True)
+    host_target: str  # this host's GPU compute capability or CPU target
+    verdict: str = Field(index=True)  # PASS | FAIL | INCOMPATIBLE | CORRUPT | ERROR
+    reason: str = Field(default="", sa_column=sa.Column(sa.Text, nullable=False))
+    # Seconds per load phase, each its own column so the Timings view aggregates in SQL.
+    read_verify_s: float | None = None
+    validity_s: float | None = None
+    deserialize_s: float | None = None
+    create_context_s: float | None = None
+    allocate_io_s: float | None = None
+    first_inference_s: float | None = None
+    load_s: float | None = None
+    iterations: int = 0
+    batch: int | None = None
+    p50_ms: float | None = None
+    p90_ms: float | None = None
+    p99_ms: float | None = None
+    mean_ms: float | None = None
+    throughput: float | None = None
+    samples_ms: list[float] = Field(default_factory=list, sa_column=sa.Column(sa.JSON, nullable=False))
+    accuracy: list[dict[str, Any]] = Field(default_factory=list, sa_column=sa.Column(sa.JSON, nullable=False))
+    tolerances: dict[str, Any] = _json()
+    input_shapes: dict[str, Any] = _json()
+    details: dict[str, Any] = _json()
+    created_at: datetime = _tz_time(index=True)
+
+
+class StatCacheRecord(SQLModel, table=True):
+    """An ONNX digest keyed by its files' stat (git's index idea): a hit costs O(1) in the model's size.
+
+    One row per (host, path); `files` holds (name, size, mtime_ns, ctime_ns, inode) of the model and
+    each external data file. Any change of any of them means re-hash. `racy` marks an entry hashed
+    within the filesystem's timestamp granularity of its mtime: it is re-hashed, never trusted.
+    """
+
+    __tablename__ = "onnx_stat_cache"
+    __table_args__ = (sa.UniqueConstraint("hostname", "path", name="ux_onnx_stat_cache_host_path"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    hostname: str
+    path: str
+    size_bytes: int = Field(sa_column=sa.Column(sa.BigInteger, nullable=False))
+    mtime_ns: int = Field(sa_column=sa.Column(sa.BigInteger, nullable=False))
+    inode: int = Field(sa_column=sa.Column(sa.BigInteger, nullable=False))
+    files: list[list[Any]] = Field(default_factory=list, sa_column=sa.Column(sa.JSON, nullable=False))
+    digest: str = Field(sa_column=sa.Column(sa.String(64), nullable=False))
+    racy: bool = False
+    hashed_at: datetime = _tz_time()
+
+
+class LoadEventRecord(SQLModel, table=True):
+    """One cache lookup: a serving process's `load_or_build` call (source "load_or_build": hit | miss |
+    built | queued | rejected, with seconds per phase), or a build request (source "build_request":
+    hit | queued | joined)."""
+
+    __tablename__ = "load_events"
+    __table_args__ = (
+        sa.Index("ix_load_events_model_host_created", "model_name", "hostname", "created_at"),
+        sa.Index("ix_load_events_outcome_created", "outcome", "created_at"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    hostname: str
+    model_name: str
+    model_id: int | None = Field(default=None, foreign_key="models.id")
+    engine_id: int | None = Field(default=None, foreign_key="engines.id")
+    backend: str
+    precision: str
+    host_target: str
+    outcome: str
+    source: str = Field(default="load_or_build", index=True)
+    reason: str = Field(default="", sa_column=sa.Column(sa.Text, nullable=False))
+    lookup_s: float | None = None  # fingerprint (stat cache) + catalog
+    read_verify_s: float | None = None
+    load_s: float | None = None  # validity + deserialize + context + I/O
+    build_s: float | None = None
+    total_s: float = 0.0
+    stat_cache_hit: bool | None = None
+    phases: dict[str, Any] = _json()
+    created_at: datetime = _tz_time(index=True)

@@ -1,0 +1,349 @@
+"""Use case: plan a build (resolve everything that decides reuse, compute the cache key), then
+return the cached engine or run the build and record it.
+
+A build request names a model, backend, targets, precision, profiles and options. Planning
+validates all of it (bad input raises before anything is stored) and derives the cache key;
+running converts the precision (the converted ONNX is stored as a model of its own, linked to
+its source), builds with the backend into a scratch file, publishes the blob, then flips the
+engine row PENDING -> READY. A failure leaves only a FAILED row with the backend's message.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from sqlmodel import Session, col, select
+
+from enginecache.core.backends.base import Backend, BuildSpec, LogCallback, ProgressCallback
+from enginecache.core.backends.registry import get_backend
+from enginecache.core.backends.trt.targets import parse_capabilities
+from enginecache.core.cachekey import KEY_SCHEMA, canonical_digest, compute_cache_key
+from enginecache.core.calibration import load_calibration, read_model_inputs
+from enginecache.core.fingerprint import HostFingerprint, host_fingerprint
+from enginecache.core.precision import PrecisionSpec, convert_precision, plan_recipe
+from enginecache.core.profiles import ProfileResult, parse_profile_args, resolve_profile
+from enginecache.db import queue
+from enginecache.db.models import EngineRecord, EngineStatus, ModelRecord, utcnow
+from enginecache.errors import (
+    BackendUnavailableError,
+    BuildFailedError,
+    BuildOptionError,
+    EngineCacheError,
+    TargetError,
+)
+from enginecache.service.context import AppContext
+from enginecache.service.models import get_model, model_inputs, model_path, register_model
+from enginecache.service.routing import WORKER_ALIVE_SECONDS
+
+logger = logging.getLogger(__name__)
+
+OPT_LEVELS = range(0, 6)
+
+
+@dataclass(frozen=True)
+class BuildRequest:
+    model: str
+    backend: str = "rtx"
+    targets: tuple[str, ...] = ()
+    precision: str = "fp32"
+    profiles: tuple[str, ...] = ()
+    calibration: Path | None = None
+    converter: str | None = None
+    opt_level: int | None = None
+    workspace_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    model: ModelRecord
+    backend: Backend
+    backend_version: str
+    targets: tuple[str, ...]
+    profile: ProfileResult
+    precision: PrecisionSpec
+    recipe: dict[str, Any]
+    build_options: dict[str, Any]
+    target_info: dict[str, Any]
+    ingredients: dict[str, Any]
+    cache_key: str
+    host: HostFingerprint
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    engine: EngineRecord
+    model: ModelRecord
+    cache_hit: bool
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+def plan_build(app: AppContext, request: BuildRequest, *, host: HostFingerprint | None = None) -> BuildPlan:
+    """Validate a request and compute its cache key; raises a EngineCacheError subclass on bad input."""
+    backend = get_backend(request.backend)
+    host = host or host_fingerprint()
+    model = get_model(app, request.model)
+    precision = PrecisionSpec(request.precision, calibration=request.calibration, converter=request.converter)
+    try:
+        backend_version = backend.version()
+    except BackendUnavailableError as err:
+        if request.backend != "trt":
+            raise
+        host, backend_version = _trt_worker_host(app, request.targets, err)
+    targets = backend.resolve_targets(tuple(request.targets), host)
+    profile = resolve_profile(model_inputs(model), parse_profile_args(request.profiles))
+    if request.opt_level is not None and request.opt_level not in OPT_LEVELS:
+        raise BuildOptionError(f"optimization level {request.opt_level} is out of range 0..5")
+    if request.workspace_bytes is not None and request.workspace_bytes <= 0:
+        raise BuildOptionError(f"workspace must be a positive number of bytes, got {request.workspace_bytes}")
+    if request.calibration is not None:
+        load_calibration(request.calibration, read_model_inputs(model_path(app, model)))
+    recipe = plan_recipe(precision, input_shapes=profile.opt_shapes())
+    build_options = {
+        "profiles": profile.to_dict(),
+        "opt_level": request.opt_level,
+        "workspace_bytes": request.workspace_bytes,
+        "strongly_typed": True,
+    }
+    target_info = _target_info(backend.name, targets, host)
+    ingredients = {
+        "schema": KEY_SCHEMA,
+        "onnx_digest": model.digest,
+        "precision": recipe,
+        "build_options": build_options,
+        "backend": backend.name,
+        "backend_version": backend_version,
+        "target": target_info,
+        "os": host.os,
+    }
+    return BuildPlan(
+        model=model,
+        backend=backend,
+        backend_version=backend_version,
+        targets=targets,
+        profile=profile,
+        precision=precision,
+        recipe=recipe,
+        build_options=build_options,
+        target_info=target_info,
+        ingredients=ingredients,
+        cache_key=compute_cache_key(ingredients),
+        host=host,
+        notes=tuple(profile.describe_defaults()),
+    )
+
+
+def _trt_worker_host(
+    app: AppContext, requested: tuple[str, ...], missing: BackendUnavailableError
+) -> tuple[HostFingerprint, str]:
+    """TensorRT builds on the GPU it tunes for. Where it is not installed (a CPU dashboard host),
+    plan for the live worker that has TensorRT and the requested GPU: its TensorRT version and GPU
+    go into the key, and the job is routed to workers that match them."""
+    wanted = parse_capabilities(requested)
+    if len(wanted) != 1:
+        raise TargetError(f"{missing}; to build on a GPU worker instead, name its GPU with one --target (e.g. sm86)")
+    since = utcnow() - timedelta(seconds=WORKER_ALIVE_SECONDS)
+    for worker in queue.list_workers(app.catalog, alive_since=since):
+        capabilities = worker.capabilities
+        version = (capabilities.get("versions") or {}).get("trt")
+        gpus = {g.get("compute_capability") for g in capabilities.get("gpus") or []}
+        if "trt" in capabilities.get("backends", []) and version and wanted[0] in gpus:
+            return HostFingerprint.from_dict(worker.fingerprint), str(version)
+    raise TargetError(
+        f"{missing}; and no live worker has TensorRT and an {wanted[0].upper()} GPU to build it "
+        "(start `enginecache worker` on such a host)"
+    )
+
+
+def _target_info(backend: str, targets: tuple[str, ...], host: HostFingerprint) -> dict[str, Any]:
+    if backend == "rtx":
+        return {"compute_capabilities": list(targets)}
+    if backend == "trt":
+        gpu = next(g for g in host.gpus if g.compute_capability == targets[0])
+        return {"compute_capability": targets[0], "gpu": gpu.name}
+    return {"cpu": targets[0]}
+
+
+def find_ready_engine(app: AppContext, cache_key: str) -> EngineRecord | None:
+    with app.catalog.read() as session:
+        return session.exec(
+            select(EngineRecord)
+            .where(EngineRecord.cache_key == cache_key, EngineRecord.status == EngineStatus.READY)
+            .order_by(col(EngineRecord.id))
+        ).first()
+
+
+def build_engine(
+    app: AppContext,
+    request: BuildRequest,
+    *,
+    progress: ProgressCallback | None = None,
+    host: HostFingerprint | None = None,
+) -> BuildResult:
+    """Return the READY engine for this request's cache key, or build and record it."""
+    plan = plan_build(app, request, host=host)
+    existing = find_ready_engine(app, plan.cache_key)
+    if existing is not None:
+        return BuildResult(existing, plan.model, cache_hit=True, notes=plan.notes)
+    return run_build(app, plan, progress=progress)
+
+
+def create_pending_engine(
+    app: AppContext, plan: BuildPlan, *, job_id: int | None = None, job_attempt: int | None = None
+) -> EngineRecord:
+    record = EngineRecord(
+        job_id=job_id,
+        job_attempt=job_attempt,
+        model_id=plan.model.id or 0,
+        backend=plan.backend.name,
+        backend_version=plan.backend_version,
+        precision=plan.precision.precision,
+        targets=",".join(plan.targets),
+        cache_key=plan.cache_key,
+        status=EngineStatus.PENDING,
+        onnx_digest=plan.model.digest,
+        key_ingredients=plan.ingredients,
+        precision_recipe=plan.recipe,
+        build_options=plan.build_options,
+        target_info=plan.target_info,
+        os=plan.ingredients["os"],
+        host=plan.host.to_dict(),
+    )
+    with app.catalog.write() as session:
+        session.add(record)
+    return record
+
+
+Finalizer = Callable[[int, Callable[[Session], None]], None]
+
+
+def run_build(
+    app: AppContext,
+    plan: BuildPlan,
+    *,
+    progress: ProgressCallback | None = None,
+    log: LogCallback | None = None,
+    job_id: int | None = None,
+    job_attempt: int | None = None,
+    finalize: Finalizer | None = None,
+) -> BuildResult:
+    """Run a planned build: PENDING row, precision variant, backend build, blob, READY row.
+
+    `finalize(engine_id, mutate)` runs the READY transition in a transaction of the caller's
+    choosing (a queue job passes one that first checks its lease token); by default a plain write.
+    """
+    record = create_pending_engine(app, plan, job_id=job_id, job_attempt=job_attempt)
+    engine_id = record.id or 0
+    started = time.perf_counter()
+    try:
+        with app.store.temp_dir(prefix=f"build-{engine_id}-") as work:
+            variant, warnings = _precision_variant(app, plan, work)
+            source = model_path(app, variant)
+            spec = BuildSpec(
+                onnx_path=source,
+                targets=plan.targets,
+                profile=plan.profile,
+                precision=plan.precision.precision,
+                opt_level=plan.build_options["opt_level"],
+                workspace_bytes=plan.build_options["workspace_bytes"],
+            )
+            output = plan.backend.build(spec, work / "engine.plan", progress, log)
+            blob = app.store.ingest_file(output.engine_path)
+        seconds = time.perf_counter() - started
+    except EngineCacheError as err:
+        _mark_failed(app, engine_id, str(err), getattr(err, "log", ""))
+        raise BuildFailedError(f"build {engine_id} failed: {err}", engine_id) from err
+    except BaseException as err:
+        _mark_failed(app, engine_id, f"interrupted: {type(err).__name__}: {err}", "")
+        raise
+    ready: list[EngineRecord] = []
+
+    def mark_ready(session: Session) -> None:
+        row = session.get(EngineRecord, engine_id)
+        if row is None:
+            raise BuildFailedError(f"engine row {engine_id} vanished", engine_id)
+        row.status = EngineStatus.READY
+        row.variant_model_id = variant.id if variant.id != plan.model.id else None
+        row.sha256 = blob.sha256
+        row.blake3 = blob.blake3
+        row.size_bytes = blob.size
+        row.blob_path = app.store.relative(blob.path)
+        row.build_seconds = seconds
+        row.builder_log = output.log
+        row.io = [t.to_dict() for t in output.io]
+        row.warnings = [*plan.notes, *warnings, *output.warnings]
+        row.finished_at = utcnow()
+        session.add(row)
+        ready.append(row)
+
+    try:
+        (finalize or _plain_write(app))(engine_id, mark_ready)
+    except BaseException as err:
+        _mark_failed(app, engine_id, f"not published: {type(err).__name__}: {err}", output.log)
+        raise
+    logger.info(
+        "engine %s READY: %s %s %s in %.2f s",
+        engine_id,
+        plan.backend.name,
+        plan.precision.precision,
+        ",".join(plan.targets),
+        seconds,
+    )
+    return BuildResult(ready[0], plan.model, cache_hit=False, notes=plan.notes)
+
+
+def _plain_write(app: AppContext) -> Finalizer:
+    def run(_engine_id: int, mutate: Callable[[Session], None]) -> None:
+        with app.catalog.write() as session:
+            mutate(session)
+
+    return run
+
+
+def _mark_failed(app: AppContext, engine_id: int, error: str, log: str) -> None:
+    with app.catalog.write() as session:
+        row = session.get(EngineRecord, engine_id)
+        if row is None:
+            return
+        row.status = EngineStatus.FAILED
+        row.error = error
+        row.builder_log = log or row.builder_log
+        row.finished_at = utcnow()
+        session.add(row)
+
+
+def recipe_key(source_digest: str, recipe: dict[str, Any]) -> str:
+    return canonical_digest({"source": source_digest, "recipe": recipe})
+
+
+def _precision_variant(app: AppContext, plan: BuildPlan, work: Path) -> tuple[ModelRecord, tuple[str, ...]]:
+    """The model to build from: the source for fp32, else its stored converted variant."""
+    if not plan.precision.precision or plan.precision.precision == "fp32":
+        return plan.model, ()
+    key = recipe_key(plan.model.digest, plan.recipe)
+    with app.catalog.read() as session:
+        existing = session.exec(select(ModelRecord).where(ModelRecord.recipe_key == key)).first()
+    if existing is not None:
+        return existing, tuple(str(w) for w in existing.recipe.get("warnings", []))
+    converted = convert_precision(
+        model_path(app, plan.model),
+        plan.precision,
+        work / "convert",
+        input_shapes=plan.profile.opt_shapes(),
+    )
+    recipe = {**converted.recipe, "warnings": list(converted.warnings), "seconds": round(converted.seconds, 3)}
+    registered = register_model(
+        app,
+        converted.path,
+        name=f"{plan.model.name}.{plan.precision.precision}",
+        parent_id=plan.model.id,
+        recipe=recipe,
+        recipe_key=key,
+    )
+    return registered.model, converted.warnings

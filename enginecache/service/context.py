@@ -1,0 +1,46 @@
+"""Where the product keeps its state: home directory, catalog URL, store."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from enginecache.core.store import ArtifactStore
+from enginecache.db.catalog import Catalog, sqlite_url
+
+HOME_ENV = "ENGINECACHE_HOME"
+DB_URL_ENV = "ENGINECACHE_DB_URL"
+DEFAULT_HOME = Path("engines")
+
+
+@dataclass
+class AppContext:
+    """Home, store and catalog, opened lazily (the catalog migrates on first use)."""
+
+    home: Path
+    db_url: str
+    tmp_dir: Path | None = None  # scratch space override (a job's own working directory)
+    _catalog: Catalog | None = field(default=None, repr=False)
+
+    @classmethod
+    def from_settings(cls, home: str | Path | None = None, db_url: str | None = None) -> AppContext:
+        resolved_home = Path(home or os.environ.get(HOME_ENV) or DEFAULT_HOME).expanduser().resolve()
+        url = db_url or os.environ.get(DB_URL_ENV) or sqlite_url(resolved_home / "catalog.db")
+        return cls(home=resolved_home, db_url=url)
+
+    @property
+    def store(self) -> ArtifactStore:
+        return ArtifactStore(self.home, tmp_dir=self.tmp_dir)
+
+    @property
+    def catalog(self) -> Catalog:
+        if self._catalog is None:
+            self.home.mkdir(parents=True, exist_ok=True)
+            self._catalog = Catalog(self.db_url)
+        return self._catalog
+
+    def close(self) -> None:
+        if self._catalog is not None:
+            self._catalog.dispose()
+            self._catalog = None

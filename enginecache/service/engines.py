@@ -1,0 +1,232 @@
+"""Use cases for engines: list, show, verify blobs, check compatibility with this host."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sqlmodel import col, select
+
+from enginecache.core.backends.base import CompatibilityResult, EngineRef
+from enginecache.core.backends.registry import get_backend
+from enginecache.core.cachekey import INGREDIENTS
+from enginecache.core.fingerprint import HostFingerprint, cpu_target, host_fingerprint
+from enginecache.db.models import EngineRecord, EngineStatus, ModelRecord, utcnow
+from enginecache.errors import IntegrityCheckError, NotFoundError
+from enginecache.service import stats
+from enginecache.service.context import AppContext
+from enginecache.service.models import get_model
+from enginecache.service.routing import BACKEND_MODULES
+
+logger = logging.getLogger(__name__)
+
+
+def get_engine(app: AppContext, engine_id: int) -> EngineRecord:
+    with app.catalog.read() as session:
+        found = session.get(EngineRecord, engine_id)
+    if found is None:
+        raise NotFoundError(f"no engine with id {engine_id} in the catalog")
+    return found
+
+
+def list_engines(app: AppContext, *, model: str | None = None, status: str | None = None) -> list[EngineRecord]:
+    query = select(EngineRecord).order_by(col(EngineRecord.created_at).desc(), col(EngineRecord.id).desc())
+    if model is not None:
+        query = query.where(EngineRecord.model_id == get_model(app, model).id)
+    if status is not None:
+        query = query.where(EngineRecord.status == status.upper())
+    with app.catalog.read() as session:
+        return list(session.exec(query).all())
+
+
+def model_names(app: AppContext) -> dict[int, str]:
+    with app.catalog.read() as session:
+        return {m.id or 0: m.name for m in session.exec(select(ModelRecord)).all()}
+
+
+def engine_to_dict(
+    app: AppContext,
+    engine: EngineRecord,
+    *,
+    model_name: str | None = None,
+    detail: bool = False,
+    cache_hit: bool | None = None,
+) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "id": engine.id,
+        "model": model_name if model_name is not None else model_names(app).get(engine.model_id),
+        "model_id": engine.model_id,
+        "variant_model_id": engine.variant_model_id,
+        "backend": engine.backend,
+        "backend_version": engine.backend_version,
+        "precision": engine.precision,
+        "targets": engine.targets.split(",") if engine.targets else [],
+        "cache_key": engine.cache_key,
+        "sha256": engine.sha256,
+        "blake3": engine.blake3,
+        "size_bytes": engine.size_bytes,
+        "build_seconds": engine.build_seconds,
+        "status": engine.status,
+        "path": str(app.home / engine.blob_path) if engine.blob_path else None,
+        "created_at": engine.created_at.isoformat(),
+        "finished_at": engine.finished_at.isoformat() if engine.finished_at else None,
+        "warnings": list(engine.warnings),
+        "error": engine.error,
+    }
+    if cache_hit is not None:
+        data["cache_hit"] = cache_hit
+    if detail:
+        data["key_ingredients"] = {name: engine.key_ingredients.get(name) for name in INGREDIENTS}
+        for name in INGREDIENTS:
+            data[f"key_{name}"] = engine.key_ingredients.get(name)
+        data["precision_recipe"] = engine.precision_recipe
+        data["build_options"] = engine.build_options
+        data["target_info"] = engine.target_info
+        data["os"] = engine.os
+        data["host"] = engine.host
+        data["io"] = engine.io
+        data["verified_at"] = engine.verified_at.isoformat() if engine.verified_at else None
+        data["builder_log"] = engine.builder_log
+    return data
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    engine_id: int
+    ok: bool
+    status: str
+    message: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.engine_id, "ok": self.ok, "status": self.status, "message": self.message}
+
+
+def verify_engines(app: AppContext, engine_ids: list[int] | None = None) -> list[VerifyResult]:
+    """Re-hash each engine's blob in one pass; a mismatch or a missing blob marks it CORRUPT."""
+    if engine_ids:
+        engines = [get_engine(app, engine_id) for engine_id in engine_ids]
+    else:
+        engines = list_engines(app, status=EngineStatus.READY) + list_engines(app, status=EngineStatus.CORRUPT)
+    results = []
+    for engine in engines:
+        if engine.sha256 is None:
+            results.append(
+                VerifyResult(engine.id or 0, False, engine.status, f"engine {engine.id} has no blob ({engine.status})")
+            )
+            continue
+        try:
+            app.store.verify_blob(engine.sha256)
+        except IntegrityCheckError as err:
+            _set_status(app, engine.id or 0, EngineStatus.CORRUPT)
+            logger.warning("engine %s is corrupt: %s", engine.id, err)
+            results.append(VerifyResult(engine.id or 0, False, EngineStatus.CORRUPT, str(err)))
+            continue
+        status = EngineStatus.READY if engine.status == EngineStatus.CORRUPT else engine.status
+        _set_status(app, engine.id or 0, status, verified=True)
+        results.append(VerifyResult(engine.id or 0, True, status, f"sha256 {engine.sha256} matches"))
+    return results
+
+
+def _set_status(app: AppContext, engine_id: int, status: str, *, verified: bool = False) -> None:
+    with app.catalog.write() as session:
+        row = session.get(EngineRecord, engine_id)
+        if row is None:
+            return
+        row.status = status
+        if verified:
+            row.verified_at = utcnow()
+        session.add(row)
+
+
+def check_engine(app: AppContext, engine_id: int, *, host: HostFingerprint | None = None) -> CompatibilityResult:
+    """Can this host load the engine? Verdict compatible | incompatible | unknown, with a reason."""
+    engine = get_engine(app, engine_id)
+    if engine.status != EngineStatus.READY or engine.blob_path is None:
+        return CompatibilityResult("unknown", f"engine {engine_id} is {engine.status}, there is no engine to load")
+    path = app.home / engine.blob_path
+    if not path.is_file():
+        return CompatibilityResult(
+            "unknown", f"engine {engine_id}'s blob is missing from the store ({path}); run verify"
+        )
+    backend = get_backend(engine.backend)
+    ref = EngineRef(
+        path=path,
+        os=engine.os,
+        backend=engine.backend,
+        backend_version=engine.backend_version,
+        targets=tuple(engine.targets.split(",")),
+        precision=engine.precision,
+    )
+    return backend.check_compatibility(ref, host or host_fingerprint())
+
+
+def retire_engine(app: AppContext, engine_id: int) -> EngineRecord:
+    """Mark an engine RETIRED: it stays in the catalog (and its blob in the store until gc), but
+    no cache lookup returns it again, so the next request for its key builds anew."""
+    with app.catalog.write() as session:
+        row = session.get(EngineRecord, engine_id)
+        if row is None:
+            raise NotFoundError(f"no engine with id {engine_id} in the catalog")
+        row.status = EngineStatus.RETIRED
+        session.add(row)
+    logger.info("engine %s retired", engine_id)
+    return row
+
+
+@dataclass(frozen=True)
+class HostVerdict:
+    host: str
+    online: bool
+    verdict: str  # compatible | incompatible | unknown
+    reason: str
+
+
+def engine_host_verdicts(app: AppContext, engine_id: int) -> list[HostVerdict]:
+    """Could each known worker host load this engine? Decided from the catalog alone (the host's
+    recorded GPUs, CPU target and library versions), so no GPU library is loaded here; the
+    definitive header check runs on the host itself (`enginecache check`, or a test-load job)."""
+    with app.catalog.read() as session:
+        engine = session.get(EngineRecord, engine_id)
+    if engine is None:
+        raise NotFoundError(f"no engine with id {engine_id} in the catalog")
+    verdicts: list[HostVerdict] = []
+    seen: set[tuple[str, str]] = set()
+    for host in stats.worker_hosts(app):
+        fingerprint = host.fingerprint
+        identity = (host.hostname, str(sorted((fingerprint.get("packages") or {}).items())))
+        if identity in seen:
+            continue
+        seen.add(identity)
+        verdict, reason = host_verdict(engine, fingerprint)
+        verdicts.append(HostVerdict(host.hostname, host.online, verdict, reason))
+    return verdicts
+
+
+def host_verdict(engine: EngineRecord, fingerprint: Mapping[str, Any]) -> tuple[str, str]:
+    if engine.status != EngineStatus.READY:
+        return "unknown", f"engine {engine.id} is {engine.status}: there is nothing to load"
+    targets = [t for t in engine.targets.split(",") if t]
+    package = BACKEND_MODULES.get(engine.backend, engine.backend)
+    installed = (fingerprint.get("packages") or {}).get(package)
+    built = f"built for {', '.join(targets)} with {package} {engine.backend_version}"
+    if not installed:
+        return "incompatible", f"{built}; {package} is not installed on this host"
+    reasons: list[str] = []
+    if installed != engine.backend_version:
+        reasons.append(f"the host has {package} {installed}, the engine needs {engine.backend_version}")
+    if engine.backend in ("rtx", "trt"):
+        gpus = list(fingerprint.get("gpus") or [])
+        if not gpus:
+            reasons.append(f"the host has no NVIDIA GPU ({fingerprint.get('nvml', 'NVML unavailable')})")
+        elif not any(g.get("compute_capability") in targets for g in gpus):
+            names = ", ".join(f"{g.get('name')} ({str(g.get('compute_capability')).upper()})" for g in gpus)
+            reasons.append(f"the host's GPU {names} is not among the engine's targets")
+    else:
+        host_target = cpu_target(str(fingerprint.get("machine", "")), list(fingerprint.get("cpu_isa") or []))
+        if host_target not in targets:
+            reasons.append(f"the host's CPU is {host_target}")
+    if reasons:
+        return "incompatible", f"{built}; " + "; ".join(reasons)
+    return "compatible", f"{built}; GPU/CPU target and library version match (header not checked from here)"

@@ -1,0 +1,334 @@
+"""Exports: a Triton model repository, or the per-hardware tree operators keep, with a manifest.
+
+- `triton`: `<dest>/<model>/config.pbtxt` and `<dest>/<model>/1/<plan files>`. TensorRT engines get
+  `platform: "tensorrt_plan"` with `cc_model_filenames` mapping each compute capability to the plan
+  built for it; ONNX Runtime engines get the `onnxruntime` backend with the ORT-format model.
+  Inputs and outputs, their dims and types come from the engine; `max_batch_size` from the profile
+  (a leading dynamic dim whose profile starts at 1 is Triton's batch dim). The generated config is
+  parsed with Triton's own schema (`tritonclient.grpc.model_config_pb2.ModelConfig`, dev extra)
+  when it is installed, and always checked field by field here.
+- `tree`: `<dest>/<model>/<gpu-or-target>.<precision>.engine` plus `manifest.json` with every
+  engine's fingerprint (cache key and its ingredients) and sha256, so a container build can COPY
+  the tree and `verify_tree()` it at start.
+
+Files are copied (never hard-linked: an edit in an export must not reach the store) and the copy
+is re-hashed against the catalog's sha256.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sqlmodel import col, select
+
+from enginecache.core.backends.trt.targets import sm_to_capability
+from enginecache.core.hashing import hash_file
+from enginecache.db.models import EngineRecord, EngineStatus, ModelRecord
+from enginecache.errors import ExportError
+from enginecache.service.context import AppContext
+from enginecache.service.models import get_model
+
+logger = logging.getLogger(__name__)
+
+FORMATS = ("triton", "tree")
+MANIFEST_NAME = "manifest.json"
+MANIFEST_SCHEMA = 1
+
+TRITON_TYPES = {
+    "float32": "TYPE_FP32",
+    "float16": "TYPE_FP16",
+    "bfloat16": "TYPE_BF16",
+    "float64": "TYPE_FP64",
+    "int64": "TYPE_INT64",
+    "int32": "TYPE_INT32",
+    "int16": "TYPE_INT16",
+    "int8": "TYPE_INT8",
+    "uint8": "TYPE_UINT8",
+    "bool": "TYPE_BOOL",
+}
+# The backend preferred for a Triton model when none is named: Triton's TensorRT backend runs
+# full TensorRT plans; TensorRT-RTX plans need a TensorRT-RTX runtime (docs/runtime.md).
+TRITON_BACKEND_ORDER = ("trt", "rtx", "ort")
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    root: Path
+    files: tuple[Path, ...]
+    manifest: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"root": str(self.root), "files": [str(p) for p in self.files], "manifest": self.manifest}
+
+
+def _engines(app: AppContext, model: ModelRecord, backend: str | None, precision: str | None) -> list[EngineRecord]:
+    query = (
+        select(EngineRecord)
+        .where(EngineRecord.model_id == model.id, EngineRecord.status == EngineStatus.READY)
+        .order_by(col(EngineRecord.id).desc())
+    )
+    if backend is not None:
+        query = query.where(EngineRecord.backend == backend)
+    if precision is not None:
+        query = query.where(EngineRecord.precision == precision)
+    with app.catalog.read() as session:
+        return list(session.exec(query).all())
+
+
+def _copy_verified(app: AppContext, engine: EngineRecord, dest: Path) -> Path:
+    source = app.home / (engine.blob_path or "")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(source, dest)
+    got = hash_file(dest)
+    if got.sha256 != engine.sha256:
+        dest.unlink(missing_ok=True)
+        raise ExportError(
+            f"engine {engine.id}: the copy hashes to {got.sha256}, catalog says {engine.sha256} (run verify)"
+        )
+    return dest
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-").lower()
+
+
+def export_model(
+    app: AppContext,
+    model: str,
+    dest: Path,
+    *,
+    fmt: str = "tree",
+    backend: str | None = None,
+    precision: str | None = None,
+) -> ExportResult:
+    if fmt not in FORMATS:
+        raise ExportError(f"unknown export format {fmt!r}: choose {' or '.join(FORMATS)}")
+    record = get_model(app, model)
+    if fmt == "triton":
+        return export_triton(app, record, Path(dest), backend=backend, precision=precision or "fp32")
+    return export_tree(app, record, Path(dest), backend=backend, precision=precision)
+
+
+# -- tree ----------------------------------------------------------------------------------
+
+
+def tree_targets(engine: EngineRecord) -> list[str]:
+    """The hardware names an engine is filed under: each SM (rtx), the GPU and SM (trt), the CPU target (ort)."""
+    targets = [t for t in engine.targets.split(",") if t]
+    if engine.backend == "trt":
+        gpu = str(engine.target_info.get("gpu") or "gpu")
+        return [f"{_slug(gpu)}-{t}" for t in targets]
+    return targets
+
+
+def export_tree(
+    app: AppContext, model: ModelRecord, dest: Path, *, backend: str | None = None, precision: str | None = None
+) -> ExportResult:
+    engines = _engines(app, model, backend, precision)
+    if not engines:
+        raise ExportError(f"model {model.name} has no READY engine to export" + _filter_text(backend, precision))
+    root = dest / _slug(model.name)
+    root.mkdir(parents=True, exist_ok=True)
+    entries: list[dict[str, Any]] = []
+    files: list[Path] = []
+    taken: set[str] = set()
+    for engine in engines:  # newest first: a newer engine for the same hardware and precision wins
+        for target in tree_targets(engine):
+            name = f"{target}.{engine.precision}.engine"
+            if name in taken:
+                continue
+            taken.add(name)
+            files.append(_copy_verified(app, engine, root / name))
+            entries.append(
+                {
+                    "file": name,
+                    "engine_id": engine.id,
+                    "backend": engine.backend,
+                    "backend_version": engine.backend_version,
+                    "precision": engine.precision,
+                    "target": target,
+                    "targets": engine.targets.split(","),
+                    "sha256": engine.sha256,
+                    "blake3": engine.blake3,
+                    "size_bytes": engine.size_bytes,
+                    "fingerprint": {
+                        "cache_key": engine.cache_key,
+                        "key_ingredients": engine.key_ingredients,
+                        "build_host": {k: engine.host.get(k) for k in ("hostname", "os", "machine", "cpu_model")},
+                    },
+                    "io": engine.io,
+                    "profiles": engine.build_options.get("profiles", {}),
+                    "created_at": engine.created_at.isoformat(),
+                }
+            )
+    manifest = {
+        "schema": MANIFEST_SCHEMA,
+        "model": model.name,
+        "model_digest": model.digest,
+        "engines": sorted(entries, key=lambda e: e["file"]),
+    }
+    manifest_path = root / MANIFEST_NAME
+    manifest_path.write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str) + "\n")
+    return ExportResult(root, (*sorted(files), manifest_path), manifest)
+
+
+def verify_tree(model_dir: Path) -> list[str]:
+    """Re-hash every engine a tree's manifest lists; returns the problems (empty: all verified)."""
+    manifest = json.loads((Path(model_dir) / MANIFEST_NAME).read_text())
+    problems = []
+    for entry in manifest["engines"]:
+        path = Path(model_dir) / entry["file"]
+        if not path.is_file():
+            problems.append(f"{entry['file']}: missing")
+            continue
+        got = hash_file(path).sha256
+        if got != entry["sha256"]:
+            problems.append(f"{entry['file']}: sha256 {got} does not match the manifest's {entry['sha256']}")
+    return problems
+
+
+# -- triton --------------------------------------------------------------------------------
+
+
+def _dynamic(dim: Any) -> bool:
+    return not isinstance(dim, int) or dim < 0
+
+
+def triton_batching(engine: EngineRecord) -> int:
+    """Triton's max_batch_size: the profile's max batch when every tensor's leading dim is dynamic
+    and every input's profile starts at batch 1; 0 (no implicit batch dim) otherwise."""
+    profiles = engine.build_options.get("profiles", {})
+    io = engine.io
+    if not io or any(not t["shape"] or not _dynamic(t["shape"][0]) for t in io):
+        return 0
+    inputs = [t for t in io if t["mode"] == "input"]
+    if any(t["name"] not in profiles or profiles[t["name"]]["min"][0] != 1 for t in inputs):
+        return 0
+    return min(int(profiles[t["name"]]["max"][0]) for t in inputs)
+
+
+def _tensor_block(tensor: dict[str, Any], batched: bool) -> str:
+    dtype = TRITON_TYPES.get(str(tensor["dtype"]))
+    if dtype is None:
+        raise ExportError(f"tensor {tensor['name']}: type {tensor['dtype']} has no Triton data type")
+    shape = list(tensor["shape"])[1:] if batched else list(tensor["shape"])
+    dims = [(-1 if _dynamic(d) else int(d)) for d in shape] or [1]
+    return (
+        "  {\n"
+        f"    name: {json.dumps(tensor['name'])}\n"
+        f"    data_type: {dtype}\n"
+        f"    dims: [ {', '.join(str(d) for d in dims)} ]\n"
+        "  }"
+    )
+
+
+def _io_signature(engine: EngineRecord) -> list[tuple[str, str, str]]:
+    return [(t["name"], t["mode"], t["dtype"]) for t in engine.io]
+
+
+def render_triton_config(
+    name: str,
+    engine: EngineRecord,
+    *,
+    default_file: str,
+    cc_files: dict[str, str] | None = None,
+) -> str:
+    """config.pbtxt text for one model built from `engine`'s IO and profile."""
+    max_batch = triton_batching(engine)
+    batched = max_batch > 0
+    lines = [f"name: {json.dumps(name)}"]
+    if engine.backend == "ort":
+        lines += ['platform: "onnxruntime_onnx"', 'backend: "onnxruntime"']
+    else:
+        lines.append('platform: "tensorrt_plan"')
+    lines.append(f"max_batch_size: {max_batch}")
+    lines.append("version_policy: { latest: { num_versions: 1 } }")
+    lines.append(f"default_model_filename: {json.dumps(default_file)}")
+    for cc, filename in sorted((cc_files or {}).items()):
+        lines.append(f"cc_model_filenames: {{ key: {json.dumps(cc)} value: {json.dumps(filename)} }}")
+    inputs = [t for t in engine.io if t["mode"] == "input"]
+    outputs = [t for t in engine.io if t["mode"] == "output"]
+    lines.append("input [\n" + ",\n".join(_tensor_block(t, batched) for t in inputs) + "\n]")
+    lines.append("output [\n" + ",\n".join(_tensor_block(t, batched) for t in outputs) + "\n]")
+    kind = "KIND_CPU" if engine.backend == "ort" else "KIND_GPU"
+    lines.append(f"instance_group [ {{ count: 1 kind: {kind} }} ]")
+    return "\n".join(lines) + "\n"
+
+
+def validate_triton_config(text: str, version_dir: Path) -> dict[str, Any]:
+    """Parse with Triton's schema when tritonclient is installed (unknown or mistyped fields raise),
+    and check what a schema cannot: the files named exist, dims are set, batching is consistent."""
+    from google.protobuf import json_format, text_format
+
+    try:
+        from tritonclient.grpc import model_config_pb2
+    except ImportError:
+        model_config_pb2 = None
+    if model_config_pb2 is not None:
+        try:
+            config = text_format.Parse(text, model_config_pb2.ModelConfig())
+        except text_format.ParseError as err:
+            raise ExportError(f"generated config.pbtxt does not parse against Triton's schema: {err}") from err
+        parsed: dict[str, Any] = json_format.MessageToDict(config, preserving_proto_field_name=True)
+    else:
+        logger.info("tritonclient is not installed: config.pbtxt checked by field only")
+        parsed = {}
+    names = re.findall(r'(?:default_model_filename|value): "([^"]+)"', text)
+    missing = [n for n in names if not (version_dir / n).is_file()]
+    if missing:
+        raise ExportError(f"config.pbtxt names file(s) {', '.join(missing)} missing from {version_dir}")
+    if re.search(r"dims: \[\s*\]", text):
+        raise ExportError("config.pbtxt has a tensor without dims")
+    return parsed
+
+
+def export_triton(
+    app: AppContext, model: ModelRecord, dest: Path, *, backend: str | None = None, precision: str = "fp32"
+) -> ExportResult:
+    engines = _engines(app, model, backend, precision)
+    if not engines:
+        raise ExportError(f"model {model.name} has no READY engine to export" + _filter_text(backend, precision))
+    chosen_backend = backend or next(b for b in TRITON_BACKEND_ORDER if any(e.backend == b for e in engines))
+    engines = [e for e in engines if e.backend == chosen_backend]
+    base = engines[0]
+    name = _slug(model.name)
+    root = dest / name
+    version_dir = root / "1"
+    version_dir.mkdir(parents=True, exist_ok=True)
+    files: list[Path] = []
+    if chosen_backend == "ort":
+        default_file = "model.ort"
+        files.append(_copy_verified(app, base, version_dir / default_file))
+        text = render_triton_config(name, base, default_file=default_file)
+    else:
+        cc_files: dict[str, str] = {}
+        for engine in engines:  # newest first: the newest plan for each compute capability wins
+            if _io_signature(engine) != _io_signature(base) or triton_batching(engine) != triton_batching(base):
+                logger.info("engine %s skipped: its IO or batching differs from engine %s", engine.id, base.id)
+                continue
+            targets = [t for t in engine.targets.split(",") if t]
+            free = [t for t in targets if f"{sm_to_capability(t)[0]}.{sm_to_capability(t)[1]}" not in cc_files]
+            if not free:
+                continue
+            filename = f"model.{'_'.join(targets)}.plan"
+            files.append(_copy_verified(app, engine, version_dir / filename))
+            for t in free:
+                major, minor = sm_to_capability(t)
+                cc_files[f"{major}.{minor}"] = filename
+        default_file = cc_files[min(cc_files)]
+        text = render_triton_config(name, base, default_file=default_file, cc_files=cc_files)
+    config_path = root / "config.pbtxt"
+    config_path.write_text(text)
+    parsed = validate_triton_config(text, version_dir)
+    return ExportResult(root, (config_path, *sorted(files)), {"config": parsed or text})
+
+
+def _filter_text(backend: str | None, precision: str | None) -> str:
+    parts = [p for p in (backend, precision) if p]
+    return f" ({' '.join(parts)})" if parts else ""

@@ -1,0 +1,203 @@
+"""Use cases for the queue: submit a build (idempotent by cache key), inspect, cancel, wait."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from enginecache.db import queue
+from enginecache.db.models import (
+    TERMINAL_JOB_STATUSES,
+    EngineRecord,
+    JobRecord,
+    JobStatus,
+    LoadEventRecord,
+    WorkerRecord,
+    utcnow,
+)
+from enginecache.service.builds import BuildPlan, BuildRequest, find_ready_engine, plan_build
+from enginecache.service.context import AppContext
+from enginecache.service.events import record_event
+from enginecache.service.routing import WORKER_ALIVE_SECONDS, build_requirements, can_run, describe_requirements
+
+TERMINAL = TERMINAL_JOB_STATUSES
+
+
+@dataclass(frozen=True)
+class SubmitResult:
+    """What a submission got: a READY engine (cache hit), a joined job, or a new job."""
+
+    cache_hit: bool
+    engine: EngineRecord | None
+    job: JobRecord | None
+    joined: bool
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "cache_hit": self.cache_hit,
+            "engine_id": self.engine.id if self.engine else None,
+            "job_id": self.job.id if self.job else None,
+            "joined": self.joined,
+            "status": self.job.status if self.job else "READY",
+            "notes": list(self.notes),
+        }
+
+
+def request_payload(request: BuildRequest, model_id: int) -> dict[str, Any]:
+    data = asdict(request)
+    data["model"] = str(model_id)
+    data["targets"] = list(request.targets)
+    data["profiles"] = list(request.profiles)
+    data["calibration"] = str(request.calibration) if request.calibration else None
+    return data
+
+
+def request_from_payload(payload: dict[str, Any]) -> BuildRequest:
+    return BuildRequest(
+        model=str(payload["model"]),
+        backend=payload["backend"],
+        targets=tuple(payload["targets"]),
+        precision=payload["precision"],
+        profiles=tuple(payload["profiles"]),
+        calibration=Path(payload["calibration"]) if payload.get("calibration") else None,
+        converter=payload.get("converter"),
+        opt_level=payload.get("opt_level"),
+        workspace_bytes=payload.get("workspace_bytes"),
+    )
+
+
+def submit_build(
+    app: AppContext, request: BuildRequest, *, max_attempts: int = 3, timeout_seconds: float = 3600.0
+) -> SubmitResult:
+    """Validate the request, then return its READY engine, join its active job, or enqueue one.
+
+    A calibration file is copied into the store first, so the job does not depend on a path
+    that only exists in the submitter's working directory.
+    """
+    started = time.perf_counter()
+    plan = plan_build(app, request)
+    ready = find_ready_engine(app, plan.cache_key)
+    if ready is not None:
+        _record_request(app, plan, "hit", started, engine_id=ready.id)
+        return SubmitResult(cache_hit=True, engine=ready, job=None, joined=False, notes=plan.notes)
+    if request.calibration is not None:
+        blob = app.store.ingest_file(request.calibration)
+        request = BuildRequest(**{**asdict(request), "calibration": blob.path})
+    result = queue.enqueue(
+        app.catalog,
+        kind="build",
+        payload=request_payload(request, plan.model.id or 0),
+        requirements=build_requirements(
+            plan.backend.name, plan.target_info, plan.backend_version, plan.ingredients["os"]
+        ),
+        idempotency_key=plan.cache_key,
+        max_attempts=max_attempts,
+        timeout_seconds=timeout_seconds,
+    )
+    _record_request(app, plan, "joined" if result.joined else "queued", started)
+    return SubmitResult(cache_hit=False, engine=None, job=result.job, joined=result.joined, notes=plan.notes)
+
+
+def _record_request(
+    app: AppContext, plan: BuildPlan, outcome: str, started: float, *, engine_id: int | None = None
+) -> None:
+    seconds = time.perf_counter() - started
+    record_event(
+        app,
+        LoadEventRecord(
+            source="build_request",
+            hostname=plan.host.hostname,
+            model_name=plan.model.name,
+            model_id=plan.model.id,
+            engine_id=engine_id,
+            backend=plan.backend.name,
+            precision=plan.precision.precision,
+            host_target=",".join(plan.targets),
+            outcome=outcome,
+            lookup_s=seconds,
+            total_s=seconds,
+        ),
+    )
+
+
+def live_workers(app: AppContext) -> list[WorkerRecord]:
+    since = utcnow() - timedelta(seconds=WORKER_ALIVE_SECONDS)
+    return queue.list_workers(app.catalog, alive_since=since)
+
+
+def capable_workers(app: AppContext, job: JobRecord) -> list[WorkerRecord]:
+    return [w for w in live_workers(app) if can_run(job.requirements, w.capabilities)]
+
+
+def waiting_reason(app: AppContext, job: JobRecord) -> str | None:
+    """For a QUEUED job no live worker can run: 'waiting for a worker with TensorRT and an SM86 GPU'."""
+    if job.status != JobStatus.QUEUED or capable_workers(app, job):
+        return None
+    return f"waiting for {describe_requirements(job.requirements)}"
+
+
+def job_to_dict(app: AppContext | None, job: JobRecord) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "id": job.id,
+        "kind": job.kind,
+        "status": job.status,
+        "attempts": job.attempts,
+        "max_attempts": job.max_attempts,
+        "progress": round(job.progress, 4),
+        "phase": job.phase,
+        "worker": job.lease_owner,
+        "runner_pid": job.runner_pid,
+        "requirements": job.requirements,
+        "error": job.error,
+        "log_tail": job.log_tail,
+        "created_at": job.created_at.isoformat(),
+        "started_at": job.started_at.isoformat() if job.started_at else None,
+        "finished_at": job.finished_at.isoformat() if job.finished_at else None,
+        "result_engine_id": job.result_engine_id,
+        "cancel_requested": job.cancel_requested,
+        "payload": job.payload,
+    }
+    if app is not None:
+        data["waiting"] = waiting_reason(app, job)
+    return data
+
+
+def cancel_job(app: AppContext, job_id: int) -> JobRecord:
+    return queue.request_cancel(app.catalog, job_id)
+
+
+def get_job(app: AppContext, job_id: int) -> JobRecord:
+    return queue.get_job(app.catalog, job_id)
+
+
+def list_jobs(app: AppContext, *, status: str | None = None, limit: int = 200) -> list[JobRecord]:
+    return queue.list_jobs(app.catalog, status=status, limit=limit)
+
+
+def wait_for_job(
+    app: AppContext,
+    job_id: int,
+    *,
+    on_update: Callable[[JobRecord], None] | None = None,
+    poll_seconds: float = 0.2,
+    timeout_seconds: float | None = None,
+) -> JobRecord:
+    """Poll a job until it is terminal, reporting each change of progress or phase."""
+    deadline = None if timeout_seconds is None else time.monotonic() + timeout_seconds
+    last: tuple[Any, ...] | None = None
+    while True:
+        job = get_job(app, job_id)
+        state = (job.status, job.phase, round(job.progress, 3), job.attempts)
+        if state != last and on_update is not None:
+            on_update(job)
+        last = state
+        if job.status in TERMINAL:
+            return job
+        if deadline is not None and time.monotonic() > deadline:
+            return job
+        time.sleep(poll_seconds)
