@@ -15,7 +15,6 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from enginecache.core import precision
 from enginecache.core.calibration import (
     DEFAULT_DYNAMIC_DIM,
     ModelInput,
@@ -25,7 +24,7 @@ from enginecache.core.calibration import (
     read_model_inputs,
 )
 from enginecache.core.hashing import sha256_file
-from enginecache.core.precision import PRECISIONS, PrecisionSpec, convert_precision, validate_model
+from enginecache.core.precision import PRECISIONS, PrecisionSpec, availability, convert_precision, validate_model
 from enginecache.errors import CalibrationError, PrecisionError
 from tests.conftest import shared_model, skip_or_fail
 from tests.modelfactory import make_conv, make_mlp
@@ -40,7 +39,7 @@ TOKEN_PROFILE = {
 
 
 def need_modelopt() -> None:
-    if not precision.modelopt_available():
+    if not availability.modelopt_available():
         skip_or_fail("NVIDIA ModelOpt is not installed: pip install 'enginecache[modelopt]'")
 
 
@@ -111,7 +110,7 @@ def conv(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def no_modelopt(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(precision, "modelopt_available", lambda: False)
+    monkeypatch.setattr(availability, "modelopt_available", lambda: False)
 
 
 # --- specs ---------------------------------------------------------------------------------
@@ -144,7 +143,7 @@ def test_missing_source(tmp_path: Path) -> None:
 
 def test_importing_core_precision_loads_no_heavy_library() -> None:
     code = (
-        "import sys, core.precision, core.calibration\n"
+        "import sys, enginecache.core.precision, enginecache.core.calibration\n"
         "heavy = ['torch', 'modelopt', 'tensorrt_rtx', 'tensorrt', 'onnxruntime', 'onnxconverter_common']\n"
         "print([m for m in heavy if m in sys.modules])"
     )

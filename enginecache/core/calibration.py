@@ -27,6 +27,7 @@ import onnx
 from google.protobuf.message import DecodeError
 from onnx import TensorProto
 
+from enginecache.core.inputs import InputSlot, generate_feed
 from enginecache.errors import CalibrationError, PrecisionError
 
 logger = logging.getLogger(__name__)
@@ -238,24 +239,8 @@ def random_batches(
     """Seeded random feeds standing in for calibration data (see the module docstring)."""
     shapes = resolve_shapes(inputs, input_shapes)
     rng = np.random.default_rng(seed)
-    feeds: list[Batch] = []
-    for _ in range(batches):
-        feed: Batch = {}
-        for inp in inputs:
-            shape = shapes[inp.name]
-            if inp.kind == "f":
-                feed[inp.name] = rng.standard_normal(shape).astype(inp.dtype)
-            elif inp.kind == "i":
-                if "mask" in inp.name.lower():
-                    feed[inp.name] = np.ones(shape, dtype=inp.dtype)
-                else:
-                    feed[inp.name] = rng.integers(0, 100, size=shape).astype(inp.dtype)
-            elif inp.kind == "b":
-                feed[inp.name] = np.ones(shape, dtype=np.bool_)
-            else:
-                raise CalibrationError(f"model input '{inp.name}' of type {inp.type_name} cannot be fed random data")
-        feeds.append(feed)
-    return feeds
+    slots = [InputSlot(inp.name, np.dtype(inp.dtype), shapes[inp.name]) for inp in inputs]
+    return [generate_feed(slots, rng, CalibrationError) for _ in range(batches)]
 
 
 def count_samples(feeds: Sequence[Batch]) -> int:

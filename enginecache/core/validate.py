@@ -26,6 +26,7 @@ import numpy as np
 
 from enginecache.core.backends.base import Backend, EngineSession, Feeds, LoadSpec, PhaseTimer, TensorIO
 from enginecache.core.hashing import read_verified
+from enginecache.core.inputs import input_shapes, load_inputs, random_inputs
 from enginecache.core.lazyimport import import_backend
 from enginecache.errors import (
     BackendUnavailableError,
@@ -140,67 +141,6 @@ def compare_outputs(
             )
         )
     return results
-
-
-# -- inputs --------------------------------------------------------------------------------
-
-
-def input_shapes(
-    profiles: Mapping[str, Mapping[str, Sequence[int]]], io: Sequence[TensorIO], batch: int | None = None
-) -> dict[str, tuple[int, ...]]:
-    """The profile's opt shape of every input; `batch` replaces dim 0 where the profile lets it vary."""
-    shapes: dict[str, tuple[int, ...]] = {}
-    for tensor in io:
-        if tensor.mode != "input":
-            continue
-        profile = profiles.get(tensor.name)
-        if profile is not None:
-            shape = [int(d) for d in profile["opt"]]
-        elif all(isinstance(d, int) and d >= 0 for d in tensor.shape):
-            shape = [int(d) for d in tensor.shape]
-        else:
-            raise TestInputError(f"input {tensor.name} has dynamic dims {list(tensor.shape)} and no profile")
-        if batch is not None:
-            if not shape:
-                raise TestInputError(f"input {tensor.name} is a scalar: it has no batch dim")
-            low, high = (profile["min"][0], profile["max"][0]) if profile is not None else (shape[0], shape[0])
-            if not low <= batch <= high:
-                raise TestInputError(f"batch {batch} is outside input {tensor.name}'s profile range {low}..{high}")
-            shape[0] = batch
-        shapes[tensor.name] = tuple(shape)
-    return shapes
-
-
-def random_inputs(io: Sequence[TensorIO], shapes: Mapping[str, tuple[int, ...]], *, seed: int = 0) -> dict[str, Any]:
-    """Deterministic inputs: floats ~ N(0, 1); integer `*mask*` inputs all ones; other integers in [0, 100)."""
-    rng = np.random.default_rng(seed)
-    feeds: dict[str, Any] = {}
-    for tensor in io:
-        if tensor.mode != "input":
-            continue
-        shape = shapes[tensor.name]
-        dtype = np.dtype("bool" if tensor.dtype == "bool" else tensor.dtype)
-        if dtype.kind == "f":
-            feeds[tensor.name] = rng.standard_normal(shape).astype(dtype)
-        elif dtype.kind == "b" or "mask" in tensor.name.lower():
-            feeds[tensor.name] = np.ones(shape, dtype)
-        else:
-            feeds[tensor.name] = rng.integers(0, 100, size=shape).astype(dtype)
-    return feeds
-
-
-def load_inputs(path: Path, io: Sequence[TensorIO]) -> dict[str, Any]:
-    """Inputs from an .npz keyed by input name; every engine input must be there."""
-    try:
-        with np.load(path) as data:
-            feeds = {name: np.asarray(data[name]) for name in data.files}
-    except (OSError, ValueError) as err:
-        raise TestInputError(f"cannot read inputs from {path}: {err}") from err
-    wanted = [t.name for t in io if t.mode == "input"]
-    missing = [name for name in wanted if name not in feeds]
-    if missing:
-        raise TestInputError(f"{path.name} lacks input(s) {', '.join(missing)}; it has {', '.join(feeds) or 'none'}")
-    return {name: feeds[name] for name in wanted}
 
 
 def reference_outputs(onnx_path: Path, feeds: Feeds) -> dict[str, np.ndarray]:

@@ -1,0 +1,284 @@
+"""What an ONNX graph holds, read from its proto without loading weights: tensors and their
+types, every (sub)graph and node, external data references (validated), parameters and op counts."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath, PureWindowsPath
+
+import onnx
+from onnx import AttributeProto, GraphProto, ModelProto, NodeProto, TensorProto, TypeProto
+
+from enginecache.errors import ExternalDataError
+
+UNKNOWN_DIM = "?"
+
+# Element widths in bits for the packed sub-byte types (numpy's itemsize says 1 for these).
+_SUB_BYTE_BITS: dict[int, int] = {
+    TensorProto.UINT4: 4,
+    TensorProto.INT4: 4,
+    TensorProto.FLOAT4E2M1: 4,
+}
+for _name, _bits in (("UINT2", 2), ("INT2", 2), ("FLOAT6E2M3", 6), ("FLOAT6E3M2", 6)):
+    _value = getattr(TensorProto, _name, None)  # newer types; absent in older onnx
+    if isinstance(_value, int):
+        _SUB_BYTE_BITS[_value] = _bits
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """One graph input or output: name, numpy-style dtype and shape.
+
+    ``shape`` holds ints for fixed dims and strings for symbolic ones (``"batch"``,
+    ``"unk__214"``, ``"floor(...)"``) or ``"?"`` for an unknown dim (``-1`` or unset).
+    Non-tensor values (sequence, map, optional) have ``shape == ()`` and a dtype such as
+    ``"sequence(float32)"``; the checker requires main-graph tensor IO to declare a shape.
+    """
+
+    name: str
+    dtype: str
+    shape: tuple[int | str, ...]
+
+    @property
+    def is_dynamic(self) -> bool:
+        """True when any dim is not a fixed int."""
+        return any(not isinstance(d, int) for d in self.shape)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "dtype": self.dtype,
+            "shape": list(self.shape),
+            "dynamic": self.is_dynamic,
+        }
+
+
+# ---------------------------------------------------------------------------------------------
+# Graph walking and external data
+# ---------------------------------------------------------------------------------------------
+
+
+def walk(roots: Iterable[GraphProto]) -> Iterator[GraphProto]:
+    """`roots` and every subgraph nested in their nodes (If/Loop/Scan bodies), iteratively."""
+    stack = list(roots)
+    while stack:
+        graph = stack.pop()
+        yield graph
+        for node in graph.node:
+            stack.extend(subgraphs(node))
+
+
+def iter_graphs(model: ModelProto) -> Iterator[GraphProto]:
+    """The main graph and all its subgraphs."""
+    return walk([model.graph])
+
+
+def subgraphs(node: NodeProto) -> Iterator[GraphProto]:
+    for attr in node.attribute:
+        if attr.type == AttributeProto.GRAPH:
+            yield attr.g
+        elif attr.type == AttributeProto.GRAPHS:
+            yield from attr.graphs
+
+
+def all_nodes(model: ModelProto) -> Iterator[NodeProto]:
+    """Nodes of the main graph, of model-local functions, and of all their subgraphs."""
+    for graph in all_graphs(model):
+        yield from graph.node
+    for function in model.functions:
+        yield from function.node
+
+
+def all_graphs(model: ModelProto) -> Iterator[GraphProto]:
+    """The main graph, subgraphs of model-local functions, and everything nested in them."""
+    function_graphs = [sub for f in model.functions for n in f.node for sub in subgraphs(n)]
+    return walk([model.graph, *function_graphs])
+
+
+def all_tensors(model: ModelProto) -> Iterator[TensorProto]:
+    """Every TensorProto that may carry data: initializers and tensor attributes."""
+    for graph in all_graphs(model):
+        yield from graph.initializer
+        for sparse in graph.sparse_initializer:
+            yield sparse.values
+            yield sparse.indices
+    for node in all_nodes(model):
+        for attr in node.attribute:
+            if attr.HasField("t"):
+                yield attr.t
+            yield from attr.tensors
+            if attr.HasField("sparse_tensor"):
+                yield attr.sparse_tensor.values
+                yield attr.sparse_tensor.indices
+            for sparse in attr.sparse_tensors:
+                yield sparse.values
+                yield sparse.indices
+
+
+def external_refs(model: ModelProto) -> Iterator[tuple[str, str, int | None]]:
+    """(tensor name, location, offset + length or None) for each externally stored tensor."""
+    for tensor in all_tensors(model):
+        if tensor.data_location != TensorProto.EXTERNAL:
+            continue
+        info = {entry.key: entry.value for entry in tensor.external_data}
+        location = info.get("location", "")
+        end: int | None = None
+        if "length" in info:
+            try:
+                end = int(info.get("offset", "0") or "0") + int(info["length"])
+            except ValueError as err:
+                raise ExternalDataError(
+                    f"tensor {tensor.name!r}: external data offset/length are not integers "
+                    f"({info.get('offset')!r}, {info.get('length')!r})"
+                ) from err
+        yield tensor.name, location, end
+
+
+def normalise_location(location: str) -> str:
+    return PurePosixPath(location).as_posix()
+
+
+def resolve_refs(model_path: Path, refs: Sequence[tuple[str, str, int | None]]) -> list[Path]:
+    folder = model_path.absolute().parent
+    real_folder = folder.resolve()
+    out: list[Path] = []
+    for tensor, location, end in refs:
+
+        def fail(problem: str, tensor: str = tensor, location: str = location) -> ExternalDataError:
+            who = f"tensor {tensor!r} external data" if tensor else "external data"
+            return ExternalDataError(f"{model_path}: {who} location {location!r} {problem}")
+
+        if not location:
+            raise fail("is empty")
+        if "\x00" in location:
+            raise fail("contains a NUL byte")
+        if location.startswith(("/", "\\")) or PureWindowsPath(location).drive:
+            raise fail("is an absolute path; it must be relative to the model's folder")
+        if "\\" in location:
+            raise fail("contains a backslash; external data locations are posix paths")
+        parts = [p for p in location.split("/") if p not in ("", ".")]
+        if ".." in parts:
+            raise fail("contains '..'; it must stay inside the model's folder")
+        if not parts:
+            raise fail("does not name a file")
+        candidate = folder
+        for part in parts:
+            candidate = candidate / part
+            if candidate.is_symlink():
+                raise fail(f"goes through a symlink ({candidate}); symlinks are not followed")
+        if not candidate.exists():
+            raise fail(f"names a missing file: {candidate} does not exist")
+        if not candidate.is_file():
+            raise fail(f"is not a regular file: {candidate}")
+        real = candidate.resolve()
+        if not real.is_relative_to(real_folder):
+            raise fail(f"resolves outside the model's folder {real_folder}: {real}")
+        if end is not None and end > candidate.stat().st_size:
+            raise fail(
+                f"is truncated: the tensor needs bytes up to {end} but {candidate.name} has {candidate.stat().st_size}"
+            )
+        out.append(candidate)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Graph facts
+# ---------------------------------------------------------------------------------------------
+
+
+def domain_name(domain: str) -> str:
+    return "" if domain in ("", "ai.onnx") else domain
+
+
+def op_histogram(model: ModelProto) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for graph in iter_graphs(model):
+        for node in graph.node:
+            domain = domain_name(node.domain)
+            key = f"{domain}:{node.op_type}" if domain else node.op_type
+            counts[key] = counts.get(key, 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def dtype_name(elem_type: int) -> str:
+    if elem_type == TensorProto.STRING:
+        return "string"
+    try:
+        return str(onnx.helper.tensor_dtype_to_np_dtype(elem_type).name)
+    except (KeyError, ValueError, TypeError):
+        try:
+            return str(TensorProto.DataType.Name(elem_type)).lower()
+        except ValueError:
+            return f"unknown({elem_type})"
+
+
+def type_name(tp: TypeProto) -> str:
+    kind = tp.WhichOneof("value")
+    if kind == "tensor_type":
+        return dtype_name(tp.tensor_type.elem_type)
+    if kind == "sparse_tensor_type":
+        return f"sparse({dtype_name(tp.sparse_tensor_type.elem_type)})"
+    if kind == "sequence_type":
+        return f"sequence({type_name(tp.sequence_type.elem_type)})"
+    if kind == "optional_type":
+        return f"optional({type_name(tp.optional_type.elem_type)})"
+    if kind == "map_type":
+        key = dtype_name(tp.map_type.key_type)
+        return f"map({key},{type_name(tp.map_type.value_type)})"
+    if kind == "opaque_type":
+        return f"opaque({tp.opaque_type.domain}:{tp.opaque_type.name})"
+    return UNKNOWN_DIM
+
+
+def tensor_info(value: onnx.ValueInfoProto) -> TensorInfo:
+    tp = value.type
+    kind = tp.WhichOneof("value")
+    if kind == "tensor_type":
+        tensor_type: TypeProto.Tensor | TypeProto.SparseTensor = tp.tensor_type
+    elif kind == "sparse_tensor_type":
+        tensor_type = tp.sparse_tensor_type
+    else:
+        return TensorInfo(value.name, type_name(tp), ())
+    if not tensor_type.HasField("shape"):
+        return TensorInfo(value.name, type_name(tp), ())
+    dims: list[int | str] = []
+    for dim in tensor_type.shape.dim:
+        which = dim.WhichOneof("value")
+        if which == "dim_value" and dim.dim_value >= 0:
+            dims.append(int(dim.dim_value))
+        elif which == "dim_param" and dim.dim_param:
+            dims.append(dim.dim_param)
+        else:
+            dims.append(UNKNOWN_DIM)
+    return TensorInfo(value.name, type_name(tp), tuple(dims))
+
+
+def tensor_size(tensor: TensorProto) -> tuple[int, int]:
+    """(elements, bytes) from dims and data type alone; never touches the data."""
+    count = math.prod(int(d) for d in tensor.dims)
+    elem = tensor.data_type
+    if elem in _SUB_BYTE_BITS:
+        return count, (count * _SUB_BYTE_BITS[elem] + 7) // 8
+    if elem == TensorProto.STRING:
+        return count, sum(len(s) for s in tensor.string_data)
+    try:
+        itemsize = int(onnx.helper.tensor_dtype_to_np_dtype(elem).itemsize)
+    except (KeyError, ValueError, TypeError):
+        itemsize = 0
+    return count, count * itemsize
+
+
+def parameters(model: ModelProto) -> tuple[int, int]:
+    """Elements and bytes of all initializers (subgraphs included; sparse ones as stored)."""
+    count = nbytes = 0
+    for graph in iter_graphs(model):
+        for tensor in graph.initializer:
+            c, b = tensor_size(tensor)
+            count, nbytes = count + c, nbytes + b
+        for sparse in graph.sparse_initializer:
+            c, b = tensor_size(sparse.values)
+            _, ib = tensor_size(sparse.indices)
+            count, nbytes = count + c, nbytes + b + ib
+    return count, nbytes

@@ -1,0 +1,125 @@
+"""Validate a converted model: ONNX checker, strict shape inference, an ONNX Runtime CPU session."""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+
+import onnx
+from google.protobuf.message import DecodeError
+
+from enginecache.core.precision.modelfiles import trim
+from enginecache.errors import PrecisionError
+
+logger = logging.getLogger(__name__)
+
+
+def validate_model(path: Path, *, converter_hint: str = "") -> tuple[str, ...]:
+    """Check a model with the ONNX checker (path-based, so external data and >2 GB models
+    work), strict shape inference and an ONNX Runtime CPU session.
+
+    Raises `PrecisionError` naming the failing stage, the node when the message names one,
+    and `converter_hint` (what to install or use instead). Returns notes for checks that
+    could not run here: an ONNX Runtime CPU build has no kernel for some low-precision ops
+    (e.g. bf16 Conv); such a graph has passed ORT's type checks, so it is not an error.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise PrecisionError(f"model {path} does not exist")
+    try:
+        onnx.checker.check_model(str(path))
+    except (onnx.checker.ValidationError, OSError, ValueError, DecodeError) as err:
+        raise _invalid(path, "ONNX checker", err, converter_hint) from err
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+        onnx.shape_inference.infer_shapes(model, strict_mode=True)
+    except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError) as err:
+        raise _invalid(path, "ONNX shape inference", err, converter_hint) from err
+    del model
+
+    import onnxruntime as ort
+    from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    try:
+        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    except ort_state.NotImplemented as err:
+        note = f"onnxruntime CPU cannot run {path.name} (graph types check out): {trim(_strip_ort(str(err)), 300)}"
+        logger.info(note)
+        return (note,)
+    except (
+        ort_state.Fail,
+        ort_state.InvalidGraph,
+        ort_state.InvalidArgument,
+        ort_state.InvalidProtobuf,
+        ort_state.RuntimeException,
+        ort_state.NoSuchFile,
+        ort_state.EPFail,
+    ) as err:
+        raise _invalid(path, "onnxruntime session", err, converter_hint) from err
+    del session
+    return ()
+
+
+def _invalid(path: Path, stage: str, err: BaseException, hint: str) -> PrecisionError:
+    message = _strip_ort(str(err))
+    node = _node_in_message(message, path)
+    where = f" at node '{node}'" if node else ""
+    text = f"{path.name} is not a valid model: {stage} failed{where}: {trim(message)}"
+    if hint:
+        text += f"; {hint}"
+    return PrecisionError(text)
+
+
+_NODE_PATTERNS = (
+    re.compile(r"node name: ([^\s),]+)"),
+    re.compile(r"[Nn]ode \(([^)]+)\)"),
+    re.compile(r"[Nn]ode with name '([^']+)'"),
+    re.compile(r"with name '([^']+)'"),
+    re.compile(r"(?:^|[\s:])(/[^\s:()'\"]+):"),
+    re.compile(r"[Nn]ode:? '?([^\s',]+)'?"),
+)
+
+
+def _node_in_message(message: str, path: Path) -> str | None:
+    """The graph node a checker/ORT message names, confirmed against the model's node names."""
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except (OSError, ValueError, DecodeError):
+        return None
+    names = {node.name for node in model.graph.node if node.name}
+    for pattern in _NODE_PATTERNS:
+        for match in pattern.finditer(message):
+            if match.group(1) in names:
+                return match.group(1)
+    found = [name for name in names if len(name) >= 4 and name in message]
+    return max(found, key=len) if found else None
+
+
+def _strip_ort(message: str) -> str:
+    """Drop ONNX Runtime's '[ONNXRuntimeError] : 1 : FAIL : Load model from X failed:' prefix,
+    keep the first of onnx's per-node inference errors, and name element types."""
+    entries = re.findall(r"\(op_type:.*?(?=\(op_type:|$)", message, flags=re.S)
+    if len(entries) > 1:
+        prefix = message[: message.index("(op_type:")].strip()
+        message = f"{prefix} {entries[0].strip()} (and {len(entries) - 1} more node errors)"
+    message = re.sub(
+        r"\((\d+)\) vs \((\d+)\)",
+        lambda m: f"({_type_name(int(m.group(1)))}) vs ({_type_name(int(m.group(2)))})",
+        message,
+    )
+    return re.sub(
+        r"^\[ONNXRuntimeError\] : \d+ : \w+ : (Load model from \S+ failed:)?",
+        "",
+        message,
+    ).strip()
+
+
+def _type_name(elem_type: int) -> str:
+    try:
+        return str(onnx.TensorProto.DataType.Name(elem_type)).lower()
+    except ValueError:
+        return str(elem_type)

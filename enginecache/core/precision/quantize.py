@@ -1,0 +1,116 @@
+"""int8 and fp8: explicit Q/DQ through onnxruntime.quantization, calibrated from an .npz or random inputs."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from enginecache.core.calibration import (
+    BatchReader,
+    batch_arrays,
+    count_samples,
+    load_calibration,
+    random_batches,
+    read_model_inputs,
+    resolve_shapes,
+)
+from enginecache.core.hashing import sha256_file
+from enginecache.core.precision.modelfiles import (
+    needs_external_data,
+    recipe_record,
+    remove_model,
+    tool_version,
+    trim,
+)
+from enginecache.core.precision.spec import TOOL_ORT_QUANT, PrecisionSpec
+from enginecache.errors import PrecisionError
+
+
+def quantize(
+    source: Path,
+    spec: PrecisionSpec,
+    target: Path,
+    input_shapes: Mapping[str, Sequence[int]] | None,
+) -> tuple[dict[str, object], list[str], str]:
+    from onnxruntime.quantization import (
+        CalibrationMethod,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+
+    notes: list[str] = []
+    inputs = read_model_inputs(source)
+    options: dict[str, object]
+    if spec.calibration is not None:
+        arrays = load_calibration(spec.calibration, inputs)
+        feeds = batch_arrays(arrays, inputs)
+        calibration: str = "npz"
+        digest: str | None = sha256_file(spec.calibration)
+        options = {}
+    else:
+        feeds = random_batches(inputs, input_shapes)
+        calibration = "random"
+        digest = None
+        shapes = resolve_shapes(inputs, input_shapes)
+        options = {"random_shapes": {name: list(shape) for name, shape in shapes.items()}}
+        notes.append(f"uncalibrated: {spec.precision} scales come from random inputs; pass --calib FILE.npz")
+
+    if spec.precision == "int8":
+        activation, weight, method = (
+            QuantType.QInt8,
+            QuantType.QInt8,
+            CalibrationMethod.MinMax,
+        )
+    else:
+        activation = weight = QuantType.QFLOAT8E4M3FN
+        method = CalibrationMethod.Distribution
+    extra = {
+        "ActivationSymmetric": True,
+        "WeightSymmetric": True,
+        "QuantizeBias": False,
+    }
+    external = needs_external_data(source, None)
+    options.update(
+        {
+            "quant_format": "QDQ",
+            "activation_type": activation.name,
+            "weight_type": weight.name,
+            "calibrate_method": method.name,
+            "per_channel": False,
+            "extra_options": dict(extra),
+            "batches": len(feeds),
+            # No quant_pre_process: its ORT graph optimizations fold constants that the quantizer
+            # then turns into quantized constants TensorRT rejects ("Quantized constant ... is only
+            # allowed before DQ", seen on bert_mini and tiny_llama); without it every reference
+            # model builds.
+            "pre_process": False,
+        }
+    )
+
+    try:
+        quantize_static(
+            str(source),
+            str(target),
+            BatchReader(feeds),
+            quant_format=QuantFormat.QDQ,
+            activation_type=activation,
+            weight_type=weight,
+            per_channel=False,
+            calibrate_method=method,
+            use_external_data_format=external,
+            calibration_providers=["CPUExecutionProvider"],
+            extra_options=extra,
+        )
+    except Exception as err:  # ORT raises ValueError, RuntimeError and its own pybind errors
+        remove_model(target)
+        raise PrecisionError(
+            f"onnxruntime.quantization failed to quantize {source.name} to {spec.precision}: "
+            f"{type(err).__name__}: {trim(str(err))}"
+        ) from err
+
+    recipe = recipe_record(spec.precision, TOOL_ORT_QUANT, tool_version("onnxruntime"), options)
+    recipe["calibration"] = calibration
+    recipe["calibration_digest"] = digest
+    recipe["calibration_samples"] = count_samples(feeds)
+    return recipe, notes, ""
