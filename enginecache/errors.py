@@ -30,6 +30,7 @@ stored), 3 the catalog or the store is unavailable (try again later).
     ├── MissError                            load_or_build found no engine (nearest engine and differing fields)
     │   └── EngineQueuedError                ... and queued a build for it (job id)
     ├── StaleLeaseError                      a job holder's write after its lease was taken over
+    ├── JobWaitError                         a wait for a job ended first: it ran out, or nothing can run the job
     └── UnavailableError                     exit 3: the catalog or the store cannot be reached or written
         ├── CatalogUnavailableError          the database is down, unreachable or refuses the connection
         └── StoreError                       the artifact store could not write or read (disk full, I/O)
@@ -221,6 +222,24 @@ class StaleLeaseError(EngineCacheError):
     """A write by a job holder whose lease token is no longer the job's (expired, taken over)."""
 
     kind = "stale_lease"
+
+
+class JobWaitError(EngineCacheError):
+    """A wait for a job ended before the job did: the wait ran out (`timed_out`, after `seconds`),
+    or no live worker and not this host can run the job, so it never would. `waited_for` says what
+    the job was waiting for (a worker with ..., a running attempt on worker ...)."""
+
+    kind = "wait"
+
+    def __init__(self, message: str, *, job_id: int, waited_for: str, seconds: float | None = None) -> None:
+        super().__init__(message)
+        self.job_id = job_id
+        self.waited_for = waited_for
+        self.seconds = seconds
+
+    @property
+    def timed_out(self) -> bool:
+        return self.seconds is not None
 
 
 # -- unavailable (exit 3) -------------------------------------------------------------------

@@ -72,11 +72,11 @@ def test_installed_beside_user_packages_named_service_and_core(wheel: Path, tmp_
         "from enginecache import RuntimeSpec, load_or_build, EngineRejectedError\n"
         "import enginecache.service.runtime as runtime\n"
         "assert service.WHO == 'user service' and core.WHO == 'user core', (service, core)\n"
-        "assert enginecache.__file__.startswith(%r), enginecache.__file__\n"
+        f"assert enginecache.__file__.startswith({str(site)!r}), enginecache.__file__\n"
         "assert runtime.load_or_build is load_or_build and RuntimeSpec().backend == 'rtx'\n"
         "assert issubclass(EngineRejectedError, enginecache.EngineCacheError)\n"
         "print('ok')\n"
-    ) % str(site)
+    )
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     done = subprocess.run(
         [str(python), "-c", code], cwd=user, env=env, capture_output=True, text=True, timeout=120, check=False

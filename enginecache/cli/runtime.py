@@ -1,22 +1,22 @@
-"""CLI commands for the serving side: `test-load`, `ready`, `export` (registered by enginecache.cli.app)."""
+"""`enginecache test-load`, `ready` and `export`: the serving side of an engine."""
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from enginecache.cli.common import EXIT_FAILED, JsonOption, app_context, emit, fail
-from enginecache.core.fingerprint import host_fingerprint
+from enginecache.cli.common import EXIT_FAILED, JsonOption, app_context, emit, fail, job_progress_printer
 from enginecache.db.models import JobStatus
+from enginecache.errors import JobWaitError
 from enginecache.service.exports import export_model
-from enginecache.service.jobs import cancel_job, capable_workers, wait_for_job, waiting_reason
-from enginecache.service.routing import can_run, worker_capabilities
-from enginecache.service.runtime import RuntimeSpec, check_ready
-from enginecache.service.testload import list_load_runs, load_run_to_dict, run_test_load, submit_test_load
-from enginecache.service.worker import WorkerConfig, default_worker_name, run_worker
+from enginecache.service.jobs import waiting_reason
+from enginecache.service.loadruns import list_load_runs, load_run_to_dict
+from enginecache.service.readiness import check_ready
+from enginecache.service.runtime import RuntimeSpec
+from enginecache.service.submitwait import run_and_wait
+from enginecache.service.testload import run_test_load, submit_test_load
 
 
 def describe_run(run: dict[str, Any]) -> str:
@@ -79,27 +79,23 @@ def testload_command(
         app_ctx, engine_id, iterations=iterations, batch=batch, inputs=inputs, tolerances=tolerances or None
     )
     job_id = job.id or 0
-    waiting = waiting_reason(app_ctx, job)
     if queue_only:
+        waiting = waiting_reason(app_ctx, job)
         emit(
             {"job_id": job_id, "status": job.status, "waiting": waiting},
             as_json,
             f"test-load job {job_id} {job.status}" + (f" ({waiting})" if waiting else ""),
         )
         return
-    if not capable_workers(app_ctx, job):
-        if not can_run(job.requirements, worker_capabilities(host_fingerprint())):
-            cancel_job(app_ctx, job_id)
-            fail(
-                f"no worker can load engine {engine_id}: it needs {waiting or 'another host'}; this host cannot "
-                "either (pass --here to record this host's verdict, or --queue to leave the job for such a worker)",
-                EXIT_FAILED,
-            )
-        config = WorkerConfig(name=f"cli-{default_worker_name()}", job_id=job_id)
-        threading.Thread(
-            target=run_worker, args=(app_ctx, config), kwargs={"install_signals": False}, daemon=True
-        ).start()
-    done = wait_for_job(app_ctx, job_id)
+    try:
+        done = run_and_wait(app_ctx, job, on_update=job_progress_printer(as_json))
+    except JobWaitError as err:
+        if err.timed_out:
+            raise
+        fail(
+            f"{err}; pass --here to record this host's verdict, or --queue to leave the job for such a worker",
+            err.exit_code,
+        )
     if done.status != JobStatus.SUCCEEDED:
         fail(f"test-load job {job_id} {done.status}: {done.error}", EXIT_FAILED)
     runs = [r for r in list_load_runs(app_ctx, engine_id) if r["job_id"] == job_id]
@@ -162,6 +158,7 @@ def export_command(
 
 
 def register(app: typer.Typer) -> None:
+    """Add `test-load`, `ready` and `export` to the CLI."""
     app.command("test-load")(testload_command)
     app.command("ready")(ready_command)
     app.command("export")(export_command)

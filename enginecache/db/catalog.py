@@ -19,7 +19,7 @@ from alembic.config import Config
 from sqlalchemy import event
 from sqlmodel import Session
 
-from enginecache.errors import EngineCacheError
+from enginecache.errors import CatalogUnavailableError, EngineCacheError
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +39,41 @@ def normalize_url(url: str) -> str:
     if url.startswith("postgresql://") or url.startswith("postgres://"):
         return "postgresql+psycopg://" + url.split("://", 1)[1]
     return url
+
+
+class CatalogConnectError(CatalogUnavailableError, sa.exc.OperationalError):
+    """A connection to the catalog could not be made (server down, refused, file not openable).
+
+    Also an SQLAlchemy OperationalError, so code that rides out an unreachable catalog by catching
+    that (the worker's claim, heartbeat and supervision loops) keeps doing so; the CLI maps it to
+    exit 3 as a CatalogUnavailableError.
+    """
+
+    def __init__(self, message: str, cause: sa.exc.DBAPIError) -> None:
+        sa.exc.OperationalError.__init__(
+            self,
+            cause.statement,
+            cause.params,
+            cause.orig if cause.orig is not None else cause,
+            connection_invalidated=cause.connection_invalidated,
+        )
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+    def __reduce__(self) -> Any:  # unpickles as the plain kind (the SQLAlchemy half needs its cause)
+        return CatalogUnavailableError, (self.message,)
+
+
+def _is_connect_failure(err: sa.exc.DBAPIError) -> bool:
+    """Raised while connecting, not while a statement ran: SQLAlchemy wraps pool connect errors
+    with no statement. SQLite's busy errors ("database is locked") are never counted: they are the
+    contention the worker rides out, whatever step they surface in."""
+    if err.statement is not None:
+        return False
+    words = str(err.orig).lower()
+    return "locked" not in words and "busy" not in words
 
 
 def _configure_sqlite(engine: sa.Engine) -> None:
@@ -99,8 +134,24 @@ class Catalog:
                     connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})")
                 config.attributes["connection"] = connection
                 command.upgrade(config, "head")
-        except sa.exc.OperationalError as err:
+        except (sa.exc.OperationalError, sa.exc.InterfaceError) as err:
+            if _is_connect_failure(err):
+                raise self._unavailable(err) from err
             raise EngineCacheError(f"cannot open the catalog at {self.safe_url}: {err.orig}") from err
+
+    def _unavailable(self, err: sa.exc.DBAPIError) -> CatalogConnectError:
+        reason = " ".join(str(err.orig).split())  # psycopg's message spans lines
+        return CatalogConnectError(f"cannot reach the catalog at {self.safe_url}: {reason}", err)
+
+    def _connect(self, session: Session) -> None:
+        """Connect a new session now, so a catalog that cannot be reached raises CatalogConnectError
+        here; errors of the statements the caller runs afterwards pass through as they are."""
+        try:
+            session.connection()
+        except (sa.exc.OperationalError, sa.exc.InterfaceError) as err:
+            if _is_connect_failure(err):
+                raise self._unavailable(err) from err
+            raise
 
     @property
     def safe_url(self) -> str:
@@ -109,12 +160,14 @@ class Catalog:
     @contextlib.contextmanager
     def read(self) -> Iterator[Session]:
         with Session(self.engine, expire_on_commit=False) as session:
+            self._connect(session)
             yield session
 
     @contextlib.contextmanager
     def write(self) -> Iterator[Session]:
         """A session in one immediate transaction, committed on success, rolled back on error."""
         with Session(self._writer, expire_on_commit=False) as session, session.begin():
+            self._connect(session)
             yield session
 
     def dispose(self) -> None:

@@ -19,6 +19,7 @@ from enginecache.db.models import (
     WorkerRecord,
     utcnow,
 )
+from enginecache.errors import JobWaitError
 from enginecache.service.builds import BuildPlan, BuildRequest, find_ready_engine, plan_build
 from enginecache.service.context import AppContext
 from enginecache.service.events import record_event
@@ -184,10 +185,16 @@ def wait_for_job(
     job_id: int,
     *,
     on_update: Callable[[JobRecord], None] | None = None,
+    on_poll: Callable[[JobRecord], None] | None = None,
     poll_seconds: float = 0.2,
     timeout_seconds: float | None = None,
 ) -> JobRecord:
-    """Poll a job until it is terminal, reporting each change of progress or phase."""
+    """Poll a job until it is terminal, reporting each change of progress or phase (`on_update`).
+
+    `on_poll` sees the unfinished job at every poll and may raise to stop waiting. With
+    `timeout_seconds`, a job still unfinished then raises JobWaitError naming the job and what it
+    was waiting for; the job itself is left as it is.
+    """
     deadline = None if timeout_seconds is None else time.monotonic() + timeout_seconds
     last: tuple[Any, ...] | None = None
     while True:
@@ -198,6 +205,31 @@ def wait_for_job(
         last = state
         if job.status in TERMINAL:
             return job
-        if deadline is not None and time.monotonic() > deadline:
-            return job
+        if deadline is not None and time.monotonic() >= deadline:
+            waited_for = _describe_wait(app, job)
+            raise JobWaitError(
+                f"gave up waiting for job {job_id} after {timeout_seconds:g} s: it is {waited_for}",
+                job_id=job_id,
+                waited_for=waited_for,
+                seconds=timeout_seconds,
+            )
+        if on_poll is not None:
+            on_poll(job)
         time.sleep(poll_seconds)
+
+
+def _describe_wait(app: AppContext, job: JobRecord) -> str:
+    """What an unfinished job is waiting for: 'QUEUED, waiting for a worker with ...', or 'RUNNING
+    on worker w1 (attempt 1/3, 40%, phase build)'."""
+    if job.status == JobStatus.RUNNING:
+        detail = f"attempt {job.attempts}/{job.max_attempts}, {job.progress:.0%}" + (
+            f", phase {job.phase}" if job.phase else ""
+        )
+        return f"{job.status} on worker {job.lease_owner or '?'} ({detail})"
+    reason = waiting_reason(app, job)
+    if reason is not None:
+        return f"{job.status}, {reason}"
+    return (
+        f"{job.status} after {job.attempts}/{job.max_attempts} attempts; a live worker can run it but has not "
+        "claimed it yet (busy, or a retry's backoff)"
+    )

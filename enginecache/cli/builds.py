@@ -1,0 +1,91 @@
+"""`enginecache build`: find an engine in the cache, or build it (here, or on a worker that can)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from enginecache.cli.common import JsonOption, app_context, emit, job_progress_printer
+from enginecache.db.models import EngineRecord, JobStatus
+from enginecache.errors import BuildFailedError
+from enginecache.service.builds import BuildRequest
+from enginecache.service.context import AppContext
+from enginecache.service.engines import engine_to_dict, get_engine
+from enginecache.service.jobs import submit_build, waiting_reason
+from enginecache.service.submitwait import run_and_wait
+
+
+def build(
+    ctx: typer.Context,
+    model: Annotated[str, typer.Argument(help="Model name, id or digest.")],
+    backend: Annotated[str, typer.Option(help="rtx | trt | ort")] = "rtx",
+    target: Annotated[
+        list[str] | None, typer.Option("--target", help="Comma-separated: sm80,sm86 (rtx); cpu (ort).")
+    ] = None,
+    precision: Annotated[str, typer.Option(help="fp32 | fp16 | bf16 | int8 | fp8")] = "fp32",
+    profile: Annotated[
+        list[str] | None, typer.Option("--profile", help="INPUT=MIN,OPT,MAX with shapes like 1x3x224x224.")
+    ] = None,
+    calib: Annotated[Path | None, typer.Option("--calib", help="Calibration .npz for int8/fp8.")] = None,
+    converter: Annotated[
+        str | None, typer.Option(help="fp16 converter: modelopt | onnxconverter (default: best installed).")
+    ] = None,
+    opt_level: Annotated[int | None, typer.Option("--opt-level", help="Builder optimization level 0..5.")] = None,
+    workspace: Annotated[int | None, typer.Option("--workspace", help="Workspace limit in bytes.")] = None,
+    queue_only: Annotated[bool, typer.Option("--queue", help="Enqueue and print the job id at once.")] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Build (or find in the cache) one engine; without --queue, wait and show progress."""
+    request = BuildRequest(
+        model=model,
+        backend=backend,
+        targets=tuple(target or ()),
+        precision=precision,
+        profiles=tuple(profile or ()),
+        calibration=calib,
+        converter=converter,
+        opt_level=opt_level,
+        workspace_bytes=workspace,
+    )
+    app_ctx = app_context(ctx)
+    submitted = submit_build(app_ctx, request)
+    if not as_json:
+        for note in submitted.notes:
+            typer.echo(note, err=True)
+    if submitted.cache_hit and submitted.engine is not None:
+        _emit_engine(app_ctx, submitted.engine, cache_hit=True, notes=submitted.notes, as_json=as_json)
+        return
+    assert submitted.job is not None
+    job_id = submitted.job.id or 0
+    if queue_only:
+        data = submitted.to_dict()
+        data["waiting"] = waiting_reason(app_ctx, submitted.job)
+        verb = "joined" if submitted.joined else "queued"
+        emit(data, as_json, f"job {job_id} {verb}" + (f" ({data['waiting']})" if data["waiting"] else ""))
+        return
+    job = run_and_wait(app_ctx, submitted.job, on_update=job_progress_printer(as_json))
+    if job.status != JobStatus.SUCCEEDED or job.result_engine_id is None:
+        raise BuildFailedError(f"job {job_id} {job.status}: {job.error}", job.result_engine_id or 0)
+    _emit_engine(
+        app_ctx, get_engine(app_ctx, job.result_engine_id), cache_hit=False, notes=submitted.notes, as_json=as_json
+    )
+
+
+def _emit_engine(
+    app_ctx: AppContext, engine: EngineRecord, *, cache_hit: bool, notes: tuple[str, ...], as_json: bool
+) -> None:
+    data = engine_to_dict(app_ctx, engine, cache_hit=cache_hit)
+    data["notes"] = list(notes)
+    verb = "cache hit" if cache_hit else f"built in {engine.build_seconds or 0:.2f} s"
+    emit(
+        data,
+        as_json,
+        f"engine {engine.id}: {verb}, {engine.size_bytes or 0:,d} B, sha256 {engine.sha256}\n{data['path']}",
+    )
+
+
+def register(app: typer.Typer) -> None:
+    """Add `build` to the CLI."""
+    app.command()(build)

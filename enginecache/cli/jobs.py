@@ -1,0 +1,83 @@
+"""`enginecache worker`, `jobs` and `job show | cancel`: the queue and the process that runs it."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+
+from enginecache.cli.common import JsonOption, app_context, emit
+from enginecache.service.jobs import cancel_job, get_job, job_to_dict, list_jobs
+from enginecache.service.worker import WorkerConfig, default_worker_name, run_worker
+
+
+def worker(
+    ctx: typer.Context,
+    name: Annotated[str | None, typer.Option(help="Worker name (default host-pid).")] = None,
+    once: Annotated[bool, typer.Option("--once", help="Run until no job is claimable, then exit.")] = False,
+    concurrency: Annotated[int, typer.Option(help="Jobs run at the same time.")] = 1,
+    lease_seconds: Annotated[
+        float, typer.Option("--lease-seconds", help="Lease length; heartbeat every third.")
+    ] = 30.0,
+    poll_seconds: Annotated[float, typer.Option("--poll-seconds", help="Idle poll interval.")] = 0.2,
+) -> None:
+    """Claim and run jobs this host can run, until stopped (SIGINT/SIGTERM: finish, then exit)."""
+    config = WorkerConfig(
+        name=name or default_worker_name(),
+        once=once,
+        concurrency=max(1, concurrency),
+        lease_seconds=lease_seconds,
+        poll_seconds=poll_seconds,
+    )
+    count = run_worker(app_context(ctx), config)
+    typer.echo(f"worker {config.name}: ran {count} job(s)", err=True)
+
+
+def jobs_list(
+    ctx: typer.Context,
+    status: Annotated[str | None, typer.Option(help="Only jobs in this status.")] = None,
+    limit: Annotated[int, typer.Option(help="At most this many, newest first.")] = 200,
+    as_json: JsonOption = False,
+) -> None:
+    """Jobs in the queue, newest first."""
+    app_ctx = app_context(ctx)
+    rows = [job_to_dict(app_ctx, j) for j in list_jobs(app_ctx, status=status, limit=limit)]
+    text = (
+        "\n".join(
+            f"{r['id']:>5}  {r['kind']:<9} {r['status']:<10} {r['progress']:>5.0%} {r['attempts']}/{r['max_attempts']} "
+            f"{r['worker'] or '-':<24} {r['phase'] or r['waiting'] or ''}"
+            for r in rows
+        )
+        or "no jobs"
+    )
+    emit(rows, as_json, text)
+
+
+def job_show(
+    ctx: typer.Context, job_id: Annotated[int, typer.Argument(help="Job id.")], as_json: JsonOption = False
+) -> None:
+    """A job's status, attempts, progress, phase, worker, requirements, error and log tail."""
+    app_ctx = app_context(ctx)
+    data = job_to_dict(app_ctx, get_job(app_ctx, job_id))
+    emit(data, as_json, json.dumps(data, indent=2, default=str))
+
+
+def job_cancel(
+    ctx: typer.Context, job_id: Annotated[int, typer.Argument(help="Job id.")], as_json: JsonOption = False
+) -> None:
+    """Cancel a queued job (it never runs) or a running one (its process group is killed)."""
+    app_ctx = app_context(ctx)
+    job = cancel_job(app_ctx, job_id)
+    data = job_to_dict(app_ctx, job)
+    emit(data, as_json, f"job {job_id}: {job.status}" + (" (cancel requested)" if job.cancel_requested else ""))
+
+
+def register(app: typer.Typer) -> None:
+    """Add `worker`, `jobs` and the `job` group to the CLI."""
+    app.command()(worker)
+    app.command("jobs")(jobs_list)
+    group = typer.Typer(help="Inspect and cancel jobs.", no_args_is_help=True)
+    group.command("show")(job_show)
+    group.command("cancel")(job_cancel)
+    app.add_typer(group, name="job")

@@ -1,0 +1,51 @@
+"""`enginecache model add | list | show`: register and inspect ONNX models."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from enginecache.cli.common import JsonOption, app_context, emit
+from enginecache.service.models import get_model, list_models, model_to_dict, register_model
+
+
+def model_add(
+    ctx: typer.Context,
+    path: Annotated[Path, typer.Argument(help="ONNX file (external data files beside it are included).")],
+    name: Annotated[str | None, typer.Option(help="Name in the catalog (default: file stem).")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Inspect, hash and store an ONNX model; the same bytes twice return the existing model."""
+    result = register_model(app_context(ctx), path, name=name)
+    data = {**model_to_dict(result.model), "created": result.created}
+    verb = "registered" if result.created else "already registered"
+    emit(data, as_json, f"{verb}: {result.model.name} (id {result.model.id}) sha256 {result.model.digest}")
+
+
+def model_list(ctx: typer.Context, as_json: JsonOption = False) -> None:
+    """Every model in the catalog, newest first."""
+    models = list_models(app_context(ctx))
+    rows = [model_to_dict(m) for m in models]
+    text = "\n".join(f"{m.id:>4}  {m.name:<32} {m.size_bytes:>12,d} B  {m.digest[:16]}" for m in models) or "no models"
+    emit(rows, as_json, text)
+
+
+def model_show(
+    ctx: typer.Context, model: Annotated[str, typer.Argument(help="Name, id or digest.")], as_json: JsonOption = False
+) -> None:
+    """Inputs/outputs with dynamic dims, opset, IR, producer, ops, parameters, files, digest."""
+    record = get_model(app_context(ctx), model)
+    data = model_to_dict(record)
+    emit(data, as_json, json.dumps(data, indent=2, default=str))
+
+
+def register(app: typer.Typer) -> None:
+    """Add the `model` group to the CLI."""
+    group = typer.Typer(help="Register and inspect ONNX models.", no_args_is_help=True)
+    group.command("add")(model_add)
+    group.command("list")(model_list)
+    group.command("show")(model_show)
+    app.add_typer(group, name="model")
