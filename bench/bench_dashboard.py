@@ -29,9 +29,11 @@ import sqlalchemy as sa  # noqa: E402
 import streamlit as st  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
+from enginecache.core.backends.registry import get_backend  # noqa: E402
 from enginecache.core.cachekey import KEY_SCHEMA, compute_cache_key  # noqa: E402
 from enginecache.core.fingerprint import host_fingerprint  # noqa: E402
 from enginecache.core.onnx_info import inspect_model  # noqa: E402
+from enginecache.core.precision.spec import PRECISIONS  # noqa: E402
 from enginecache.db import queue  # noqa: E402
 from enginecache.db.models import EngineRecord, JobRecord, ModelRecord  # noqa: E402
 from enginecache.service.context import DB_URL_ENV, HOME_ENV, AppContext  # noqa: E402
@@ -39,8 +41,7 @@ from enginecache.service.routing import worker_capabilities  # noqa: E402
 from tests.modelfactory import make_conv  # noqa: E402
 
 VIEWS = ("overview", "models", "build", "engines", "timings", "hosts")
-TARGETS = ("sm75", "sm80", "sm86", "sm89", "sm120", "sm121")
-PRECISIONS = ("fp32", "fp16", "bf16", "int8", "fp8")
+TARGETS = get_backend("rtx").known_targets()
 BATCH = 5000
 
 
@@ -199,7 +200,7 @@ def seed(app: AppContext, *, models: int, engines: int, jobs: int, rng: random.R
 
 
 def run_view(name: str) -> tuple[float, AppTest]:
-    at = AppTest.from_string(f"from dashboard.views import {name}\n{name}.render()\n", default_timeout=120)
+    at = AppTest.from_string(f"from enginecache.dashboard.views import {name}\n{name}.render()\n", default_timeout=120)
     started = time.perf_counter()
     at.run()
     seconds = time.perf_counter() - started

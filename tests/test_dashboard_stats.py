@@ -1,5 +1,6 @@
-"""service.stats (the dashboard's SQL aggregates) on SQLite and PostgreSQL, and `enginecache serve`'s
-process plumbing."""
+"""service.readmodels (the dashboard's SQL aggregates, one module per view) on SQLite and PostgreSQL,
+what a worker can build and load as its backends describe it, and `enginecache serve`'s process
+plumbing."""
 
 from __future__ import annotations
 
@@ -11,14 +12,20 @@ from pathlib import Path
 
 import pytest
 
+from enginecache.core.backends.registry import get_backend
 from enginecache.core.fingerprint import host_fingerprint
 from enginecache.db import queue
 from enginecache.db.models import EngineStatus, JobRecord, JobStatus, utcnow
 from enginecache.errors import NotFoundError
-from enginecache.service import engines, stats
+from enginecache.service import engines
 from enginecache.service.builds import BuildRequest, build_engine
 from enginecache.service.context import DB_URL_ENV, HOME_ENV, AppContext
 from enginecache.service.models import register_model
+from enginecache.service.readmodels.engines import EngineFilter, engine_filter_options, engine_page
+from enginecache.service.readmodels.hosts import HostRow
+from enginecache.service.readmodels.models import model_lineage, model_rows
+from enginecache.service.readmodels.overview import cache_activity, catalog_counts, recent_failures
+from enginecache.service.readmodels.timings import build_time_groups
 from enginecache.service.routing import worker_capabilities
 from enginecache.service.serve import ServeSpec, child_env, dashboard_command, worker_command
 from tests.modelfactory import make_mlp
@@ -26,7 +33,7 @@ from tests.modelfactory import make_mlp
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_stats_aggregate_in_sql_on_each_catalog(catalog_ctx: AppContext, tmp_path: Path) -> None:
+def test_read_models_aggregate_in_sql_on_each_catalog(catalog_ctx: AppContext, tmp_path: Path) -> None:
     app = catalog_ctx
     model = register_model(app, make_mlp(tmp_path / "mlp.onnx"), name="mlp").model
     built = build_engine(app, BuildRequest(model="mlp", backend="rtx", targets=("sm89",), precision="fp32")).engine
@@ -49,34 +56,34 @@ def test_stats_aggregate_in_sql_on_each_catalog(catalog_ctx: AppContext, tmp_pat
             JobRecord(kind="build", status=JobStatus.SUCCEEDED, result_engine_id=built.id, finished_at=utcnow())
         )
 
-    counts = stats.catalog_counts(app)
+    counts = catalog_counts(app)
     assert (counts.models, counts.source_models, counts.engines, counts.jobs) == (1, 1, 1, 2)
     assert counts.engines_by_status == {"READY": 1}
     assert counts.jobs_by_status == {"DEAD": 1, "SUCCEEDED": 1}
     assert counts.workers_online == 1
 
-    days = stats.cache_activity(app, days=7)
+    days = cache_activity(app, days=7)
     assert [(d.misses, d.hits) for d in days] == [(1, 1)]
     assert days[0].day == utcnow().date().isoformat()
 
-    failures = stats.recent_failures(app)
+    failures = recent_failures(app)
     assert [(f.source, f.status) for f in failures] == [("job", "DEAD")]
     assert "SIGKILL" in failures[0].reason and "fp16 sm80" in failures[0].what
 
-    options = stats.engine_filter_options(app)
+    options = engine_filter_options(app)
     assert options.targets == ["sm89"] and options.precisions == ["fp32"] and options.models == [(model.id, "mlp")]
-    assert stats.engine_page(app, stats.EngineFilter(model_id=model.id, target="sm89")).total == 1
-    assert stats.engine_page(app, stats.EngineFilter(precision="fp16")).total == 0
-    later = stats.EngineFilter(since=utcnow() + timedelta(hours=1))
-    assert stats.engine_page(app, later).total == 0
+    assert engine_page(app, EngineFilter(model_id=model.id, target="sm89")).total == 1
+    assert engine_page(app, EngineFilter(precision="fp16")).total == 0
+    later = EngineFilter(since=utcnow() + timedelta(hours=1))
+    assert engine_page(app, later).total == 0
 
-    groups = stats.build_time_groups(app)
+    groups = build_time_groups(app)
     assert [(g.model, g.targets, g.precision, g.engines) for g in groups] == [("mlp", "sm89", "fp32", 1)]
     assert groups[0].mean_seconds == pytest.approx(built.build_seconds)
 
-    rows = stats.model_rows(app)
+    rows = model_rows(app)
     assert [(r.name, r.engines) for r in rows] == [("mlp", 1)]
-    lineage = stats.model_lineage(app, model.id or 0)
+    lineage = model_lineage(app, model.id or 0)
     assert lineage.variants == [] and [(e.precision, e.count) for e in lineage.engines] == [("fp32", 1)]
 
     verdicts = engines.engine_host_verdicts(app, built.id or 0)
@@ -85,7 +92,7 @@ def test_stats_aggregate_in_sql_on_each_catalog(catalog_ctx: AppContext, tmp_pat
         assert verdicts[0].verdict == "incompatible" and "no NVIDIA GPU" in verdicts[0].reason
 
     engines.retire_engine(app, built.id or 0)
-    assert stats.catalog_counts(app).engines_by_status == {EngineStatus.RETIRED.value: 1}
+    assert catalog_counts(app).engines_by_status == {EngineStatus.RETIRED.value: 1}
     with pytest.raises(NotFoundError):
         engines.retire_engine(app, 999)
 
@@ -116,6 +123,32 @@ def test_host_verdict_reads_the_hosts_recorded_gpus_and_versions() -> None:
     assert verdict == "incompatible" and "needs 1.7.1" in reason
     verdict, reason = engines.host_verdict(engine, {"packages": {}, "gpus": [gpu]})
     assert verdict == "incompatible" and "not installed" in reason
+
+
+def _worker(capabilities: dict[str, object]) -> HostRow:
+    now = utcnow()
+    return HostRow("w", "h", 1, "online", True, now, now, None, {}, dict(capabilities))
+
+
+def test_hosts_say_what_each_advertised_backend_can_build_and_load() -> None:
+    rtx_targets = ", ".join(get_backend("rtx").known_targets())
+    gpu_box = _worker(
+        {
+            "backends": ["rtx", "trt", "ort"],
+            "gpus": [{"name": "NVIDIA L4", "compute_capability": "sm89"}],
+            "cpu_target": "x86_64-avx2",
+        }
+    )
+    assert gpu_box.can_build == [f"rtx: any of {rtx_targets} (no GPU needed)", "trt: sm89", "ort: x86_64-avx2"]
+    assert gpu_box.can_load == ["rtx: sm89", "trt: sm89", "ort: x86_64-avx2"]
+    cpu_box = _worker({"backends": ["rtx", "ort", "tvm"], "gpus": [], "cpu_target": "aarch64-neon"})
+    assert cpu_box.can_build == [
+        f"rtx: any of {rtx_targets} (no GPU needed)",
+        "ort: aarch64-neon",
+        "tvm: a backend this version does not know",
+    ]
+    assert cpu_box.can_load[:2] == ["rtx: nothing (no NVIDIA GPU)", "ort: aarch64-neon"]
+    assert _worker({}).can_build == [] and _worker({}).can_load == []
 
 
 def test_serve_commands_pass_the_catalog_to_both_children(tmp_path: Path) -> None:
@@ -150,7 +183,7 @@ def test_serve_on_a_busy_port_fails_with_the_reason(tmp_path: Path) -> None:
 
 def test_build_requests_answered_from_cache_count_as_hits(tmp_path: Path) -> None:
     from enginecache.service.jobs import submit_build
-    from enginecache.service.testload import load_event_stats
+    from enginecache.service.loadruns import load_event_stats
     from enginecache.service.worker import Worker, WorkerConfig
     from tests.modelfactory import make_mlp
 
@@ -159,10 +192,10 @@ def test_build_requests_answered_from_cache_count_as_hits(tmp_path: Path) -> Non
     request = BuildRequest(model="mlp", backend="rtx", targets=("sm86",))
     assert submit_build(app, request).job is not None
     Worker(app, WorkerConfig(name="w", once=True)).run()
-    assert stats.cache_activity(app)[-1].hits == 0
+    assert cache_activity(app)[-1].hits == 0
     for _ in range(2):
         assert submit_build(app, request).cache_hit is True
-    [today] = stats.cache_activity(app)
+    [today] = cache_activity(app)
     assert (today.misses, today.hits) == (1, 2)
     assert load_event_stats(app) == [], "build requests are not serving processes' lookups"
     app.close()

@@ -15,8 +15,9 @@ from typing import Any, TypeVar
 import streamlit as st
 
 from enginecache.errors import EngineCacheError
-from enginecache.service import stats, testload
+from enginecache.service import loadruns
 from enginecache.service.context import DB_URL_ENV, HOME_ENV, AppContext
+from enginecache.service.readmodels import engines, hosts, models, overview, timings
 
 logger = logging.getLogger(__name__)
 
@@ -24,13 +25,7 @@ T = TypeVar("T")
 CatalogKey = tuple[str, str]  # (home, db url): what cached queries are keyed by
 
 # Errors a user can act on: shown with their message. Anything else is shown with its type too.
-EXPECTED_ERRORS: tuple[type[BaseException], ...] = (
-    EngineCacheError,
-    EngineCacheError,
-    EngineCacheError,
-    OSError,
-    ValueError,
-)
+EXPECTED_ERRORS: tuple[type[BaseException], ...] = (EngineCacheError, OSError, ValueError)
 
 LIVE_TTL = 2.0  # counts, jobs: what changes while you watch
 LIST_TTL = 3.0  # lists and pages
@@ -91,58 +86,58 @@ def fmt_bytes(n: float | int | None) -> str:
 
 
 @st.cache_data(ttl=LIVE_TTL, show_spinner=False)
-def counts(key: CatalogKey) -> stats.CatalogCounts:
-    return stats.catalog_counts(_open_app(*key))
+def counts(key: CatalogKey) -> overview.CatalogCounts:
+    return overview.catalog_counts(_open_app(*key))
 
 
 @st.cache_data(ttl=CHART_TTL, show_spinner=False)
-def cache_activity(key: CatalogKey, days: int) -> list[stats.CacheDay]:
-    return stats.cache_activity(_open_app(*key), days=days)
+def cache_activity(key: CatalogKey, days: int) -> list[overview.CacheDay]:
+    return overview.cache_activity(_open_app(*key), days=days)
 
 
 @st.cache_data(ttl=LIVE_TTL, show_spinner=False)
-def recent_failures(key: CatalogKey, limit: int) -> list[stats.Failure]:
-    return stats.recent_failures(_open_app(*key), limit=limit)
+def recent_failures(key: CatalogKey, limit: int) -> list[overview.Failure]:
+    return overview.recent_failures(_open_app(*key), limit=limit)
 
 
 @st.cache_data(ttl=LIST_TTL, show_spinner=False)
-def model_rows(key: CatalogKey) -> list[stats.ModelRow]:
-    return stats.model_rows(_open_app(*key))
+def model_rows(key: CatalogKey) -> list[models.ModelRow]:
+    return models.model_rows(_open_app(*key))
 
 
 @st.cache_data(ttl=LIST_TTL, show_spinner=False)
-def filter_options(key: CatalogKey) -> stats.FilterOptions:
-    return stats.engine_filter_options(_open_app(*key))
+def filter_options(key: CatalogKey) -> engines.FilterOptions:
+    return engines.engine_filter_options(_open_app(*key))
 
 
 @st.cache_data(ttl=LIVE_TTL, show_spinner=False)
-def engine_page(key: CatalogKey, spec: stats.EngineFilter, offset: int, limit: int) -> stats.EnginePage:
-    return stats.engine_page(_open_app(*key), spec, offset=offset, limit=limit)
+def engine_page(key: CatalogKey, spec: engines.EngineFilter, offset: int, limit: int) -> engines.EnginePage:
+    return engines.engine_page(_open_app(*key), spec, offset=offset, limit=limit)
 
 
 @st.cache_data(ttl=CHART_TTL, show_spinner=False)
-def build_time_groups(key: CatalogKey) -> list[stats.BuildTimeGroup]:
-    return stats.build_time_groups(_open_app(*key))
+def build_time_groups(key: CatalogKey) -> list[timings.BuildTimeGroup]:
+    return timings.build_time_groups(_open_app(*key))
 
 
 @st.cache_data(ttl=CHART_TTL, show_spinner=False)
 def load_phase_stats(key: CatalogKey) -> list[dict[str, Any]]:
     """Mean seconds per load phase by model x backend x targets x precision, beside build time."""
-    return testload.load_phase_stats(_open_app(*key))
+    return loadruns.load_phase_stats(_open_app(*key))
 
 
 @st.cache_data(ttl=CHART_TTL, show_spinner=False)
 def load_event_stats(key: CatalogKey) -> list[dict[str, Any]]:
     """`load_or_build` outcomes and hit rate by model, host and day."""
-    return testload.load_event_stats(_open_app(*key))
+    return loadruns.load_event_stats(_open_app(*key))
 
 
 @st.cache_data(ttl=LIST_TTL, show_spinner=False)
 def load_runs(key: CatalogKey, engine_id: int) -> list[dict[str, Any]]:
     """An engine's test-load runs, newest first."""
-    return testload.list_load_runs(_open_app(*key), engine_id, limit=20)
+    return loadruns.list_load_runs(_open_app(*key), engine_id, limit=20)
 
 
 @st.cache_data(ttl=LIVE_TTL, show_spinner=False)
-def worker_hosts(key: CatalogKey) -> list[stats.HostRow]:
-    return stats.worker_hosts(_open_app(*key))
+def worker_hosts(key: CatalogKey) -> list[hosts.HostRow]:
+    return hosts.worker_hosts(_open_app(*key))

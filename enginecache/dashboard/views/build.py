@@ -14,19 +14,19 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from enginecache.core.backends.trt.targets import RTX_COMPUTE_CAPABILITIES
+from enginecache.core.backends.base import Backend
+from enginecache.core.backends.registry import all_backends
+from enginecache.core.precision.spec import PRECISIONS, QUANTIZED
 from enginecache.core.profiles import resolve_profile
 from enginecache.dashboard import data
 from enginecache.db.models import JobStatus
-from enginecache.service import stats
 from enginecache.service.builds import BuildRequest, find_ready_engine, plan_build
 from enginecache.service.context import AppContext
 from enginecache.service.jobs import cancel_job, submit_build
 from enginecache.service.models import get_model, model_inputs
+from enginecache.service.readmodels.hosts import HostRow
+from enginecache.service.readmodels.jobs import JobRow, active_jobs, active_jobs_by_key, jobs_by_id
 
-PRECISIONS = ("fp32", "fp16", "bf16", "int8", "fp8")
-CALIBRATED = ("int8", "fp8")
-BACKEND_LABELS = {"rtx": "TensorRT-RTX", "trt": "TensorRT", "ort": "ONNX Runtime"}
 REFRESH_SECONDS = 1.0
 JOBS_SHOWN = 20
 
@@ -47,23 +47,36 @@ class Cell:
     cache_key: str | None = None
 
 
-def target_options(hosts: list[stats.HostRow]) -> list[Target]:
-    """TensorRT-RTX compute capabilities (built anywhere), the GPUs of known workers (TensorRT),
-    and the CPU targets of known workers (ONNX Runtime)."""
-    options = [Target("rtx", sm, f"{BACKEND_LABELS['rtx']} {sm}") for sm in RTX_COMPUTE_CAPABILITIES]
-    gpus: dict[str, str] = {}
-    cpus: dict[str, str] = {}
+def target_options(hosts: list[HostRow]) -> list[Target]:
+    """Per backend, in the registry's order: every target it builds for from any host (TensorRT-RTX's
+    compute capabilities), or, for a backend that builds for the hardware it runs on, the GPUs or
+    CPUs of the known workers that have it."""
+    options: list[Target] = []
+    for backend in all_backends():
+        known = backend.known_targets()
+        if known:
+            options += [Target(backend.name, target, f"{backend.label} {target}") for target in known]
+        else:
+            options += _worker_targets(backend, hosts)
+    return options
+
+
+def _worker_targets(backend: Backend, hosts: list[HostRow]) -> list[Target]:
+    """The GPUs (a GPU backend) or CPU targets of workers advertising `backend`. A CPU backend no
+    worker has advertised yet is offered as "this server's CPU" (its default target)."""
+    where: dict[str, str] = {}
     for host in hosts:
         caps = host.capabilities
-        if "trt" in caps.get("backends", []):
+        if backend.name not in caps.get("backends", []):
+            continue
+        if backend.device == "gpu":
             for gpu in caps.get("gpus", []):
-                gpus.setdefault(str(gpu.get("compute_capability")), f"{gpu.get('name')} on {host.hostname}")
-        if "ort" in caps.get("backends", []) and caps.get("cpu_target"):
-            cpus.setdefault(str(caps["cpu_target"]), host.hostname)
-    options += [Target("trt", cc, f"{BACKEND_LABELS['trt']} {cc} ({name})") for cc, name in sorted(gpus.items())]
-    options += [Target("ort", cpu, f"{BACKEND_LABELS['ort']} {cpu} ({host})") for cpu, host in sorted(cpus.items())]
-    if not cpus:
-        options.append(Target("ort", "", f"{BACKEND_LABELS['ort']} (this server's CPU)"))
+                where.setdefault(str(gpu.get("compute_capability")), f"{gpu.get('name')} on {host.hostname}")
+        elif caps.get("cpu_target"):
+            where.setdefault(str(caps["cpu_target"]), host.hostname)
+    options = [Target(backend.name, target, f"{backend.label} {target} ({on})") for target, on in sorted(where.items())]
+    if not options and backend.device == "cpu":
+        options.append(Target(backend.name, "", f"{backend.label} (this server's CPU)"))
     return options
 
 
@@ -118,7 +131,7 @@ def plan_cells(
     planned: list[tuple[Target, str, str | None, str]] = []
     for target in targets:
         for precision in precisions:
-            if precision in CALIBRATED and options.get("calibration") is None:
+            if precision in QUANTIZED and options.get("calibration") is None:
                 planned.append((target, precision, None, f"needs calibration data (.npz) for {precision}"))
                 continue
             try:
@@ -127,7 +140,7 @@ def plan_cells(
                 planned.append((target, precision, None, str(err)))
                 continue
             planned.append((target, precision, plan.cache_key, ""))
-    active = stats.active_jobs_by_key(app, [key for _, _, key, _ in planned if key])
+    active = active_jobs_by_key(app, [key for _, _, key, _ in planned if key])
     cells = []
     for target, precision, key, error in planned:
         if key is None:
@@ -220,7 +233,7 @@ def render() -> None:
         options["workspace_bytes"] = int(workspace_mb) * 2**20 if workspace_mb else None
 
     calib_upload = None
-    if any(p in CALIBRATED for p in precisions):
+    if any(p in QUANTIZED for p in precisions):
         calib_upload = st.file_uploader(
             "Calibration data (.npz, one array per model input) for int8/fp8", type=["npz"], key="build_calibration"
         )
@@ -265,8 +278,8 @@ def _progress_section() -> None:
 def _live_jobs() -> None:
     app = data.get_app()
     mine = [int(i) for i in st.session_state.get("build_job_ids", [])]
-    rows = {j.id: j for j in stats.active_jobs(app, limit=JOBS_SHOWN)}
-    for job in stats.jobs_by_id(app, mine[-JOBS_SHOWN:]):
+    rows = {j.id: j for j in active_jobs(app, limit=JOBS_SHOWN)}
+    for job in jobs_by_id(app, mine[-JOBS_SHOWN:]):
         rows.setdefault(job.id, job)
     if not rows:
         st.caption("No queued or running jobs.")
@@ -275,7 +288,7 @@ def _live_jobs() -> None:
         _job_card(app, job)
 
 
-def _job_card(app: AppContext, job: stats.JobRow) -> None:
+def _job_card(app: AppContext, job: JobRow) -> None:
     payload = job.payload
     what = " ".join(
         str(x) for x in (payload.get("backend"), payload.get("precision"), ",".join(payload.get("targets") or []))

@@ -13,15 +13,19 @@ import pandas as pd
 import plotly.express as px
 import streamlit as st
 
+from enginecache.core.backends.registry import backend_label
 from enginecache.core.cachekey import diff_ingredients
+from enginecache.core.precision.spec import PRECISIONS
 from enginecache.dashboard import data
-from enginecache.dashboard.views.build import PRECISIONS, make_request, target_options
+from enginecache.dashboard.views.build import make_request, target_options
 from enginecache.db.models import EngineStatus
-from enginecache.service import engines, stats
+from enginecache.service import engines
 from enginecache.service.builds import plan_build
 from enginecache.service.context import AppContext
 from enginecache.service.engines import engine_to_dict, get_engine, verify_engines
 from enginecache.service.jobs import waiting_reason
+from enginecache.service.readmodels.engines import EngineFilter, ingredient_rows
+from enginecache.service.readmodels.models import model_lineage
 from enginecache.service.testload import submit_test_load
 
 PAGE_SIZE = 50
@@ -33,7 +37,7 @@ def _choice(label: str, options: list[Any], key: str, fmt: Any = str) -> Any:
     return None if value == ANY else value
 
 
-def _filters(key: data.CatalogKey) -> stats.EngineFilter:
+def _filters(key: data.CatalogKey) -> EngineFilter:
     opts = data.filter_options(key)
     names = dict(opts.models)
     cols = st.columns(6)
@@ -53,7 +57,7 @@ def _filters(key: data.CatalogKey) -> stats.EngineFilter:
     if isinstance(days, (list, tuple)) and len(days) == 2 and all(isinstance(d, date) for d in days):
         since = datetime.combine(days[0], time.min, tzinfo=UTC)
         until = datetime.combine(days[1], time.min, tzinfo=UTC) + timedelta(days=1)
-    return stats.EngineFilter(
+    return EngineFilter(
         model_id=model_id, backend=backend, precision=precision, status=status, target=target, since=since, until=until
     )
 
@@ -122,7 +126,7 @@ def _detail(app: AppContext, key: data.CatalogKey, engine_id: int) -> None:
     cols[0].metric("Status", engine.status)
     cols[1].metric("Size", data.fmt_bytes(engine.size_bytes))
     cols[2].metric("Build time", f"{engine.build_seconds:.2f} s" if engine.build_seconds is not None else "-")
-    cols[3].metric("Backend", f"{engine.backend} {engine.backend_version}")
+    cols[3].metric("Backend", f"{backend_label(engine.backend)} {engine.backend_version}")
     cols[4].metric(
         "Verified",
         info["verified_at"][:10] if info["verified_at"] else "never",
@@ -149,7 +153,7 @@ def _detail(app: AppContext, key: data.CatalogKey, engine_id: int) -> None:
             pd.DataFrame(
                 [
                     {"ingredient": name, "value": json.dumps(value, sort_keys=True, default=str)}
-                    for name, value in stats.ingredient_rows(engine.key_ingredients)
+                    for name, value in ingredient_rows(engine.key_ingredients)
                 ]
             ),
             hide_index=True,
@@ -312,7 +316,7 @@ def _load_runs(runs: list[dict[str, Any]]) -> None:
 
 
 def _lineage(app: AppContext, engine: Any) -> None:
-    lineage = data.attempt("cannot read the lineage", stats.model_lineage, app, engine.model_id)
+    lineage = data.attempt("cannot read the lineage", model_lineage, app, engine.model_id)
     if lineage is None:
         return
     variant = next((v for v in lineage.variants if v.id == engine.variant_model_id), None)

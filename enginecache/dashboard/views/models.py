@@ -16,9 +16,9 @@ import streamlit as st
 
 from enginecache.dashboard import data
 from enginecache.dashboard.uploads import UploadedFile, stage_upload
-from enginecache.service import stats
 from enginecache.service.context import AppContext
 from enginecache.service.models import RegisterResult, get_model, model_to_dict, register_model
+from enginecache.service.readmodels.models import model_lineage
 
 EXTRACT_LIMIT_ENV = "ENGINECACHE_MAX_EXTRACT_MB"
 
@@ -186,7 +186,7 @@ def _detail(app: AppContext, model_id: int) -> None:
             fig.update_layout(yaxis={"autorange": "reversed"}, margin={"l": 0, "r": 0, "t": 10, "b": 0})
             st.plotly_chart(fig, key="models_ops_chart")
 
-    lineage = data.attempt("cannot read the lineage", stats.model_lineage, app, model_id)
+    lineage = data.attempt("cannot read the lineage", model_lineage, app, model_id)
     if lineage is None:
         return
     st.markdown("**Lineage**")

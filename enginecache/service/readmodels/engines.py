@@ -1,0 +1,163 @@
+"""Engines' read models: one filtered page of engines, the filters' options, cache-key ingredients."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlmodel import col
+
+from enginecache.core.cachekey import INGREDIENTS
+from enginecache.db.models import EngineRecord, ModelRecord
+from enginecache.service.context import AppContext
+
+ENGINE_PAGE_MAX = 500
+
+
+@dataclass(frozen=True)
+class EngineFilter:
+    model_id: int | None = None
+    backend: str | None = None
+    precision: str | None = None
+    status: str | None = None
+    target: str | None = None  # one compute capability or CPU target contained in `targets`
+    since: datetime | None = None
+    until: datetime | None = None
+
+
+@dataclass(frozen=True)
+class EngineRow:
+    id: int
+    model: str
+    model_id: int
+    backend: str
+    precision: str
+    targets: str
+    status: str
+    size_bytes: int | None
+    build_seconds: float | None
+    sha256: str | None
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class EnginePage:
+    rows: list[EngineRow]
+    total: int
+    offset: int
+    limit: int
+
+
+def _engine_where(spec: EngineFilter) -> list[Any]:
+    where: list[Any] = []
+    if spec.model_id is not None:
+        where.append(col(EngineRecord.model_id) == spec.model_id)
+    if spec.backend:
+        where.append(col(EngineRecord.backend) == spec.backend)
+    if spec.precision:
+        where.append(col(EngineRecord.precision) == spec.precision)
+    if spec.status:
+        where.append(col(EngineRecord.status) == spec.status.upper())
+    if spec.target:
+        target = spec.target.strip().lower()
+        # targets is comma-joined: match a whole item, not a prefix of another (sm8 vs sm86)
+        where.append(
+            sa.or_(
+                col(EngineRecord.targets) == target,
+                col(EngineRecord.targets).startswith(target + ","),
+                col(EngineRecord.targets).endswith("," + target),
+                col(EngineRecord.targets).contains("," + target + ","),
+            )
+        )
+    if spec.since is not None:
+        where.append(col(EngineRecord.created_at) >= spec.since)
+    if spec.until is not None:
+        where.append(col(EngineRecord.created_at) < spec.until)
+    return where
+
+
+def engine_page(app: AppContext, spec: EngineFilter, *, offset: int = 0, limit: int = 50) -> EnginePage:
+    """One page of engines matching `spec`, newest first, and how many match in all."""
+    limit = max(1, min(limit, ENGINE_PAGE_MAX))
+    offset = max(0, offset)
+    where = _engine_where(spec)
+    with app.catalog.read() as session:
+        total = session.execute(sa.select(sa.func.count()).select_from(EngineRecord).where(*where)).scalar_one()
+        rows = session.execute(
+            sa.select(
+                col(EngineRecord.id),
+                col(ModelRecord.name),
+                col(EngineRecord.model_id),
+                col(EngineRecord.backend),
+                col(EngineRecord.precision),
+                col(EngineRecord.targets),
+                col(EngineRecord.status),
+                col(EngineRecord.size_bytes),
+                col(EngineRecord.build_seconds),
+                col(EngineRecord.sha256),
+                col(EngineRecord.created_at),
+            )
+            .join(ModelRecord, col(ModelRecord.id) == col(EngineRecord.model_id))
+            .where(*where)
+            .order_by(col(EngineRecord.created_at).desc(), col(EngineRecord.id).desc())
+            .offset(offset)
+            .limit(limit)
+        ).all()
+    return EnginePage(
+        rows=[
+            EngineRow(
+                id=int(r[0]),
+                model=str(r[1]),
+                model_id=int(r[2]),
+                backend=str(r[3]),
+                precision=str(r[4]),
+                targets=str(r[5]),
+                status=str(r[6]),
+                size_bytes=r[7],
+                build_seconds=r[8],
+                sha256=r[9],
+                created_at=r[10],
+            )
+            for r in rows
+        ],
+        total=int(total),
+        offset=offset,
+        limit=limit,
+    )
+
+
+@dataclass(frozen=True)
+class FilterOptions:
+    models: list[tuple[int, str]]
+    backends: list[str]
+    precisions: list[str]
+    statuses: list[str]
+    targets: list[str]
+
+
+def engine_filter_options(app: AppContext) -> FilterOptions:
+    """The distinct values each engine filter can take (DISTINCT over indexed columns)."""
+    with app.catalog.read() as session:
+        models = session.execute(
+            sa.select(col(ModelRecord.id), col(ModelRecord.name)).order_by(col(ModelRecord.name), col(ModelRecord.id))
+        ).all()
+        backends = session.execute(sa.select(col(EngineRecord.backend)).distinct()).scalars().all()
+        precisions = session.execute(sa.select(col(EngineRecord.precision)).distinct()).scalars().all()
+        statuses = session.execute(sa.select(col(EngineRecord.status)).distinct()).scalars().all()
+        target_sets = session.execute(sa.select(col(EngineRecord.targets)).distinct()).scalars().all()
+    targets = sorted({t for joined in target_sets for t in str(joined).split(",") if t})
+    return FilterOptions(
+        models=[(int(i), str(n)) for i, n in models],
+        backends=sorted(str(b) for b in backends),
+        precisions=sorted(str(p) for p in precisions),
+        statuses=sorted(str(s) for s in statuses),
+        targets=targets,
+    )
+
+
+def ingredient_rows(ingredients: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """The cache-key ingredients in their display order (schema, digest, precision, ...)."""
+    return [(name, ingredients.get(name)) for name in INGREDIENTS]

@@ -1,0 +1,15 @@
+"""When a worker counts as online: status "online" and a heartbeat within WORKER_ALIVE_SECONDS."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from enginecache.db.models import utcnow
+from enginecache.service.routing import WORKER_ALIVE_SECONDS
+
+ONLINE = "online"
+
+
+def alive_since() -> datetime:
+    """The oldest heartbeat of a worker still counted as live."""
+    return utcnow() - timedelta(seconds=WORKER_ALIVE_SECONDS)

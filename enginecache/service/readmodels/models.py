@@ -1,0 +1,123 @@
+"""Models' read models: the model list with engine counts, and a model's lineage."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import sqlalchemy as sa
+from sqlmodel import col, select
+
+from enginecache.db.models import EngineRecord, ModelRecord
+from enginecache.errors import NotFoundError
+from enginecache.service.context import AppContext
+
+LINEAGE_GROUPS_MAX = 200
+
+
+@dataclass(frozen=True)
+class LineageEngine:
+    model_id: int
+    backend: str
+    precision: str
+    targets: str
+    status: str
+    count: int
+    newest_id: int
+
+
+@dataclass(frozen=True)
+class Lineage:
+    source: ModelRecord
+    variants: list[ModelRecord]
+    engines: list[LineageEngine] = field(default_factory=list)
+
+
+def model_lineage(app: AppContext, model_id: int) -> Lineage:
+    """A source model, its converted variants, and its engines grouped by backend, precision,
+    targets and status (engines built from a variant are counted under their source model)."""
+    with app.catalog.read() as session:
+        model = session.get(ModelRecord, model_id)
+        if model is None:
+            raise NotFoundError(f"no model with id {model_id} in the catalog")
+        source = model
+        while source.parent_id is not None:
+            parent = session.get(ModelRecord, source.parent_id)
+            if parent is None:
+                break
+            source = parent
+        variants = list(
+            session.exec(
+                select(ModelRecord).where(ModelRecord.parent_id == source.id).order_by(col(ModelRecord.id))
+            ).all()
+        )
+        groups = session.execute(
+            sa.select(
+                col(EngineRecord.variant_model_id),
+                col(EngineRecord.backend),
+                col(EngineRecord.precision),
+                col(EngineRecord.targets),
+                col(EngineRecord.status),
+                sa.func.count(),
+                sa.func.max(col(EngineRecord.id)),
+            )
+            .where(col(EngineRecord.model_id) == source.id)
+            .group_by(
+                col(EngineRecord.variant_model_id),
+                col(EngineRecord.backend),
+                col(EngineRecord.precision),
+                col(EngineRecord.targets),
+                col(EngineRecord.status),
+            )
+            .order_by(col(EngineRecord.precision), col(EngineRecord.targets))
+            .limit(LINEAGE_GROUPS_MAX)
+        ).all()
+    engines = [
+        LineageEngine(
+            model_id=int(g[0]) if g[0] is not None else int(source.id or 0),
+            backend=str(g[1]),
+            precision=str(g[2]),
+            targets=str(g[3]),
+            status=str(g[4]),
+            count=int(g[5]),
+            newest_id=int(g[6]),
+        )
+        for g in groups
+    ]
+    return Lineage(source=source, variants=variants, engines=engines)
+
+
+@dataclass(frozen=True)
+class ModelRow:
+    id: int
+    name: str
+    parent_id: int | None
+    size_bytes: int
+    digest: str
+    created_at: datetime
+    engines: int
+
+
+def model_rows(app: AppContext, *, limit: int = 500) -> list[ModelRow]:
+    """Models, newest first, with how many engines each has (one grouped query)."""
+    engine_counts = (
+        sa.select(col(EngineRecord.model_id).label("mid"), sa.func.count().label("n"))
+        .group_by(col(EngineRecord.model_id))
+        .subquery()
+    )
+    with app.catalog.read() as session:
+        rows = session.execute(
+            sa.select(
+                col(ModelRecord.id),
+                col(ModelRecord.name),
+                col(ModelRecord.parent_id),
+                col(ModelRecord.size_bytes),
+                col(ModelRecord.digest),
+                col(ModelRecord.created_at),
+                sa.func.coalesce(engine_counts.c.n, 0),
+            )
+            .outerjoin(engine_counts, engine_counts.c.mid == col(ModelRecord.id))
+            .order_by(col(ModelRecord.created_at).desc(), col(ModelRecord.id).desc())
+            .limit(limit)
+        ).all()
+    return [ModelRow(int(r[0]), str(r[1]), r[2], int(r[3]), str(r[4]), r[5], int(r[6])) for r in rows]
