@@ -9,10 +9,12 @@ from pathlib import Path
 import pytest
 from google.protobuf import text_format
 
+from enginecache.db.models import EngineRecord, EngineStatus
+from enginecache.errors import ExportError
 from enginecache.service.builds import BuildRequest, build_engine
 from enginecache.service.context import AppContext
 from enginecache.service.engines import verify_engines
-from enginecache.service.exports import ExportError, export_model, render_triton_config, verify_tree
+from enginecache.service.exports import export_model, render_triton_config, tree_targets, verify_tree
 from enginecache.service.models import register_model
 from tests.clirunner import run_cli
 from tests.modelfactory import make_conv, make_mlp
@@ -59,6 +61,7 @@ def test_triton_repository_for_an_ort_engine(app: AppContext, tmp_path: Path) ->
     config = _parse(result.root / "config.pbtxt")
     assert config.backend == "onnxruntime" and config.platform == "onnxruntime_onnx"  # type: ignore[attr-defined]
     assert config.default_model_filename == "model.ort"  # type: ignore[attr-defined]
+    assert model_config_pb2.ModelInstanceGroup.Kind.Name(config.instance_group[0].kind) == "KIND_CPU"  # type: ignore[attr-defined]
     assert (result.root / "1" / "model.ort").read_bytes()[4:8] == b"ORTM"
 
 
@@ -69,6 +72,36 @@ def test_fixed_batch_model_gets_max_batch_size_zero_and_full_dims(app_ctx: AppCo
     config = text_format.Parse(text, model_config_pb2.ModelConfig())
     assert config.max_batch_size == 0
     assert list(config.input[0].dims) == [4, 16]
+
+
+def test_a_tensorrt_engine_is_filed_by_gpu_and_served_as_a_plan_fake_gpu_build() -> None:
+    """A TensorRT engine as an A10 worker records it (no TensorRT here): the tree names the GPU it
+    was tuned on, Triton gets a plan on a GPU instance, keyed by its compute capability."""
+    io = [
+        {"name": "input", "mode": "input", "dtype": "float32", "shape": [-1, 16]},
+        {"name": "output", "mode": "output", "dtype": "float32", "shape": [-1, 32]},
+    ]
+    engine = EngineRecord(
+        id=1,
+        model_id=1,
+        backend="trt",
+        backend_version="10.13.0.35",
+        precision="fp16",
+        targets="sm86",
+        cache_key="k" * 64,
+        status=EngineStatus.READY,
+        onnx_digest="d" * 64,
+        os="Linux",
+        target_info={"compute_capability": "sm86", "gpu": "NVIDIA A10"},
+        build_options={"profiles": {"input": {"min": [1, 16], "opt": [4, 16], "max": [8, 16]}}},
+        io=io,
+    )
+    assert tree_targets(engine) == ["nvidia-a10-sm86"]
+    text = render_triton_config("mlp", engine, default_file="model.sm86.plan", cc_files={"8.6": "model.sm86.plan"})
+    config = text_format.Parse(text, model_config_pb2.ModelConfig())
+    assert config.platform == "tensorrt_plan" and config.backend == ""
+    assert dict(config.cc_model_filenames) == {"8.6": "model.sm86.plan"} and config.max_batch_size == 8
+    assert model_config_pb2.ModelInstanceGroup.Kind.Name(config.instance_group[0].kind) == "KIND_GPU"
 
 
 def test_triton_schema_rejects_a_mistyped_field() -> None:

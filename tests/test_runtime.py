@@ -11,21 +11,16 @@ import pytest
 from sqlmodel import select
 
 from enginecache.db.models import EngineStatus, LoadEventRecord, StatCacheRecord
+from enginecache.errors import EngineQueuedError, EngineRejectedError, MissError, PrecisionError
 from enginecache.service.builds import BuildRequest, build_engine
 from enginecache.service.context import AppContext
 from enginecache.service.engines import get_engine
 from enginecache.service.jobs import get_job
+from enginecache.service.loadruns import load_event_stats
 from enginecache.service.models import register_model
-from enginecache.service.runtime import (
-    EngineQueuedError,
-    EngineRejectedError,
-    MissError,
-    RuntimeSpec,
-    check_ready,
-    load_or_build,
-    onnx_digest,
-)
-from enginecache.service.testload import load_event_stats
+from enginecache.service.readiness import check_ready
+from enginecache.service.runtime import RuntimeSpec, load_or_build
+from enginecache.service.statcache import onnx_digest
 from tests.clirunner import run_cli
 from tests.modelfactory import make_external_data_model, make_mlp
 
@@ -194,8 +189,6 @@ def test_ready_probe(capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeyp
 
 
 def test_a_failing_call_still_records_its_event(app_ctx: AppContext, tmp_path: Path) -> None:
-    from enginecache.core.errors import PrecisionError
-
     onnx_path = make_mlp(tmp_path / "model.onnx")
     register_model(app_ctx, onnx_path, name="model")
     with pytest.raises(PrecisionError, match="unknown precision"):

@@ -15,9 +15,10 @@ from enginecache.service.builds import BuildRequest, build_engine
 from enginecache.service.context import AppContext
 from enginecache.service.engines import get_engine
 from enginecache.service.jobs import get_job, waiting_reason
+from enginecache.service.loadruns import list_load_runs, load_phase_stats
 from enginecache.service.models import register_model
 from enginecache.service.routing import can_run, describe_requirements, load_requirements, worker_capabilities
-from enginecache.service.testload import list_load_runs, load_phase_stats, run_test_load, submit_test_load
+from enginecache.service.testload import run_test_load, submit_test_load
 from enginecache.service.worker import WorkerConfig, run_worker
 from tests.clirunner import run_cli
 from tests.conftest import shared_model
@@ -87,12 +88,19 @@ def test_int8_engine_fails_fp32_tolerances_and_passes_its_own(app_ctx: AppContex
 def test_routing_sends_rtx_test_loads_to_gpu_workers(app_ctx: AppContext, tmp_path: Path) -> None:
     ort, rtx = _mlp_engines(app_ctx, tmp_path)
     rtx_needs = load_requirements(rtx)
-    assert rtx_needs == {"backend": "rtx", "compute_capability_any": ["sm86", "sm89"]}
+    assert rtx_needs == {
+        "backend": "rtx",
+        "compute_capability_any": ["sm86", "sm89"],
+        "backend_version": rtx.backend_version,
+        "os": rtx.os,
+    }
     here = worker_capabilities(host_fingerprint())
     assert can_run(load_requirements(ort), here)
     assert not can_run(rtx_needs, here), "this host has no GPU"
     gpu_worker = {**here, "gpus": [{"name": "RTX A6000", "compute_capability": "sm86"}]}
     assert can_run(rtx_needs, gpu_worker)
+    other_version = {**gpu_worker, "versions": {**here["versions"], "rtx": "0.0.1"}}
+    assert not can_run(rtx_needs, other_version), "the engine loads only with the TensorRT-RTX that built it"
     assert "SM86 or SM89" in describe_requirements(rtx_needs)
 
     job = submit_test_load(app_ctx, rtx.id or 0)
@@ -201,3 +209,22 @@ def test_shared_model_reduced_precision_verdicts(
     assert any(a["max_abs"] > 0 for a in run.accuracy), "a reduced-precision engine is not bit-exact"
     strict = run_test_load(shared_app, engine.id or 0, iterations=0, tolerances={"atol": 0.0, "rtol": 0.0})
     assert strict.verdict == "FAIL"
+
+
+# -- the job-kind table ---------------------------------------------------------------------
+
+
+def test_job_kinds_table_and_the_test_kinds_switch(monkeypatch: pytest.MonkeyPatch) -> None:
+    from enginecache.service import jobkinds
+    from enginecache.service.testloadjob import run_test_load_job
+
+    assert jobkinds.job_runner("test_load") is run_test_load_job
+    monkeypatch.delenv(jobkinds.TEST_KINDS_ENV, raising=False)
+    assert jobkinds.job_runner("sleep") is None, "test kinds are unknown unless enabled"
+    monkeypatch.setenv(jobkinds.TEST_KINDS_ENV, "1")
+    sleep = jobkinds.job_runner("sleep")
+    assert sleep is not None and sleep.__module__ == jobkinds.TEST_KINDS_MODULE
+    assert "sleep" not in jobkinds.JOB_RUNNERS, "enabling them does not change the table"
+    jobkinds.register_job_kind("test_load", run_test_load_job)  # the same runner again: a no-op
+    with pytest.raises(ValueError, match="already registered"):
+        jobkinds.register_job_kind("test_load", sleep)

@@ -22,7 +22,6 @@ from sqlmodel import Session, col, select
 
 from enginecache.core.backends.base import Backend, BuildSpec, LogCallback, ProgressCallback
 from enginecache.core.backends.registry import get_backend
-from enginecache.core.backends.trt.targets import parse_capabilities
 from enginecache.core.cachekey import KEY_SCHEMA, canonical_digest, compute_cache_key
 from enginecache.core.calibration import load_calibration, read_model_inputs
 from enginecache.core.fingerprint import HostFingerprint, host_fingerprint
@@ -39,7 +38,7 @@ from enginecache.errors import (
 )
 from enginecache.service.context import AppContext
 from enginecache.service.models import get_model, model_inputs, model_path, register_model
-from enginecache.service.routing import WORKER_ALIVE_SECONDS
+from enginecache.service.routing import WORKER_ALIVE_SECONDS, can_run, requirement_words
 
 logger = logging.getLogger(__name__)
 
@@ -93,9 +92,10 @@ def plan_build(app: AppContext, request: BuildRequest, *, host: HostFingerprint 
     try:
         backend_version = backend.version()
     except BackendUnavailableError as err:
-        if request.backend != "trt":
+        needs = _worker_needs(backend, tuple(request.targets), err)
+        if needs is None:
             raise
-        host, backend_version = _trt_worker_host(app, request.targets, err)
+        host, backend_version = _worker_host(app, backend, needs, err)
     targets = backend.resolve_targets(tuple(request.targets), host)
     profile = resolve_profile(model_inputs(model), parse_profile_args(request.profiles))
     if request.opt_level is not None and request.opt_level not in OPT_LEVELS:
@@ -111,7 +111,7 @@ def plan_build(app: AppContext, request: BuildRequest, *, host: HostFingerprint 
         "workspace_bytes": request.workspace_bytes,
         "strongly_typed": True,
     }
-    target_info = _target_info(backend.name, targets, host)
+    target_info = backend.target_info(targets, host)
     ingredients = {
         "schema": KEY_SCHEMA,
         "onnx_digest": model.digest,
@@ -139,35 +139,33 @@ def plan_build(app: AppContext, request: BuildRequest, *, host: HostFingerprint 
     )
 
 
-def _trt_worker_host(
-    app: AppContext, requested: tuple[str, ...], missing: BackendUnavailableError
+def _worker_needs(
+    backend: Backend, requested: tuple[str, ...], missing: BackendUnavailableError
+) -> dict[str, Any] | None:
+    """What a live worker must have to build `requested` where the library is missing here (the
+    backend's answer), or None: then the build is planned only where the library is installed."""
+    try:
+        return backend.worker_build_requirements(requested)
+    except TargetError as err:
+        raise TargetError(f"{missing}; {err}") from err
+
+
+def _worker_host(
+    app: AppContext, backend: Backend, needs: dict[str, Any], missing: BackendUnavailableError
 ) -> tuple[HostFingerprint, str]:
-    """TensorRT builds on the GPU it tunes for. Where it is not installed (a CPU dashboard host),
-    plan for the live worker that has TensorRT and the requested GPU: its TensorRT version and GPU
-    go into the key, and the job is routed to workers that match them."""
-    wanted = parse_capabilities(requested)
-    if len(wanted) != 1:
-        raise TargetError(f"{missing}; to build on a GPU worker instead, name its GPU with one --target (e.g. sm86)")
+    """A backend that builds on the hardware it is for (TensorRT tunes on its GPU) is planned from a
+    host without its library (a CPU dashboard host) for the live worker that has the library and the
+    hardware asked for: that worker's library version and GPU go into the key, and the job is routed
+    to workers that match them."""
     since = utcnow() - timedelta(seconds=WORKER_ALIVE_SECONDS)
     for worker in queue.list_workers(app.catalog, alive_since=since):
-        capabilities = worker.capabilities
-        version = (capabilities.get("versions") or {}).get("trt")
-        gpus = {g.get("compute_capability") for g in capabilities.get("gpus") or []}
-        if "trt" in capabilities.get("backends", []) and version and wanted[0] in gpus:
+        version = (worker.capabilities.get("versions") or {}).get(backend.name)
+        if version and can_run(needs, worker.capabilities):
             return HostFingerprint.from_dict(worker.fingerprint), str(version)
     raise TargetError(
-        f"{missing}; and no live worker has TensorRT and an {wanted[0].upper()} GPU to build it "
+        f"{missing}; and no live worker has {requirement_words(needs)} to build it "
         "(start `enginecache worker` on such a host)"
     )
-
-
-def _target_info(backend: str, targets: tuple[str, ...], host: HostFingerprint) -> dict[str, Any]:
-    if backend == "rtx":
-        return {"compute_capabilities": list(targets)}
-    if backend == "trt":
-        gpu = next(g for g in host.gpus if g.compute_capability == targets[0])
-        return {"compute_capability": targets[0], "gpu": gpu.name}
-    return {"cpu": targets[0]}
 
 
 def find_ready_engine(app: AppContext, cache_key: str) -> EngineRecord | None:

@@ -1,4 +1,9 @@
-"""Use cases for engines: list, show, verify blobs, check compatibility with this host."""
+"""Use cases for engines: list, show, verify blobs, check compatibility with this host or a worker's.
+
+Compatibility is the backend's one rule (`Backend.compatibility`): `check_engine` adds the library's
+header check here (`check_compatibility`); `host_verdict` decides the same rule from a worker's
+fingerprint as the catalog recorded it, so the dashboard's per-host column and `check` agree.
+"""
 
 from __future__ import annotations
 
@@ -9,16 +14,16 @@ from typing import Any
 
 from sqlmodel import col, select
 
-from enginecache.core.backends.base import CompatibilityResult, EngineRef
+from enginecache.core.backends.base import CompatibilityResult
 from enginecache.core.backends.registry import get_backend
 from enginecache.core.cachekey import INGREDIENTS
-from enginecache.core.fingerprint import HostFingerprint, cpu_target, host_fingerprint
+from enginecache.core.fingerprint import HostFingerprint, host_fingerprint
 from enginecache.db.models import EngineRecord, EngineStatus, ModelRecord, utcnow
 from enginecache.errors import IntegrityCheckError, NotFoundError
-from enginecache.service import stats
 from enginecache.service.context import AppContext
+from enginecache.service.enginerefs import engine_ref
 from enginecache.service.models import get_model
-from enginecache.service.routing import BACKEND_MODULES
+from enginecache.service.readmodels.hosts import worker_hosts
 
 logger = logging.getLogger(__name__)
 
@@ -150,16 +155,7 @@ def check_engine(app: AppContext, engine_id: int, *, host: HostFingerprint | Non
         return CompatibilityResult(
             "unknown", f"engine {engine_id}'s blob is missing from the store ({path}); run verify"
         )
-    backend = get_backend(engine.backend)
-    ref = EngineRef(
-        path=path,
-        os=engine.os,
-        backend=engine.backend,
-        backend_version=engine.backend_version,
-        targets=tuple(engine.targets.split(",")),
-        precision=engine.precision,
-    )
-    return backend.check_compatibility(ref, host or host_fingerprint())
+    return get_backend(engine.backend).check_compatibility(engine_ref(engine, path), host or host_fingerprint())
 
 
 def retire_engine(app: AppContext, engine_id: int) -> EngineRecord:
@@ -193,7 +189,7 @@ def engine_host_verdicts(app: AppContext, engine_id: int) -> list[HostVerdict]:
         raise NotFoundError(f"no engine with id {engine_id} in the catalog")
     verdicts: list[HostVerdict] = []
     seen: set[tuple[str, str]] = set()
-    for host in stats.worker_hosts(app):
+    for host in worker_hosts(app):
         fingerprint = host.fingerprint
         identity = (host.hostname, str(sorted((fingerprint.get("packages") or {}).items())))
         if identity in seen:
@@ -205,28 +201,31 @@ def engine_host_verdicts(app: AppContext, engine_id: int) -> list[HostVerdict]:
 
 
 def host_verdict(engine: EngineRecord, fingerprint: Mapping[str, Any]) -> tuple[str, str]:
+    """(verdict, reason) of the backend's rule for a host as the catalog recorded its fingerprint."""
     if engine.status != EngineStatus.READY:
         return "unknown", f"engine {engine.id} is {engine.status}: there is nothing to load"
-    targets = [t for t in engine.targets.split(",") if t]
-    package = BACKEND_MODULES.get(engine.backend, engine.backend)
-    installed = (fingerprint.get("packages") or {}).get(package)
-    built = f"built for {', '.join(targets)} with {package} {engine.backend_version}"
-    if not installed:
-        return "incompatible", f"{built}; {package} is not installed on this host"
-    reasons: list[str] = []
-    if installed != engine.backend_version:
-        reasons.append(f"the host has {package} {installed}, the engine needs {engine.backend_version}")
-    if engine.backend in ("rtx", "trt"):
-        gpus = list(fingerprint.get("gpus") or [])
-        if not gpus:
-            reasons.append(f"the host has no NVIDIA GPU ({fingerprint.get('nvml', 'NVML unavailable')})")
-        elif not any(g.get("compute_capability") in targets for g in gpus):
-            names = ", ".join(f"{g.get('name')} ({str(g.get('compute_capability')).upper()})" for g in gpus)
-            reasons.append(f"the host's GPU {names} is not among the engine's targets")
-    else:
-        host_target = cpu_target(str(fingerprint.get("machine", "")), list(fingerprint.get("cpu_isa") or []))
-        if host_target not in targets:
-            reasons.append(f"the host's CPU is {host_target}")
-    if reasons:
-        return "incompatible", f"{built}; " + "; ".join(reasons)
-    return "compatible", f"{built}; GPU/CPU target and library version match (header not checked from here)"
+    result = get_backend(engine.backend).compatibility(engine_ref(engine), recorded_host(fingerprint))
+    if result.compatible:
+        return result.verdict, f"{result.reason} (header not checked from here)"
+    return result.verdict, result.reason
+
+
+# Fields a worker's recorded fingerprint may lack (one written by an older version): an empty OS is
+# not compared, an empty CPU names no target, no packages means no library.
+_HOST_DEFAULTS: dict[str, Any] = {
+    "hostname": "",
+    "os": "",
+    "os_release": "",
+    "machine": "",
+    "python": "",
+    "cpu_model": "",
+}
+
+
+def recorded_host(fingerprint: Mapping[str, Any]) -> HostFingerprint:
+    """A worker's fingerprint from the catalog as the `HostFingerprint` the backends' rule takes."""
+    gpus = [
+        {"index": index, "name": "", "uuid": "", "compute_capability": "", "memory_total_bytes": 0, **gpu}
+        for index, gpu in enumerate(fingerprint.get("gpus") or [])
+    ]
+    return HostFingerprint.from_dict({**_HOST_DEFAULTS, **fingerprint, "gpus": gpus})

@@ -1,8 +1,9 @@
 """Exports: a Triton model repository, or the per-hardware tree operators keep, with a manifest.
 
-- `triton`: `<dest>/<model>/config.pbtxt` and `<dest>/<model>/1/<plan files>`. TensorRT engines get
-  `platform: "tensorrt_plan"` with `cc_model_filenames` mapping each compute capability to the plan
-  built for it; ONNX Runtime engines get the `onnxruntime` backend with the ORT-format model.
+- `triton`: `<dest>/<model>/config.pbtxt` and `<dest>/<model>/1/<plan files>`. What Triton needs
+  per backend is the backend's own answer (`Backend.triton`, `Backend.triton_cc_keys`): TensorRT
+  engines get `platform: "tensorrt_plan"` with `cc_model_filenames` mapping each compute capability
+  to the plan built for it; ONNX Runtime engines get the `onnxruntime` backend with the ORT-format model.
   Inputs and outputs, their dims and types come from the engine; `max_batch_size` from the profile
   (a leading dynamic dim whose profile starts at 1 is Triton's batch dim). The generated config is
   parsed with Triton's own schema (`tritonclient.grpc.model_config_pb2.ModelConfig`, dev extra)
@@ -27,11 +28,12 @@ from typing import Any
 
 from sqlmodel import col, select
 
-from enginecache.core.backends.trt.targets import sm_to_capability
+from enginecache.core.backends.registry import get_backend
 from enginecache.core.hashing import hash_file
 from enginecache.db.models import EngineRecord, EngineStatus, ModelRecord
 from enginecache.errors import ExportError
 from enginecache.service.context import AppContext
+from enginecache.service.enginerefs import engine_targets
 from enginecache.service.models import get_model
 
 logger = logging.getLogger(__name__)
@@ -52,9 +54,6 @@ TRITON_TYPES = {
     "uint8": "TYPE_UINT8",
     "bool": "TYPE_BOOL",
 }
-# The backend preferred for a Triton model when none is named: Triton's TensorRT backend runs
-# full TensorRT plans; TensorRT-RTX plans need a TensorRT-RTX runtime (docs/runtime.md).
-TRITON_BACKEND_ORDER = ("trt", "rtx", "ort")
 
 
 @dataclass(frozen=True)
@@ -74,7 +73,7 @@ def _engines(app: AppContext, model: ModelRecord, backend: str | None, precision
         .order_by(col(EngineRecord.id).desc())
     )
     if backend is not None:
-        query = query.where(EngineRecord.backend == backend)
+        query = query.where(col(EngineRecord.backend) == backend)
     if precision is not None:
         query = query.where(EngineRecord.precision == precision)
     with app.catalog.read() as session:
@@ -119,12 +118,10 @@ def export_model(
 
 
 def tree_targets(engine: EngineRecord) -> list[str]:
-    """The hardware names an engine is filed under: each SM (rtx), the GPU and SM (trt), the CPU target (ort)."""
-    targets = [t for t in engine.targets.split(",") if t]
-    if engine.backend == "trt":
-        gpu = str(engine.target_info.get("gpu") or "gpu")
-        return [f"{_slug(gpu)}-{t}" for t in targets]
-    return targets
+    """The hardware names an engine is filed under (the backend's `hardware_names`), as file names:
+    each SM (rtx), the GPU and SM (trt), the CPU target (ort)."""
+    names = get_backend(engine.backend).hardware_names(engine_targets(engine), engine.target_info)
+    return [_slug(name) for name in names]
 
 
 def export_tree(
@@ -242,11 +239,10 @@ def render_triton_config(
     """config.pbtxt text for one model built from `engine`'s IO and profile."""
     max_batch = triton_batching(engine)
     batched = max_batch > 0
-    lines = [f"name: {json.dumps(name)}"]
-    if engine.backend == "ort":
-        lines += ['platform: "onnxruntime_onnx"', 'backend: "onnxruntime"']
-    else:
-        lines.append('platform: "tensorrt_plan"')
+    triton = get_backend(engine.backend).triton
+    lines = [f"name: {json.dumps(name)}", f"platform: {json.dumps(triton.platform)}"]
+    if triton.backend is not None:
+        lines.append(f"backend: {json.dumps(triton.backend)}")
     lines.append(f"max_batch_size: {max_batch}")
     lines.append("version_policy: { latest: { num_versions: 1 } }")
     lines.append(f"default_model_filename: {json.dumps(default_file)}")
@@ -256,8 +252,7 @@ def render_triton_config(
     outputs = [t for t in engine.io if t["mode"] == "output"]
     lines.append("input [\n" + ",\n".join(_tensor_block(t, batched) for t in inputs) + "\n]")
     lines.append("output [\n" + ",\n".join(_tensor_block(t, batched) for t in outputs) + "\n]")
-    kind = "KIND_CPU" if engine.backend == "ort" else "KIND_GPU"
-    lines.append(f"instance_group [ {{ count: 1 kind: {kind} }} ]")
+    lines.append(f"instance_group [ {{ count: 1 kind: {triton.instance_kind} }} ]")
     return "\n".join(lines) + "\n"
 
 
@@ -294,16 +289,21 @@ def export_triton(
     engines = _engines(app, model, backend, precision)
     if not engines:
         raise ExportError(f"model {model.name} has no READY engine to export" + _filter_text(backend, precision))
-    chosen_backend = backend or next(b for b in TRITON_BACKEND_ORDER if any(e.backend == b for e in engines))
-    engines = [e for e in engines if e.backend == chosen_backend]
+    by_backend: dict[str, list[EngineRecord]] = {}
+    for engine in engines:
+        by_backend.setdefault(engine.backend, []).append(engine)
+    # With no backend named, the one Triton serves best (its rank) among those present.
+    chosen = min((get_backend(b) for b in by_backend), key=lambda b: b.triton.rank)
+    engines = by_backend[chosen.name]
     base = engines[0]
     name = _slug(model.name)
     root = dest / name
     version_dir = root / "1"
     version_dir.mkdir(parents=True, exist_ok=True)
     files: list[Path] = []
-    if chosen_backend == "ort":
-        default_file = "model.ort"
+    suffix = chosen.triton.file_suffix
+    if not chosen.triton_cc_keys(engine_targets(base)):  # one model file whatever the hardware
+        default_file = f"model{suffix}"
         files.append(_copy_verified(app, base, version_dir / default_file))
         text = render_triton_config(name, base, default_file=default_file)
     else:
@@ -312,15 +312,14 @@ def export_triton(
             if _io_signature(engine) != _io_signature(base) or triton_batching(engine) != triton_batching(base):
                 logger.info("engine %s skipped: its IO or batching differs from engine %s", engine.id, base.id)
                 continue
-            targets = [t for t in engine.targets.split(",") if t]
-            free = [t for t in targets if f"{sm_to_capability(t)[0]}.{sm_to_capability(t)[1]}" not in cc_files]
+            targets = engine_targets(engine)
+            free = [key for key in chosen.triton_cc_keys(targets) if key not in cc_files]
             if not free:
                 continue
-            filename = f"model.{'_'.join(targets)}.plan"
+            filename = f"model.{'_'.join(targets)}{suffix}"
             files.append(_copy_verified(app, engine, version_dir / filename))
-            for t in free:
-                major, minor = sm_to_capability(t)
-                cc_files[f"{major}.{minor}"] = filename
+            for key in free:
+                cc_files[key] = filename
         default_file = cc_files[min(cc_files)]
         text = render_triton_config(name, base, default_file=default_file, cc_files=cc_files)
     config_path = root / "config.pbtxt"

@@ -1,4 +1,10 @@
-"""What a worker can run, what a job needs, and the words for a job nobody can run yet."""
+"""What a worker can run, what a job needs, and the words for a job nobody can run yet.
+
+Each backend says what building or loading one of its engines needs (`Backend.build_requirements`,
+`Backend.load_requirements`); `can_run` is the one generic matcher of those requirements against a
+worker's capabilities, so routing knows no backend by name. For a load, `can_run` agrees with the
+backend's compatibility rule decided on that worker's fingerprint (tests/test_compatibility.py).
+"""
 
 from __future__ import annotations
 
@@ -6,21 +12,21 @@ import importlib.util
 from collections.abc import Mapping
 from typing import Any
 
+from enginecache.core.backends.registry import all_backends, backend_label, get_backend
 from enginecache.core.fingerprint import HostFingerprint
 from enginecache.db.models import EngineRecord
+from enginecache.service.enginerefs import engine_targets
 
-BACKEND_MODULES = {"rtx": "tensorrt_rtx", "trt": "tensorrt", "ort": "onnxruntime"}
-BACKEND_LABELS = {"rtx": "TensorRT-RTX", "trt": "TensorRT", "ort": "ONNX Runtime"}
 WORKER_ALIVE_SECONDS = 15.0  # a worker whose heartbeat is older is not counted as live
 
 
 def worker_capabilities(host: HostFingerprint) -> dict[str, Any]:
-    """Backends importable here (found without importing them) with their versions, GPUs, CPU
-    target and OS."""
-    backends = [name for name, module in BACKEND_MODULES.items() if importlib.util.find_spec(module) is not None]
+    """Backends whose library is importable here (found without importing it) with their versions,
+    GPUs, CPU target and OS."""
+    here = [b for b in all_backends() if importlib.util.find_spec(b.module) is not None]
     return {
-        "backends": backends,
-        "versions": {name: host.packages.get(BACKEND_MODULES[name]) for name in backends},
+        "backends": [b.name for b in here],
+        "versions": {b.name: host.packages.get(b.module) for b in here},
         "gpus": [{"name": g.name, "compute_capability": g.compute_capability} for g in host.gpus],
         "cpu_target": host.cpu_target,
         "os": host.os,
@@ -30,33 +36,26 @@ def worker_capabilities(host: HostFingerprint) -> dict[str, Any]:
 def build_requirements(
     backend: str, target_info: Mapping[str, Any], backend_version: str, os_name: str
 ) -> dict[str, Any]:
-    """rtx builds need only TensorRT-RTX (no GPU); trt needs the target GPU; ort the target CPU.
-    Every build needs the exact backend version and OS of its cache key, so the engine a worker
-    builds is the one that was asked for."""
-    requirements: dict[str, Any] = {"backend": backend, "backend_version": backend_version, "os": os_name}
-    if backend == "trt":
-        requirements["compute_capability"] = target_info["compute_capability"]
-    if backend == "ort":
-        requirements["cpu_target"] = target_info["cpu"]
-    return requirements
+    """What a worker must have to build this engine: the backend's own answer. Every build needs
+    the exact backend version and OS of its cache key, so the engine a worker builds is the one
+    that was asked for."""
+    return get_backend(backend).build_requirements(target_info, backend_version, os_name)
 
 
 def load_requirements(engine: EngineRecord) -> dict[str, Any]:
-    """What loading an engine needs: ort the CPU target it was optimized for; rtx the library and a
-    GPU of one of the engine's compute capabilities; trt the GPU it was built on."""
-    backend = engine.backend
-    items = [t for t in engine.targets.split(",") if t]
-    requirements: dict[str, Any] = {"backend": backend}
-    if backend == "ort":
-        requirements["cpu_target"] = items[0] if items else None
-    elif backend == "rtx":
-        requirements["compute_capability_any"] = items
-    elif backend == "trt" and items:
-        requirements["compute_capability"] = items[0]
+    """What a worker must have to load (test-load) this engine: the backend's answer for its targets,
+    and the exact library version and OS it was built with. Those are the facts the backend's
+    compatibility rule decides on, so a test-load goes only to a worker the rule lets load it."""
+    requirements = dict(get_backend(engine.backend).load_requirements(engine_targets(engine)))
+    requirements["backend_version"] = engine.backend_version
+    if engine.os:
+        requirements["os"] = engine.os
     return requirements
 
 
 def can_run(requirements: Mapping[str, Any], capabilities: Mapping[str, Any]) -> bool:
+    """Whether a worker with `capabilities` meets `requirements` (keys any backend may use:
+    backend, backend_version, os, compute_capability, compute_capability_any, cpu_target)."""
     backend = requirements.get("backend")
     if backend not in capabilities.get("backends", []):
         return False
@@ -76,9 +75,10 @@ def can_run(requirements: Mapping[str, Any], capabilities: Mapping[str, Any]) ->
     return needed_cpu is None or needed_cpu == capabilities.get("cpu_target")
 
 
-def describe_requirements(requirements: Mapping[str, Any]) -> str:
-    """'a worker with TensorRT and an SM86 GPU'."""
-    label = BACKEND_LABELS.get(str(requirements.get("backend")), str(requirements.get("backend")))
+def requirement_words(requirements: Mapping[str, Any]) -> str:
+    """'TensorRT 10.13.0.35 and an SM86 GPU on Linux'."""
+    backend = str(requirements.get("backend"))
+    label = backend_label(backend)
     parts = [f"{label} {requirements['backend_version']}" if requirements.get("backend_version") else label]
     if "compute_capability" in requirements:
         parts.append(f"an {str(requirements['compute_capability']).upper()} GPU")
@@ -88,4 +88,9 @@ def describe_requirements(requirements: Mapping[str, Any]) -> str:
     if "cpu_target" in requirements:
         parts.append(f"a {requirements['cpu_target']} CPU")
     where = f" on {requirements['os']}" if requirements.get("os") else ""
-    return "a worker with " + " and ".join(parts) + where
+    return " and ".join(parts) + where
+
+
+def describe_requirements(requirements: Mapping[str, Any]) -> str:
+    """'a worker with TensorRT and an SM86 GPU'."""
+    return "a worker with " + requirement_words(requirements)

@@ -104,6 +104,17 @@ class EngineRef:
     path: Path | None = None
 
 
+@dataclass(frozen=True)
+class TritonInfo:
+    """How Triton Inference Server serves a backend's engines: what an export writes into config.pbtxt."""
+
+    platform: str  # "tensorrt_plan" | "onnxruntime_onnx"
+    backend: str | None  # Triton's backend where the config must name one ("onnxruntime"), else None
+    instance_kind: str  # "KIND_GPU" | "KIND_CPU"
+    file_suffix: str  # the model file's suffix in the version folder (".plan", ".ort")
+    rank: int  # preference when an export names no backend: the lowest rank present is exported
+
+
 @dataclass
 class PhaseTimer:
     """Seconds per named phase, in the order they ran (a phase run twice adds up)."""
@@ -225,6 +236,30 @@ class Backend(Protocol):
 
     def describe_loadable(self, capabilities: Mapping[str, Any]) -> str:
         """What such a worker can load, in words."""
+        ...
+
+    def worker_build_requirements(self, requested: tuple[str, ...]) -> Requirements | None:
+        """Where the library is missing on the planning host: what a live worker must have to build
+        `requested` there (that worker's fingerprint and library version then go into the cache key),
+        or None where a build is planned only on a host with the library. TensorRT, which builds for
+        the GPU it runs on, names that GPU; raises TargetError when `requested` names no single one."""
+        ...
+
+    # -- exports ------------------------------------------------------------------------
+
+    @property
+    def triton(self) -> TritonInfo:
+        """How Triton serves this backend's engines."""
+        ...
+
+    def triton_cc_keys(self, targets: tuple[str, ...]) -> tuple[str, ...]:
+        """The keys Triton's `cc_model_filenames` files an engine built for `targets` under ('8.6' for
+        sm86), one per target; () where a Triton model has one file whatever the hardware."""
+        ...
+
+    def hardware_names(self, targets: tuple[str, ...], target_info: Mapping[str, Any]) -> tuple[str, ...]:
+        """The hardware an export tree files an engine under, one name per target: the SM ('sm86'),
+        the GPU and SM where the engine is tuned on that GPU model ('NVIDIA A10-sm86'), the CPU target."""
         ...
 
     # -- build and load -----------------------------------------------------------------

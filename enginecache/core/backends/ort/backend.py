@@ -24,6 +24,7 @@ from enginecache.core.backends.base import (
     ProgressCallback,
     ProgressEvent,
     Requirements,
+    TritonInfo,
     common_reasons,
     verdict,
 )
@@ -44,6 +45,10 @@ class OnnxRuntimeBackend:
     label = "ONNX Runtime"
     module = "onnxruntime"
     device = "cpu"
+    # Triton's onnxruntime backend loads the ORT-format model; last choice when an export names no backend.
+    triton = TritonInfo(
+        platform="onnxruntime_onnx", backend="onnxruntime", instance_kind="KIND_CPU", file_suffix=".ort", rank=2
+    )
 
     def _ort(self) -> ModuleType:
         return import_backend("onnxruntime")
@@ -140,6 +145,16 @@ class OnnxRuntimeBackend:
 
     def describe_loadable(self, capabilities: Mapping[str, Any]) -> str:
         return f"{self.name}: {capabilities.get('cpu_target')}"
+
+    def worker_build_requirements(self, requested: tuple[str, ...]) -> Requirements | None:
+        """None: ONNX Runtime is planned where it is installed (it is a core dependency)."""
+        return None
+
+    def triton_cc_keys(self, targets: tuple[str, ...]) -> tuple[str, ...]:
+        return ()
+
+    def hardware_names(self, targets: tuple[str, ...], target_info: Mapping[str, Any]) -> tuple[str, ...]:
+        return targets
 
     def load(
         self, engine: bytes | bytearray | memoryview, spec: LoadSpec, timer: PhaseTimer | None = None

@@ -34,6 +34,7 @@ from enginecache.core.backends.base import (
     ProgressCallback,
     Requirements,
     TensorIO,
+    TritonInfo,
     common_reasons,
     verdict,
 )
@@ -44,6 +45,7 @@ from enginecache.core.backends.trt.targets import (
     RTX_DEFAULT_TARGETS,
     parse_capabilities,
     parse_rtx_targets,
+    sm_to_capability,
 )
 from enginecache.core.backends.trt.trtlog import captured, capturing_logger, progress_monitor
 from enginecache.core.fingerprint import HostFingerprint, package_version
@@ -77,6 +79,15 @@ class TensorRTBackend:
         self.name = name
         self.module = module
         self.label = label
+        # Both make TensorRT plans. Triton's TensorRT backend runs full TensorRT plans (first choice);
+        # TensorRT-RTX plans need a TensorRT-RTX runtime (docs/runtime.md).
+        self.triton = TritonInfo(
+            platform="tensorrt_plan",
+            backend=None,
+            instance_kind="KIND_GPU",
+            file_suffix=".plan",
+            rank=1 if self.aot_targets else 0,
+        )
 
     def _trt(self) -> ModuleType:
         return import_backend(self.module)
@@ -278,6 +289,29 @@ class TensorRTBackend:
     def describe_loadable(self, capabilities: Mapping[str, Any]) -> str:
         gpus = [str(g.get("compute_capability")) for g in capabilities.get("gpus", [])]
         return f"{self.name}: " + (", ".join(gpus) if gpus else "nothing (no NVIDIA GPU)")
+
+    def worker_build_requirements(self, requested: tuple[str, ...]) -> Requirements | None:
+        """TensorRT builds for the GPU it runs on, so a host without it can plan the build for the live
+        worker with the one GPU asked for. TensorRT-RTX builds ahead of time anywhere: None (plan it
+        where it is installed)."""
+        if self.aot_targets:
+            return None
+        wanted = parse_capabilities(requested)
+        if len(wanted) != 1:
+            raise TargetError("to build on a GPU worker instead, name its GPU with one --target (e.g. sm86)")
+        return {"backend": self.name, "compute_capability": wanted[0]}
+
+    # -- exports ------------------------------------------------------------------------
+
+    def triton_cc_keys(self, targets: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(".".join(str(part) for part in sm_to_capability(t)) for t in targets)
+
+    def hardware_names(self, targets: tuple[str, ...], target_info: Mapping[str, Any]) -> tuple[str, ...]:
+        """TensorRT-RTX engines by SM; TensorRT engines by GPU model and SM (tuned on that GPU)."""
+        if self.aot_targets:
+            return targets
+        gpu = str(target_info.get("gpu") or "gpu")
+        return tuple(f"{gpu}-{t}" for t in targets)
 
     # -- load ---------------------------------------------------------------------------
 

@@ -1,0 +1,48 @@
+"""Job kinds: the table from a job's `kind` to the runner its child process calls.
+
+The product's kinds are `build` and `test_load`. Another kind is added with `register_job_kind`
+(in the child, before the job runs: the child looks its kind up here, `job_runner`). Test-only
+kinds live in `enginecache.service.testkinds` and are found only while `ENGINECACHE_TEST_JOB_KINDS=1`
+is set in the worker's environment (which its fork server and children inherit): that module
+defines `JOB_KINDS: dict[str, JobRunner]` and imports `service.jobattempt` only (never this module
+or `service.jobchild`), so there is no import cycle and no test code is imported in production.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+from enginecache.service.buildjob import run_build_job
+from enginecache.service.jobattempt import JobRunner
+from enginecache.service.testloadjob import run_test_load_job
+
+TEST_KINDS_ENV = "ENGINECACHE_TEST_JOB_KINDS"
+TEST_KINDS_MODULE = "enginecache.service.testkinds"
+
+# Job kind -> the function that runs one attempt of it in the child and returns an exit code.
+JOB_RUNNERS: dict[str, JobRunner] = {"build": run_build_job, "test_load": run_test_load_job}
+
+
+def register_job_kind(name: str, runner: JobRunner) -> None:
+    """Add a job kind; registering the same runner again is a no-op, another runner under a taken
+    name is a programming error (ValueError), so no kind is replaced by accident."""
+    current = JOB_RUNNERS.get(name)
+    if current is not None and current is not runner:
+        raise ValueError(f"job kind {name!r} is already registered to {current.__module__}.{current.__qualname__}")
+    JOB_RUNNERS[name] = runner
+
+
+def job_runner(kind: str) -> JobRunner | None:
+    """The runner for `kind`; None for a kind nobody registered. The test kinds are looked up only
+    while `ENGINECACHE_TEST_JOB_KINDS=1` (never added to the table, so they never outlive it)."""
+    runner = JOB_RUNNERS.get(kind)
+    if runner is None and os.environ.get(TEST_KINDS_ENV) == "1":
+        runner = _test_kinds().get(kind)
+    return runner
+
+
+def _test_kinds() -> dict[str, JobRunner]:
+    """The test-only kinds (a missing module is an error where they were asked for)."""
+    module = importlib.import_module(TEST_KINDS_MODULE)
+    return dict(module.JOB_KINDS)
