@@ -59,7 +59,7 @@ def test_triton_repository_for_tensorrt_plans(app: AppContext, tmp_path: Path) -
 def test_triton_repository_for_an_ort_engine(app: AppContext, tmp_path: Path) -> None:
     result = export_model(app, "mlp", tmp_path / "repo", fmt="triton", backend="ort")
     config = _parse(result.root / "config.pbtxt")
-    assert config.backend == "onnxruntime" and config.platform == "onnxruntime_onnx"  # type: ignore[attr-defined]
+    assert (config.backend, config.platform) == ("onnxruntime", "onnxruntime_onnx")  # type: ignore[attr-defined]
     assert config.default_model_filename == "model.ort"  # type: ignore[attr-defined]
     assert model_config_pb2.ModelInstanceGroup.Kind.Name(config.instance_group[0].kind) == "KIND_CPU"  # type: ignore[attr-defined]
     assert (result.root / "1" / "model.ort").read_bytes()[4:8] == b"ORTM"
@@ -99,7 +99,7 @@ def test_a_tensorrt_engine_is_filed_by_gpu_and_served_as_a_plan_fake_gpu_build()
     assert tree_targets(engine) == ["nvidia-a10-sm86"]
     text = render_triton_config("mlp", engine, default_file="model.sm86.plan", cc_files={"8.6": "model.sm86.plan"})
     config = text_format.Parse(text, model_config_pb2.ModelConfig())
-    assert config.platform == "tensorrt_plan" and config.backend == ""
+    assert (config.platform, config.backend) == ("tensorrt_plan", "")
     assert dict(config.cc_model_filenames) == {"8.6": "model.sm86.plan"} and config.max_batch_size == 8
     assert model_config_pb2.ModelInstanceGroup.Kind.Name(config.instance_group[0].kind) == "KIND_GPU"
 
