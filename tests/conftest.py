@@ -1,20 +1,39 @@
-"""Shared fixtures: temp homes, SQLite and PostgreSQL catalogs, the shared reference models."""
+"""Shared fixtures: temp homes and app contexts, SQLite and PostgreSQL catalogs, the shared reference
+models, a controlled clock for the queue, blob corruption, and skips for hosts a test does not fit.
+
+Markers: tests on PostgreSQL carry `postgres` (the `catalog_ctx` fixture's postgres case, and
+every test that uses `pg_url`), tests on ../shared/models carry `shared` (marked in their files,
+and every test that uses `shared_models`), so `pytest -m "not postgres and not shared"` is the
+fast lane.
+"""
 
 from __future__ import annotations
 
+import functools
 import os
+import stat
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 
+from enginecache.db.models import utcnow
 from enginecache.service.context import AppContext
 
 IN_CI = os.environ.get("CI") == "true"
 SHARED_MODELS = Path(__file__).resolve().parents[1].parent / "shared" / "models"
 PG_ADMIN_URL = os.environ.get("ENGINECACHE_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+FIXTURE_MARKS = {"pg_url": "postgres", "shared_models": "shared"}  # a test using the fixture gets the mark
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        for fixture, mark in FIXTURE_MARKS.items():
+            if fixture in getattr(item, "fixturenames", ()):
+                item.add_marker(mark)
 
 
 def skip_or_fail(reason: str) -> None:
@@ -38,11 +57,50 @@ def shared_models() -> Path:
     return SHARED_MODELS
 
 
+# -- hosts ------------------------------------------------------------------------------------
+
+
+@functools.cache
+def host_gpu_names() -> tuple[str, ...]:
+    """This host's NVIDIA GPUs (by NVML, as the product sees them), once per test session."""
+    from enginecache.core.fingerprint import host_fingerprint
+
+    return tuple(f"{g.name} ({g.compute_capability})" for g in host_fingerprint().gpus)
+
+
 @pytest.fixture
-def app_ctx(tmp_path: Path) -> Iterator[AppContext]:
-    ctx = AppContext.from_settings(tmp_path / "home")
-    yield ctx
-    ctx.close()
+def requires_no_gpu() -> None:
+    """For tests whose expectations hold on a host without an NVIDIA GPU (verdicts such as
+    "incompatible: this host has no NVIDIA GPU"): skipped, with the reason, on a host with one.
+    Use as `@pytest.mark.usefixtures("requires_no_gpu")`."""
+    gpus = host_gpu_names()
+    if gpus:
+        pytest.skip(f"expects a host without an NVIDIA GPU; this one has {', '.join(gpus)}")
+
+
+# -- homes and app contexts -------------------------------------------------------------------
+
+
+@pytest.fixture
+def app_factory(tmp_path: Path) -> Iterator[Callable[..., AppContext]]:
+    """Opens app contexts (`open(home=None, db_url=None)`; home defaults to tmp_path/"home") and
+    closes every one of them after the test."""
+    opened: list[AppContext] = []
+
+    def open_app(home: Path | None = None, db_url: str | None = None) -> AppContext:
+        ctx = AppContext.from_settings(home or tmp_path / "home", db_url)
+        opened.append(ctx)
+        return ctx
+
+    yield open_app
+    for ctx in opened:
+        ctx.close()
+
+
+@pytest.fixture
+def app_ctx(app_factory: Callable[..., AppContext]) -> AppContext:
+    """An app context on tmp_path/"home" with its SQLite catalog."""
+    return app_factory()
 
 
 def _pg_database() -> Iterator[str]:
@@ -65,20 +123,98 @@ def _pg_database() -> Iterator[str]:
 
 @pytest.fixture
 def pg_url() -> Iterator[str]:
+    """A fresh PostgreSQL database's URL (dropped after the test); the test is marked `postgres`."""
     yield from _pg_database()
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def catalog_ctx(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[AppContext]:
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def catalog_ctx(request: pytest.FixtureRequest, app_factory: Callable[..., AppContext]) -> Iterator[AppContext]:
     """An app context on each catalog database in turn (same store layout)."""
     if request.param == "sqlite":
-        ctx = AppContext.from_settings(tmp_path / "home")
-        yield ctx
-        ctx.close()
+        yield app_factory()
         return
     for url in _pg_database():
-        ctx = AppContext.from_settings(tmp_path / "home", url)
+        ctx = app_factory(db_url=url)
         try:
             yield ctx
         finally:
-            ctx.close()
+            ctx.close()  # before the database is dropped
+
+
+# -- the queue's clock ------------------------------------------------------------------------
+
+
+class FakeClock:
+    """A controlled clock for the queue's `clock=` parameter: time moves only when told to."""
+
+    def __init__(self, start: datetime | None = None) -> None:
+        self.now = start or utcnow()
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> datetime:
+        self.now += timedelta(seconds=seconds)
+        return self.now
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+# -- artifacts --------------------------------------------------------------------------------
+
+
+def corrupt_blob(path: Path, offset: int | None = None, *, mask: int = 0xFF) -> int:
+    """Flip bits of one byte of a stored blob (or any file) in place: same inode, same size, its
+    mode kept (blobs are read-only). `offset` defaults to the middle; negative counts from the
+    end. Returns the offset changed."""
+    mode = stat.S_IMODE(path.stat().st_mode)
+    size = path.stat().st_size
+    at = size // 2 if offset is None else offset % size
+    path.chmod(mode | stat.S_IWUSR)
+    try:
+        with open(path, "r+b") as stream:
+            stream.seek(at)
+            (byte,) = stream.read(1)
+            stream.seek(at)
+            stream.write(bytes([byte ^ mask]))
+    finally:
+        path.chmod(mode)
+    return at
+
+
+def files_under(root: Path) -> list[Path]:
+    """Every file below `root`, relative to it, sorted (temp and staging files included); [] if
+    `root` does not exist."""
+    if not root.exists():
+        return []
+    return sorted(p.relative_to(root) for p in root.rglob("*") if p.is_file() or p.is_symlink())
+
+
+# -- models -----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def mlp(tmp_path: Path) -> Path:
+    """A small MLP, `input[batch, 16] -> output[batch, 32]` (modelfactory.make_mlp)."""
+    from tests.modelfactory import make_mlp
+
+    return make_mlp(tmp_path / "src" / "mlp.onnx")
+
+
+@pytest.fixture
+def conv(tmp_path: Path) -> Path:
+    """A small conv net, `input[batch, 3, 32, 32] -> output[batch, 10]` (modelfactory.make_conv)."""
+    from tests.modelfactory import make_conv
+
+    return make_conv(tmp_path / "src" / "conv.onnx")
+
+
+@pytest.fixture
+def no_modelopt(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Behave as if NVIDIA ModelOpt were not installed."""
+    from enginecache.core.precision import availability
+
+    monkeypatch.setattr(availability, "modelopt_available", lambda: False)

@@ -2,11 +2,24 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+
+
+def file_sha256(path: Path) -> str:
+    """A file's sha256, computed here independently of core.hashing."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def save_unchecked(model: onnx.ModelProto, path: Path) -> Path:
+    """Write a model as it is, without onnx.checker (for models that are meant to be odd or bad)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(model.SerializeToString())
+    return path
 
 
 def make_mlp(

@@ -19,12 +19,24 @@ from enginecache.service.context import AppContext
 from enginecache.service.engines import check_engine, verify_engines
 from enginecache.service.models import register_model
 from tests.clirunner import run_cli
+from tests.conftest import corrupt_blob, files_under
 from tests.modelfactory import make_conv, make_mlp
 
 
 def _engines(app: AppContext) -> list[EngineRecord]:
     with app.catalog.read() as session:
         return list(session.exec(sa.select(EngineRecord)).scalars())  # type: ignore[call-overload]
+
+
+def _store_files(app: AppContext) -> dict[str, list[Path]]:
+    """Every file in the store's blob and scratch folders (a leftover temp or staging file included)."""
+    return {folder: files_under(app.home / folder) for folder in ("objects", "tmp")}
+
+
+def _ready_blobs(app: AppContext) -> list[Path]:
+    """Where the READY engines' blobs belong under objects/ (`sha256/<2 hex>/<digest>`)."""
+    digests = {e.sha256 or "" for e in _engines(app) if e.status == EngineStatus.READY}
+    return sorted(Path("sha256", digest[:2], digest) for digest in digests)
 
 
 def test_rtx_build_records_everything_and_hits_on_repeat(catalog_ctx: AppContext, tmp_path: Path) -> None:
@@ -66,6 +78,9 @@ def test_rtx_build_records_everything_and_hits_on_repeat(catalog_ctx: AppContext
 
     [result] = verify_engines(app, [engine.id or 0])
     assert result.ok
+    blobs = _ready_blobs(app)
+    assert len(blobs) == 2
+    assert _store_files(app) == {"objects": blobs, "tmp": []}, "the blobs and nothing else: no temp or staging file"
 
 
 def test_progress_phases_reach_the_callback(app_ctx: AppContext, tmp_path: Path) -> None:
@@ -93,11 +108,10 @@ def test_ort_build_targets_this_cpu_and_is_compatible(app_ctx: AppContext, tmp_p
     assert verdict.verdict == "compatible", verdict.reason
 
 
+@pytest.mark.usefixtures("requires_no_gpu")
 def test_rtx_engine_is_incompatible_on_a_host_without_gpu(
     app_ctx: AppContext, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    if host_fingerprint().gpus:
-        pytest.skip("this host has an NVIDIA GPU")
     register_model(app_ctx, make_mlp(tmp_path / "mlp.onnx"), name="mlp")
     engine = build_engine(app_ctx, BuildRequest(model="mlp", backend="rtx", targets=("sm86",))).engine
     result = run_cli(capsys, "--home", str(app_ctx.home), "check", str(engine.id), "--json")
@@ -139,9 +153,7 @@ def test_failed_build_keeps_only_a_failed_record_with_tensorrt_message(
     assert engine.status == EngineStatus.FAILED
     assert engine.sha256 is None and engine.blob_path is None
     assert "conv_b_DequantizeLinear" in (engine.error or "")
-    assert list((app_ctx.home / "objects").rglob("*.*")) == []
-    assert not any(p.is_file() for p in (app_ctx.home / "objects").rglob("*"))
-    assert list((app_ctx.home / "tmp").iterdir()) == []
+    assert _store_files(app_ctx) == {"objects": [], "tmp": []}, "no blob, no temp or staging file"
     with pytest.raises(BuildFailedError):
         build_engine(app_ctx, BuildRequest(model="badq", backend="rtx", targets=("sm86",)))
 
@@ -184,11 +196,7 @@ def test_verify_marks_a_corrupted_blob(app_ctx: AppContext, tmp_path: Path, caps
     register_model(app_ctx, make_mlp(tmp_path / "mlp.onnx"), name="mlp")
     good = build_engine(app_ctx, BuildRequest(model="mlp", backend="ort")).engine
     bad = build_engine(app_ctx, BuildRequest(model="mlp", backend="rtx", targets=("sm86",))).engine
-    blob = app_ctx.home / (bad.blob_path or "")
-    data = bytearray(blob.read_bytes())
-    data[len(data) // 2] ^= 0xFF
-    blob.chmod(0o644)
-    blob.write_bytes(bytes(data))
+    corrupt_blob(app_ctx.home / (bad.blob_path or ""))
     home = ["--home", str(app_ctx.home)]
     result = run_cli(capsys, *home, "verify", "--all", "--json")
     assert result.code == 1

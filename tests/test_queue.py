@@ -1,11 +1,14 @@
-"""The queue's semantics on the real databases: atomic claims, leases, attempts, idempotency, cancel."""
+"""The queue's semantics on the real databases: atomic claims, leases, attempts, idempotency, cancel.
+
+Leases and backoff run on a controlled clock (the queue's `clock=` parameter, `FakeClock`): a test
+moves time past an expiry instead of sleeping past it.
+"""
 
 from __future__ import annotations
 
 import threading
-import time
 from collections import Counter
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +25,7 @@ from enginecache.service.context import AppContext
 from enginecache.service.jobs import job_to_dict, submit_build
 from enginecache.service.models import register_model
 from enginecache.service.worker import Worker, WorkerConfig
+from tests.conftest import FakeClock
 from tests.modelfactory import make_mlp
 
 RTX = {"backend": "rtx"}
@@ -64,46 +68,100 @@ def test_many_workers_never_claim_the_same_job(catalog_ctx: AppContext) -> None:
     assert {j.status for j in queue.list_jobs(catalog)} == {JobStatus.SUCCEEDED}
 
 
-def test_expired_lease_is_taken_over_and_stale_writes_are_rejected(catalog_ctx: AppContext) -> None:
+def test_expired_lease_is_taken_over_and_stale_writes_are_rejected(catalog_ctx: AppContext, clock: FakeClock) -> None:
     catalog = catalog_ctx.catalog
-    job = queue.enqueue(catalog, kind="build", payload={}, requirements=RTX).job
-    first = queue.claim(catalog, worker="a", can_run=_always, lease_seconds=0.3)
+    job = queue.enqueue(catalog, kind="build", payload={}, requirements=RTX, clock=clock).job
+    first = queue.claim(catalog, worker="a", can_run=_always, lease_seconds=30, clock=clock)
     assert first is not None and first.job.attempts == 1
-    assert queue.claim(catalog, worker="b", can_run=_always, lease_seconds=30) is None, "lease still valid"
-    time.sleep(0.4)
-    second = queue.claim(catalog, worker="b", can_run=_always, lease_seconds=30)
+    assert first.job.started_at == clock.now and first.job.lease_expires_at == clock.now + timedelta(seconds=30)
+    clock.advance(30)
+    assert queue.claim(catalog, worker="b", can_run=_always, lease_seconds=30, clock=clock) is None, "valid until then"
+    clock.advance(0.001)
+    second = queue.claim(catalog, worker="b", can_run=_always, lease_seconds=30, clock=clock)
     assert second is not None and second.job.id == job.id
     assert second.job.attempts == 2 and second.token != first.token
     with pytest.raises(StaleLeaseError):
-        queue.report_progress(catalog, job.id or 0, first.token, progress=0.5, phase="old holder")
+        queue.report_progress(catalog, job.id or 0, first.token, progress=0.5, phase="old holder", clock=clock)
     with pytest.raises(StaleLeaseError):
-        queue.heartbeat(catalog, job.id or 0, first.token, 30)
+        queue.heartbeat(catalog, job.id or 0, first.token, 30, clock=clock)
     with pytest.raises(StaleLeaseError):
-        queue.complete(catalog, job.id or 0, first.token, status=JobStatus.SUCCEEDED)
-    queue.report_progress(catalog, job.id or 0, second.token, progress=0.5, phase="new holder")
-    done = queue.complete(catalog, job.id or 0, second.token, status=JobStatus.SUCCEEDED)
-    assert done.status == JobStatus.SUCCEEDED
+        queue.complete(catalog, job.id or 0, first.token, status=JobStatus.SUCCEEDED, clock=clock)
+    queue.report_progress(catalog, job.id or 0, second.token, progress=0.5, phase="new holder", clock=clock)
+    clock.advance(5)
+    done = queue.complete(catalog, job.id or 0, second.token, status=JobStatus.SUCCEEDED, clock=clock)
+    assert done.status == JobStatus.SUCCEEDED and done.finished_at == clock.now
     assert queue.get_job(catalog, job.id or 0).phase == "new holder"
 
 
-def test_attempts_are_capped_then_dead(catalog_ctx: AppContext) -> None:
+def test_heartbeat_keeps_the_lease_from_expiring(catalog_ctx: AppContext, clock: FakeClock) -> None:
     catalog = catalog_ctx.catalog
-    job = queue.enqueue(catalog, kind="build", payload={}, requirements=RTX, max_attempts=2).job
-    lease = queue.claim(catalog, worker="a", can_run=_always, lease_seconds=30)
+    job = queue.enqueue(catalog, kind="build", payload={}, requirements=RTX, clock=clock).job
+    lease = queue.claim(catalog, worker="a", can_run=_always, lease_seconds=10, clock=clock)
+    assert lease is not None
+    for _ in range(5):  # 40 s in all, never more than 8 s between beats
+        clock.advance(8)
+        assert queue.heartbeat(catalog, job.id or 0, lease.token, 10, clock=clock) is False
+        assert queue.claim(catalog, worker="b", can_run=_always, lease_seconds=10, clock=clock) is None
+    assert queue.get_job(catalog, job.id or 0).lease_expires_at == clock.now + timedelta(seconds=10)
+    queue.request_cancel(catalog, job.id or 0, clock=clock)
+    clock.advance(8)
+    assert queue.heartbeat(catalog, job.id or 0, lease.token, 10, clock=clock) is True, "the beat reports the cancel"
+    clock.advance(10.001)  # the holder stops beating: its lease runs out and the next claim settles the cancel
+    assert queue.claim(catalog, worker="b", can_run=_always, lease_seconds=10, clock=clock) is None
+    cancelled = queue.get_job(catalog, job.id or 0)
+    assert cancelled.status == JobStatus.CANCELLED and cancelled.finished_at == clock.now
+
+
+def test_attempts_are_capped_then_dead(catalog_ctx: AppContext, clock: FakeClock) -> None:
+    catalog = catalog_ctx.catalog
+    job = queue.enqueue(catalog, kind="build", payload={}, requirements=RTX, max_attempts=2, clock=clock).job
+    lease = queue.claim(catalog, worker="a", can_run=_always, lease_seconds=30, clock=clock)
     assert lease is not None
     retried = queue.fail_attempt(
-        catalog, job.id or 0, lease.token, error="child killed by SIGKILL", backoff_seconds=0.3
+        catalog, job.id or 0, lease.token, error="child killed by SIGKILL", backoff_seconds=60, clock=clock
     )
-    assert retried.status == JobStatus.QUEUED
-    assert queue.claim(catalog, worker="a", can_run=_always, lease_seconds=30) is None, "backoff holds it"
-    time.sleep(0.35)
-    lease = queue.claim(catalog, worker="a", can_run=_always, lease_seconds=0.2)
-    assert lease is not None and lease.job.attempts == 2
-    time.sleep(0.3)  # the holder dies: its lease expires on the last attempt
-    assert queue.claim(catalog, worker="b", can_run=_always, lease_seconds=30) is None
+    assert retried.status == JobStatus.QUEUED and retried.run_after == clock.now + timedelta(seconds=60)
+    clock.advance(59.999)
+    assert queue.claim(catalog, worker="a", can_run=_always, lease_seconds=30, clock=clock) is None, "backoff holds it"
+    clock.advance(0.001)
+    lease = queue.claim(catalog, worker="a", can_run=_always, lease_seconds=30, clock=clock)
+    assert lease is not None and lease.job.attempts == 2, "runnable from the end of its backoff"
+    clock.advance(30.001)  # the holder dies: its lease expires on the last attempt
+    assert queue.claim(catalog, worker="b", can_run=_always, lease_seconds=30, clock=clock) is None
     dead = queue.get_job(catalog, job.id or 0)
-    assert dead.status == JobStatus.DEAD
-    assert "expired on the last attempt" in (dead.error or "")
+    assert dead.status == JobStatus.DEAD and dead.attempts == 2 and dead.finished_at == clock.now
+    assert "lease of a expired on the last attempt (attempt 1 failed: child killed by SIGKILL)" in (dead.error or "")
+
+
+def test_a_claim_waiting_for_the_write_lock_reads_the_clock_once_it_holds_it(app_ctx: AppContext) -> None:
+    """The lease, and the attempt's timeout (counted from `started_at`), start when the claim holds
+    SQLite's write lock, not when it began waiting for it (up to the busy timeout)."""
+    import sqlite3
+
+    catalog = app_ctx.catalog
+    queue.enqueue(catalog, kind="build", payload={}, requirements=RTX)
+    released = threading.Event()
+    readings: list[bool] = []
+
+    def clock() -> datetime:
+        readings.append(released.is_set())
+        return utcnow()
+
+    claimed: list[queue.Lease | None] = []
+    blocker = sqlite3.connect(app_ctx.home / "catalog.db", isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+    claimer = threading.Thread(
+        target=lambda: claimed.append(queue.claim(catalog, worker="a", can_run=_always, lease_seconds=30, clock=clock))
+    )
+    claimer.start()
+    claimer.join(0.5)
+    assert claimer.is_alive(), "the claim cannot finish while another connection holds the write lock"
+    released.set()
+    blocker.execute("ROLLBACK")
+    blocker.close()
+    claimer.join(30)
+    assert claimed and claimed[0] is not None
+    assert readings and all(readings), "the clock was read only once the claim held the write lock"
 
 
 def test_cancel_queued_job_never_runs(catalog_ctx: AppContext) -> None:
@@ -283,6 +341,7 @@ def test_cli_build_waits_through_a_backoff_and_runs_the_retry(
     assert result.json()["id"] == done.result_engine_id
 
 
+@pytest.mark.usefixtures("requires_no_gpu")
 def test_trt_build_from_a_cpu_host_is_planned_for_a_live_gpu_worker_fake_gpu_worker(
     app_ctx: AppContext, tmp_path: Path
 ) -> None:

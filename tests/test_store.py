@@ -11,6 +11,7 @@ import pytest
 from enginecache.core.hashing import read_verified
 from enginecache.core.store import ArtifactStore, HashingWriter
 from enginecache.errors import IntegrityCheckError, StoreError
+from tests.conftest import corrupt_blob, files_under
 
 
 def test_write_blob_is_content_addressed_and_leaves_no_temp(tmp_path: Path) -> None:
@@ -23,7 +24,7 @@ def test_write_blob_is_content_addressed_and_leaves_no_temp(tmp_path: Path) -> N
     assert blob.path == tmp_path / "objects" / "sha256" / digest[:2] / digest
     assert blob.path.read_bytes() == data
     assert blob.created is True
-    assert list(store.tmp_dir.iterdir()) == []
+    assert files_under(tmp_path) == [Path("objects", "sha256", digest[:2], digest)], "no temp file left"
 
 
 def test_same_bytes_twice_keep_the_first_copy(tmp_path: Path) -> None:
@@ -56,9 +57,7 @@ def test_ingest_file_and_verify(tmp_path: Path) -> None:
     blob = store.ingest_file(source)
     assert store.verify_blob(blob.sha256).blake3 == blob.blake3
     assert read_verified(blob.path, blake3_digest=blob.blake3) == source.read_bytes()
-    with open(blob.path, "r+b") as stream:
-        stream.seek(5000)
-        stream.write(b"\x00\x01\x02")
+    corrupt_blob(blob.path, 5000)
     with pytest.raises(IntegrityCheckError, match="hashes to"):
         store.verify_blob(blob.sha256)
     with pytest.raises(IntegrityCheckError, match="blake3"):
@@ -94,9 +93,8 @@ def test_republishing_repairs_a_damaged_blob(tmp_path: Path) -> None:
     store = ArtifactStore(tmp_path)
     data = os.urandom(50_000)
     blob = store.write_blob([data])
-    damaged = bytearray(data)
-    damaged[100] ^= 0xFF
-    blob.path.write_bytes(bytes(damaged))
+    corrupt_blob(blob.path, 100)
+    assert blob.path.read_bytes() != data
     again = store.write_blob([data])
     assert again.created is True, "the damaged copy was replaced"
     assert blob.path.read_bytes() == data

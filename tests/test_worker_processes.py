@@ -1,37 +1,57 @@
-"""Workers as real processes: crash recovery, cancel, lease takeover after SIGSTOP, clean shutdown.
+"""Workers as real processes: crash recovery, cancel, lease takeover after SIGSTOP, clean shutdown,
+the attempt's timeout.
 
-The slow job is a real one: tiny_llama fp16 (ModelOpt AutoCast conversion, then a TensorRT-RTX
-build) takes several seconds in the child, long enough to interfere with it.
+The jobs are the test-only kinds of `enginecache.service.testkinds` (`sleep`, `crash`): the worker
+processes here have ENGINECACHE_TEST_JOB_KINDS=1 in their environment, and the queue's and the
+worker's mechanics need no real build. One test keeps a real build (tiny_llama fp16: ModelOpt
+AutoCast, then a TensorRT-RTX build, seconds in the child), where the build is the point: a child
+killed mid-build publishes nothing. Sleeps here wait on real processes only; each wait polls for
+the state it needs.
 """
 
 from __future__ import annotations
 
 import json
+import multiprocessing.forkserver
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from enginecache.db import queue
-from enginecache.db.models import EngineStatus, JobRecord, JobStatus
+from enginecache.db.catalog import Catalog
+from enginecache.db.models import EngineStatus, JobRecord, JobStatus, utcnow
+from enginecache.service import testkinds
 from enginecache.service.builds import BuildRequest
 from enginecache.service.context import AppContext
 from enginecache.service.engines import list_engines
 from enginecache.service.jobs import submit_build
 from enginecache.service.models import register_model
-from tests.conftest import shared_model
+from enginecache.service.worker import Worker, WorkerConfig
+from tests.conftest import files_under, shared_model
 
 ROOT = Path(__file__).resolve().parents[1]
+ANY_WORKER = {"backend": "ort"}  # requirements every worker meets (ONNX Runtime is a base dependency)
+TERMINAL = (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.DEAD, JobStatus.CANCELLED)
 
 
 def _cli(app: AppContext, *args: str) -> list[str]:
     return [sys.executable, "-m", "enginecache.cli", "--home", str(app.home), "--db", app.db_url, *args]
+
+
+def _worker_env(*, test_kinds: bool = True) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != testkinds.ENABLE_ENV}
+    if test_kinds:
+        env[testkinds.ENABLE_ENV] = "1"
+    return env
 
 
 @dataclass
@@ -44,12 +64,18 @@ class WorkerProcess:
         return self.process.pid
 
 
-def _start_worker(app: AppContext, name: str, *extra: str) -> WorkerProcess:
+def _start_worker(app: AppContext, name: str, *extra: str, test_kinds: bool = True) -> WorkerProcess:
     """A worker process whose output goes to a file: its fork server and children inherit it, and a
     pipe they held open would keep a reader waiting after the worker itself has exited."""
     log = app.home.parent / f"{name}.log"
     with open(log, "wb") as sink:
-        process = subprocess.Popen(_cli(app, "worker", "--name", name, *extra), cwd=ROOT, stdout=sink, stderr=sink)
+        process = subprocess.Popen(
+            _cli(app, "worker", "--name", name, *extra),
+            cwd=ROOT,
+            stdout=sink,
+            stderr=sink,
+            env=_worker_env(test_kinds=test_kinds),
+        )
     return WorkerProcess(process, log)
 
 
@@ -58,12 +84,17 @@ def _wait(predicate: Callable[[], bool], timeout: float, what: str) -> None:
     while time.monotonic() < deadline:
         if predicate():
             return
-        time.sleep(0.1)
+        time.sleep(0.05)
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def _job(app: AppContext, job_id: int) -> JobRecord:
     return queue.get_job(app.catalog, job_id)
+
+
+def _enqueue(app: AppContext, kind: str, payload: dict[str, Any], **options: Any) -> int:
+    """A test-kind job, straight into the queue."""
+    return queue.enqueue(app.catalog, kind=kind, payload=payload, requirements=ANY_WORKER, **options).job.id or 0
 
 
 def _stop(worker: WorkerProcess) -> str:
@@ -76,6 +107,28 @@ def _stop(worker: WorkerProcess) -> str:
         worker.process.kill()
         worker.process.wait()
     return worker.log.read_text()
+
+
+def _gone(pid: int) -> bool:
+    """Whether a process has exited (reaped, or a zombie waiting to be)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+    except OSError:
+        return True
+
+
+def _worker_status(app: AppContext, name: str) -> str | None:
+    return next((w.status for w in queue.list_workers(app.catalog) if w.name == name), None)
+
+
+def _sleeping_child(app: AppContext, job_id: int) -> int:
+    """Wait until the job's child runs its sleep (its pid recorded, its first progress written)."""
+    _wait(
+        lambda: (job := _job(app, job_id)).runner_pid is not None and job.phase == "sleeping",
+        60,
+        f"job {job_id} to start sleeping in its child",
+    )
+    return _job(app, job_id).runner_pid or 0
 
 
 def _catalog_writable(app: AppContext) -> bool:
@@ -108,124 +161,152 @@ def _stop_outside_transactions(app: AppContext, pids: list[int]) -> None:
     raise AssertionError("could not stop the worker outside a write transaction")
 
 
-@pytest.fixture
-def slow_app(tmp_path: Path) -> Iterator[AppContext]:
-    app = AppContext.from_settings(tmp_path / "home")
-    register_model(app, shared_model("tiny_llama.onnx"), name="tiny_llama")
-    yield app
-    app.close()
+# -- the test kinds themselves ----------------------------------------------------------------
 
 
-@pytest.fixture
-def slow_app_any_db(catalog_ctx: AppContext) -> AppContext:
-    """The slow job on each catalog database (SQLite, then PostgreSQL)."""
-    register_model(catalog_ctx, shared_model("tiny_llama.onnx"), name="tiny_llama")
-    return catalog_ctx
+def test_test_kinds_are_enabled_only_by_the_environment_switch(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(testkinds.ENABLE_ENV, raising=False)
+    assert not testkinds.enabled()
+    monkeypatch.setenv(testkinds.ENABLE_ENV, "0")
+    assert not testkinds.enabled()
+    monkeypatch.setenv(testkinds.ENABLE_ENV, "1")
+    assert testkinds.enabled()
+    assert sorted(testkinds.TEST_JOB_RUNNERS) == ["crash", "sleep"]
 
 
-SLOW = BuildRequest(model="tiny_llama", backend="rtx", targets=("sm89",), precision="fp16")
+def test_without_the_switch_a_test_kind_is_an_unknown_job_kind(app_ctx: AppContext) -> None:
+    job_id = _enqueue(app_ctx, "sleep", {"seconds": 0})
+    worker = _start_worker(app_ctx, "plain", "--once", test_kinds=False)
+    worker.process.wait(timeout=120)
+    job = _job(app_ctx, job_id)
+    assert job.status == JobStatus.FAILED and job.attempts == 1, (job.status, job.error, worker.log.read_text())
+    assert job.error == "unknown job kind 'sleep'"
 
 
-def _running_child(app: AppContext, job_id: int) -> int:
-    _wait(lambda: _job(app, job_id).runner_pid is not None, 60, f"job {job_id} to start its child")
-    return _job(app, job_id).runner_pid or 0
+# -- crashes ----------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("crash", [signal.SIGKILL, signal.SIGSEGV], ids=["sigkill", "segfault"])
 def test_crashed_child_counts_an_attempt_cleans_up_and_the_retry_succeeds(
-    slow_app_any_db: AppContext, crash: signal.Signals
+    catalog_ctx: AppContext, crash: signal.Signals
 ) -> None:
-    app = slow_app_any_db
-    job_id = submit_build(app, SLOW).job.id or 0  # type: ignore[union-attr]
-    worker = _start_worker(app, "w1", "--lease-seconds", "6")
-    try:
-        child = _running_child(app, job_id)
-        time.sleep(1.0)
-        os.kill(child, crash)
-        _wait(lambda: _job(app, job_id).status in (JobStatus.SUCCEEDED, JobStatus.DEAD), 120, "the retry")
-    finally:
-        err = _stop(worker)
-    job = _job(app, job_id)
-    assert job.status == JobStatus.SUCCEEDED, (job.error, err)
-    assert job.attempts == 2
-    engines = list_engines(app)
-    ready = [e for e in engines if e.status == EngineStatus.READY]
-    assert len(ready) == 1 and ready[0].id == job.result_engine_id and ready[0].job_attempt == 2
-    for engine in engines:
-        if engine.job_attempt == 1:
-            assert engine.status == EngineStatus.FAILED and crash.name in (engine.error or "")
-    assert list((app.home / "tmp").iterdir()) == [], "the killed attempt's files are gone"
-    objects = [p for p in (app.home / "objects").rglob("*") if p.is_file()]
-    assert [p.name for p in objects] == [ready[0].sha256], "no half-written blob"
-
-
-def test_cancel_running_job_kills_the_child_and_never_retries(slow_app: AppContext, tmp_path: Path) -> None:
-    app = slow_app
-    job_id = submit_build(app, SLOW).job.id or 0  # type: ignore[union-attr]
+    app = catalog_ctx
+    job_id = _enqueue(app, "crash", {"signal": crash.name, "attempts": 1})
     worker = _start_worker(app, "w1")
     try:
-        child = _running_child(app, job_id)
+        _wait(lambda: _job(app, job_id).status in TERMINAL, 120, "the retry")
+    finally:
+        log = _stop(worker)
+    job = _job(app, job_id)
+    assert job.status == JobStatus.SUCCEEDED and job.attempts == 2, (job.status, job.error, log)
+    assert job.lease_owner == "w1" and job.lease_token is None and job.runner_pid is None
+    assert f"job {job_id} attempt 1 failed (child killed by {crash.name}): now QUEUED" in log
+    assert files_under(app.home / "tmp") == [], "the crashed attempt's working directory is gone"
+
+
+def test_child_crashing_on_every_attempt_ends_dead_naming_the_signal(app_ctx: AppContext) -> None:
+    job_id = _enqueue(app_ctx, "crash", {"signal": "SIGSEGV"}, max_attempts=2)
+    worker = _start_worker(app_ctx, "w1")
+    try:
+        _wait(lambda: _job(app_ctx, job_id).status in TERMINAL, 120, "the last attempt")
+    finally:
+        log = _stop(worker)
+    job = _job(app_ctx, job_id)
+    assert job.status == JobStatus.DEAD and job.attempts == 2, (job.status, job.error, log)
+    assert job.error == "attempt 2 of 2 failed: child killed by SIGSEGV"
+
+
+@pytest.mark.shared
+def test_real_build_killed_midway_publishes_nothing_and_the_retry_does(app_ctx: AppContext) -> None:
+    """The child dies while its engine row is PENDING (converting tiny_llama takes seconds)."""
+    app = app_ctx
+    register_model(app, shared_model("tiny_llama.onnx"), name="tiny_llama")
+    request = BuildRequest(model="tiny_llama", backend="rtx", targets=("sm89",), precision="fp16")
+    job_id = submit_build(app, request).job.id or 0  # type: ignore[union-attr]
+    worker = _start_worker(app, "w1", test_kinds=False)
+    try:
+        _wait(
+            lambda: (
+                _job(app, job_id).runner_pid is not None
+                and any(e.job_attempt == 1 and e.status == EngineStatus.PENDING for e in list_engines(app))
+            ),
+            60,
+            "the first attempt's child and its engine row",
+        )
+        child = _job(app, job_id).runner_pid or 0
+        assert child > 0
+        os.kill(child, signal.SIGKILL)
+        _wait(lambda: _job(app, job_id).status in TERMINAL, 180, "the retry")
+    finally:
+        log = _stop(worker)
+    job = _job(app, job_id)
+    assert job.status == JobStatus.SUCCEEDED and job.attempts == 2, (job.error, log)
+    engines = list_engines(app)
+    [first] = [e for e in engines if e.job_attempt == 1]
+    assert first.status == EngineStatus.FAILED and "SIGKILL" in (first.error or "")
+    ready = [e for e in engines if e.status == EngineStatus.READY]
+    assert [(e.id, e.job_attempt) for e in ready] == [(job.result_engine_id, 2)]
+    assert files_under(app.home / "tmp") == [], "the killed attempt's files are gone"
+    digest = ready[0].sha256 or ""
+    assert files_under(app.home / "objects") == [Path("sha256", digest[:2], digest)], "no half-written blob"
+
+
+# -- cancel, lease takeover -------------------------------------------------------------------
+
+
+def test_cancel_running_job_kills_the_child_and_never_retries(app_ctx: AppContext) -> None:
+    app = app_ctx
+    job_id = _enqueue(app, "sleep", {"seconds": 60})
+    worker = _start_worker(app, "w1")
+    try:
+        child = _sleeping_child(app, job_id)
         out = subprocess.run(
             _cli(app, "job", "cancel", str(job_id), "--json"), cwd=ROOT, capture_output=True, text=True
         )
         assert out.returncode == 0, out.stderr
         assert json.loads(out.stdout)["cancel_requested"] is True
         _wait(lambda: _job(app, job_id).status == JobStatus.CANCELLED, 30, "the cancel")
-        _wait(lambda: not Path(f"/proc/{child}").exists() or _is_zombie(child), 10, "the child to die")
-        time.sleep(1.0)
+        _wait(lambda: _gone(child), 10, "the child to die")
     finally:
-        _stop(worker)
+        _stop(worker)  # the worker is gone: nothing can claim the job after this
     job = _job(app, job_id)
     assert job.status == JobStatus.CANCELLED and job.attempts == 1
-    assert [e.status for e in list_engines(app)] in ([], [EngineStatus.FAILED])
-    assert list((app.home / "tmp").iterdir()) == []
+    assert job.error == "cancelled while running"
+    assert files_under(app.home / "tmp") == []
 
 
-def _is_zombie(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
-    except OSError:
-        return True
-
-
-def test_stopped_worker_loses_its_lease_and_its_late_writes_are_rejected(slow_app: AppContext) -> None:
-    app = slow_app
-    job_id = submit_build(app, SLOW).job.id or 0  # type: ignore[union-attr]
+def test_stopped_worker_loses_its_lease_and_its_late_writes_are_rejected(app_ctx: AppContext) -> None:
+    app = app_ctx
+    job_id = _enqueue(app, "sleep", {"seconds": 4})
     stalled = _start_worker(app, "stalled", "--lease-seconds", "2")
-    taker: WorkerProcess | None = None
     child = 0
     try:
-        child = _running_child(app, job_id)
-        # Wait until the child converts the model (seconds of CPU work, no catalog writes).
-        _wait(lambda: any(e.job_attempt == 1 for e in list_engines(app)), 60, "the child to start its build")
+        child = _sleeping_child(app, job_id)
         _stop_outside_transactions(app, [child, stalled.pid])
-        time.sleep(3.0)  # past the 2 s lease
+        _wait(lambda: (_job(app, job_id).lease_expires_at or utcnow()) < utcnow(), 30, "the 2 s lease to expire")
         taker = _start_worker(app, "taker", "--once")
-        _wait(lambda: _job(app, job_id).status == JobStatus.SUCCEEDED, 120, "the takeover to finish")
+        assert taker.process.wait(timeout=120) == 0, taker.log.read_text()
         taken = _job(app, job_id)
-        assert taken.attempts == 2
+        assert taken.status == JobStatus.SUCCEEDED and taken.attempts == 2 and taken.lease_owner == "taker"
         for pid in (child, stalled.pid):
             os.kill(pid, signal.SIGCONT)
-        _wait(lambda: not Path(f"/proc/{child}").exists() or _is_zombie(child), 60, "the stale child to end")
+        _wait(lambda: _gone(child), 60, "the stale child to end")
     finally:
         for pid in (child, stalled.pid):
-            if pid and Path(f"/proc/{pid}").exists():
+            if pid and not _gone(pid):
                 os.kill(pid, signal.SIGCONT)
-        stalled_err = _stop(stalled)
-        if taker is not None:
-            _stop(taker)
-    job = _job(app, job_id)
-    assert job.status == JobStatus.SUCCEEDED and job.result_engine_id == taken.result_engine_id
-    assert "stale" in stalled_err
-    engines = list_engines(app)
-    ready = [e for e in engines if e.status == EngineStatus.READY]
-    assert [e.id for e in ready] == [job.result_engine_id], "the stale holder published nothing"
-    assert ready[0].job_attempt == 2
-    assert all(e.status == EngineStatus.FAILED for e in engines if e.job_attempt == 1)
+        stalled_log = _stop(stalled)
+    assert "stale" in stalled_log
+    after = _job(app, job_id)
+    fields = ("status", "attempts", "lease_owner", "progress", "phase", "log_tail", "finished_at", "updated_at")
+    assert {f: getattr(after, f) for f in fields} == {f: getattr(taken, f) for f in fields}, "no late write landed"
 
 
-def test_worker_exits_cleanly_on_sigterm_and_goes_offline(tmp_path: Path) -> None:
-    app = AppContext.from_settings(tmp_path / "home")
+# -- shutdown ---------------------------------------------------------------------------------
+
+
+def test_worker_exits_cleanly_on_sigterm_and_goes_offline(app_ctx: AppContext) -> None:
+    app = app_ctx
     worker = _start_worker(app, "idle")
     try:
         _wait(lambda: any(w.name == "idle" for w in queue.list_workers(app.catalog)), 30, "registration")
@@ -237,46 +318,91 @@ def test_worker_exits_cleanly_on_sigterm_and_goes_offline(tmp_path: Path) -> Non
     assert record.status == "offline"
     assert record.capabilities["backends"] and "rtx" in record.capabilities["backends"]
     assert record.fingerprint["cpu_model"]
-    app.close()
 
 
-def test_sigterm_lets_the_running_job_finish_then_exits(slow_app: AppContext) -> None:
-    app = slow_app
-    job_id = submit_build(app, SLOW).job.id or 0  # type: ignore[union-attr]
+def test_sigterm_lets_the_running_job_finish_then_exits(app_ctx: AppContext) -> None:
+    app = app_ctx
+    job_id = _enqueue(app, "sleep", {"seconds": 4})
     worker = _start_worker(app, "graceful")
-    _running_child(app, job_id)
+    _sleeping_child(app, job_id)
+    signalled_at = utcnow()
     worker.process.send_signal(signal.SIGTERM)
-    worker.process.wait(timeout=120)
-    assert worker.process.returncode == 0
+    _wait(lambda: _worker_status(app, "graceful") == "stopping", 30, "the worker to say it is stopping")
+    assert worker.process.wait(timeout=120) == 0, worker.log.read_text()
+    assert _worker_status(app, "graceful") == "offline"
     job = _job(app, job_id)
     assert job.status == JobStatus.SUCCEEDED and job.attempts == 1, (job.status, job.error)
+    assert job.finished_at is not None and job.finished_at > signalled_at, "it finished after the SIGTERM"
 
 
-def test_second_sigterm_hands_the_job_back(slow_app: AppContext) -> None:
-    app = slow_app
-    job_id = submit_build(app, SLOW).job.id or 0  # type: ignore[union-attr]
+def test_second_sigterm_hands_the_job_back(app_ctx: AppContext) -> None:
+    app = app_ctx
+    job_id = _enqueue(app, "sleep", {"seconds": 60})
     worker = _start_worker(app, "impatient")
-    child = _running_child(app, job_id)
+    child = _sleeping_child(app, job_id)
     worker.process.send_signal(signal.SIGTERM)
-    time.sleep(0.5)
+    _wait(lambda: _worker_status(app, "impatient") == "stopping", 30, "the worker to take the first SIGTERM")
+    assert _job(app, job_id).status == JobStatus.RUNNING, "a stopping worker lets its job run"
     worker.process.send_signal(signal.SIGTERM)
-    worker.process.wait(timeout=60)
-    assert worker.process.returncode == 0
+    assert worker.process.wait(timeout=60) == 0, worker.log.read_text()
     job = _job(app, job_id)
     assert job.status == JobStatus.QUEUED and job.attempts == 0 and job.phase == "handed back"
-    assert not Path(f"/proc/{child}").exists() or _is_zombie(child)
-    assert [e.status for e in list_engines(app)] in ([], [EngineStatus.FAILED])
-    assert list((app.home / "tmp").iterdir()) == []
+    assert job.lease_token is None and job.runner_pid is None
+    assert _gone(child)
+    assert files_under(app.home / "tmp") == []
 
 
-def test_job_past_its_timeout_is_killed_and_dead_on_its_last_attempt(slow_app: AppContext) -> None:
-    from enginecache.service.worker import Worker, WorkerConfig
+# -- the attempt's timeout --------------------------------------------------------------------
 
-    app = slow_app
-    job = submit_build(app, SLOW, max_attempts=1, timeout_seconds=1.5).job
-    assert job is not None
-    Worker(app, WorkerConfig(name="impatient", job_id=job.id)).run()
-    dead = _job(app, job.id or 0)
-    assert dead.status == JobStatus.DEAD and dead.attempts == 1
-    assert "timed out after 1.5 s" in (dead.error or "")
-    assert list((app.home / "tmp").iterdir()) == []
+
+def run_worker_whose_first_write_waits(home: str, db_url: str, job_id: str, report: str) -> None:
+    """Run in a worker subprocess by the test below: a one-job worker whose first write after the
+    claim (recording the child's pid) waits the way a write waits on SQLite's busy timeout, until
+    the child is gone or 20 s passed; `report` says which (JSON)."""
+    real_set_runner = queue.set_runner
+
+    def waiting_set_runner(catalog: Catalog, job: int, token: str, pid: int, **kwargs: Any) -> None:
+        started = time.monotonic()
+        while not _gone(pid) and time.monotonic() - started < 20:
+            time.sleep(0.05)
+        Path(report).write_text(json.dumps({"child_gone": _gone(pid), "waited_s": time.monotonic() - started}))
+        real_set_runner(catalog, job, token, pid, **kwargs)
+
+    queue.set_runner = waiting_set_runner  # type: ignore[assignment]  # the worker calls it as queue.set_runner
+    app = AppContext.from_settings(Path(home), db_url)
+    try:
+        worker = Worker(app, WorkerConfig(name="slow-writes", job_id=int(job_id)))
+        multiprocessing.forkserver.ensure_running()  # warm, as a long-running worker's fork server is
+        worker.run()
+    finally:
+        app.close()
+
+
+@pytest.mark.parametrize("seconds", [60, 3], ids=["sleep-60s", "sleep-3s-done-before-the-write"])
+def test_timeout_kills_the_attempt_even_while_a_catalog_write_waits(
+    app_ctx: AppContext, tmp_path: Path, seconds: int
+) -> None:
+    """A sleep under a 1 s timeout ends DEAD, never SUCCEEDED: the deadline counts from the claim
+    and is enforced while the supervising thread is still stuck in its write. (Counted from after
+    that write, the 60 s sleep outlives its deadline; the 3 s one finishes and records SUCCEEDED.)"""
+    app = app_ctx
+    job_id = _enqueue(app, "sleep", {"seconds": seconds}, max_attempts=1, timeout_seconds=1)
+    report = tmp_path / "first-write.json"
+    code = f"import sys; from {__name__} import run_worker_whose_first_write_waits as run; run(*sys.argv[1:])"
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(app.home), app.db_url, str(job_id), str(report)],
+        cwd=ROOT,
+        env=_worker_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    dead = _job(app, job_id)
+    assert dead.status == JobStatus.DEAD and dead.attempts == 1, (dead.status, dead.error, done.stderr)
+    assert dead.error == "attempt 1 of 1 failed: timed out after 1 s"
+    first_write = json.loads(report.read_text())
+    assert first_write["child_gone"], f"the child outlived its deadline while the write waited: {first_write}"
+    assert dead.started_at is not None and dead.finished_at is not None
+    assert dead.finished_at - dead.started_at < timedelta(seconds=20)
+    assert files_under(app.home / "tmp") == []

@@ -6,6 +6,11 @@ Claim is atomic: `SELECT ... FOR UPDATE SKIP LOCKED` on PostgreSQL, and an immed
 transaction (one writer at a time) on SQLite. A RUNNING job whose lease expired is claimable
 again (its holder stalled or died); each claim counts an attempt, and a job out of attempts
 is DEAD with its last error.
+
+Every function that reads the time takes it from `clock` (keyword, default `utcnow`): a test
+passes a controlled clock (as huey's `time_function`) and moves it instead of sleeping past a
+lease or a backoff. Times are aware UTC datetimes; a claim reads the clock once it holds the
+write lock, so a lease starts when it is granted, not when the claim began waiting for it.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ from sqlmodel import col, select
 from enginecache.db.catalog import Catalog
 from enginecache.db.models import ACTIVE_JOB_STATUSES, JobRecord, JobStatus, WorkerRecord, utcnow
 from enginecache.errors import NotFoundError, StaleLeaseError
+
+Clock = Callable[[], datetime]  # an aware UTC datetime, "now"
 
 CLAIM_SCAN = 5000  # runnable jobs looked at per claim, oldest first
 LOG_TAIL_CHARS = 4000
@@ -48,6 +55,7 @@ def enqueue(
     idempotency_key: str | None = None,
     max_attempts: int = 3,
     timeout_seconds: float = 3600.0,
+    clock: Clock = utcnow,
 ) -> EnqueueResult:
     """Add a job, or join the QUEUED/RUNNING job that has the same idempotency key."""
     for _ in range(3):
@@ -57,6 +65,7 @@ def enqueue(
                     active = _active_by_key(session, idempotency_key)
                     if active is not None:
                         return EnqueueResult(active, joined=True)
+                now = clock()
                 job = JobRecord(
                     kind=kind,
                     idempotency_key=idempotency_key,
@@ -64,6 +73,9 @@ def enqueue(
                     requirements=dict(requirements),
                     max_attempts=max_attempts,
                     timeout_seconds=timeout_seconds,
+                    run_after=now,
+                    created_at=now,
+                    updated_at=now,
                 )
                 session.add(job)
             return EnqueueResult(job, joined=False)
@@ -91,19 +103,23 @@ def claim(
     lease_seconds: float,
     job_id: int | None = None,
     kinds: tuple[str, ...] | None = None,
+    clock: Clock = utcnow,
 ) -> Lease | None:
     """Claim the oldest runnable job this worker can run (or `job_id` only), under a new lease.
 
     Candidates are read without locks (ids and requirements only) and filtered by `can_run`, so a
     backlog of jobs this worker cannot run neither hides newer ones from it nor gets locked by it;
     only the chosen row is locked (`FOR UPDATE SKIP LOCKED` on PostgreSQL), re-checked, claimed.
+    The lease (and the attempt's `started_at`, from which its timeout counts) starts at the time
+    read once the transaction holds the write lock (SQLite's `BEGIN IMMEDIATE` may wait for it).
     """
-    now = utcnow()
-    runnable = sa.or_(
-        sa.and_(col(JobRecord.status) == JobStatus.QUEUED, col(JobRecord.run_after) <= now),
-        sa.and_(col(JobRecord.status) == JobStatus.RUNNING, col(JobRecord.lease_expires_at) < now),
-    )
     with catalog.write() as session:
+        session.connection()  # BEGIN now (IMMEDIATE on SQLite): the clock is read after any wait for the lock
+        now = clock()
+        runnable = sa.or_(
+            sa.and_(col(JobRecord.status) == JobStatus.QUEUED, col(JobRecord.run_after) <= now),
+            sa.and_(col(JobRecord.status) == JobStatus.RUNNING, col(JobRecord.lease_expires_at) < now),
+        )
         query = (
             sa.select(
                 col(JobRecord.id),
@@ -128,11 +144,11 @@ def claim(
                 continue
             if job.status == JobStatus.RUNNING and job.attempts >= job.max_attempts:
                 error = job.error or "no error recorded"
-                _finish(job, JobStatus.DEAD, f"lease of {job.lease_owner} expired on the last attempt ({error})")
+                _finish(job, JobStatus.DEAD, f"lease of {job.lease_owner} expired on the last attempt ({error})", now)
                 session.add(job)
                 continue
             if job.cancel_requested:
-                _finish(job, JobStatus.CANCELLED, "cancelled")
+                _finish(job, JobStatus.CANCELLED, "cancelled", now)
                 session.add(job)
                 continue
             if not can_run(job.requirements):
@@ -168,23 +184,23 @@ def _is_sqlite(session: Any) -> bool:
     return bool(session.get_bind().dialect.name == "sqlite")
 
 
-def heartbeat(catalog: Catalog, job_id: int, token: str, lease_seconds: float) -> bool:
+def heartbeat(catalog: Catalog, job_id: int, token: str, lease_seconds: float, *, clock: Clock = utcnow) -> bool:
     """Extend the lease; returns whether a cancel was requested. StaleLeaseError if lost."""
     with catalog.write() as session:
         job = _holder(session, job_id, token)
-        now = utcnow()
+        now = clock()
         job.lease_expires_at = now + timedelta(seconds=lease_seconds)
         job.updated_at = now
         session.add(job)
         return job.cancel_requested
 
 
-def set_runner(catalog: Catalog, job_id: int, token: str, pid: int) -> None:
+def set_runner(catalog: Catalog, job_id: int, token: str, pid: int, *, clock: Clock = utcnow) -> None:
     """Record the pid of the child process running the held attempt."""
     with catalog.write() as session:
         job = _holder(session, job_id, token)
         job.runner_pid = pid
-        job.updated_at = utcnow()
+        job.updated_at = clock()
         session.add(job)
 
 
@@ -196,6 +212,7 @@ def report_progress(
     progress: float | None = None,
     phase: str | None = None,
     log_tail: str | None = None,
+    clock: Clock = utcnow,
 ) -> None:
     with catalog.write() as session:
         job = _holder(session, job_id, token)
@@ -205,12 +222,11 @@ def report_progress(
             job.phase = phase
         if log_tail is not None:
             job.log_tail = log_tail[-LOG_TAIL_CHARS:]
-        job.updated_at = utcnow()
+        job.updated_at = clock()
         session.add(job)
 
 
-def _finish(job: JobRecord, status: str, error: str | None) -> None:
-    now = utcnow()
+def _finish(job: JobRecord, status: str, error: str | None, now: datetime) -> None:
     job.status = status
     job.error = error
     job.finished_at = now
@@ -229,12 +245,13 @@ def complete(
     error: str | None = None,
     result_engine_id: int | None = None,
     on_commit: Callable[[Any], None] | None = None,
+    clock: Clock = utcnow,
 ) -> JobRecord:
     """Finish a held job (SUCCEEDED, FAILED or CANCELLED). `on_commit(session)` runs in the
     same transaction, so related rows change only if the lease is still valid."""
     with catalog.write() as session:
         job = _holder(session, job_id, token)
-        _finish(job, status, error)
+        _finish(job, status, error, clock())
         job.result_engine_id = result_engine_id
         if status == JobStatus.SUCCEEDED:
             job.progress = 1.0
@@ -252,46 +269,49 @@ def fail_attempt(
     error: str,
     backoff_seconds: float,
     on_commit: Callable[[Any], None] | None = None,
+    clock: Clock = utcnow,
 ) -> JobRecord:
     """A transient failure: retry after a backoff, or DEAD when out of attempts."""
     with catalog.write() as session:
         job = _holder(session, job_id, token)
         if on_commit is not None:
             on_commit(session)
+        now = clock()
         if job.attempts >= job.max_attempts:
-            _finish(job, JobStatus.DEAD, f"attempt {job.attempts} of {job.max_attempts} failed: {error}")
+            _finish(job, JobStatus.DEAD, f"attempt {job.attempts} of {job.max_attempts} failed: {error}", now)
         else:
-            _finish(job, JobStatus.QUEUED, f"attempt {job.attempts} failed: {error}")
+            _finish(job, JobStatus.QUEUED, f"attempt {job.attempts} failed: {error}", now)
             job.finished_at = None
-            job.run_after = utcnow() + timedelta(seconds=backoff_seconds)
+            job.run_after = now + timedelta(seconds=backoff_seconds)
         session.add(job)
         return job
 
 
-def release(catalog: Catalog, job_id: int, token: str) -> JobRecord:
+def release(catalog: Catalog, job_id: int, token: str, *, clock: Clock = utcnow) -> JobRecord:
     """Hand a held job back to the queue without counting the attempt (worker shutting down)."""
     with catalog.write() as session:
         job = _holder(session, job_id, token)
-        _finish(job, JobStatus.QUEUED, job.error)
+        now = clock()
+        _finish(job, JobStatus.QUEUED, job.error, now)
         job.finished_at = None
         job.attempts = max(0, job.attempts - 1)
         job.phase = "handed back"
-        job.run_after = utcnow()
+        job.run_after = now
         session.add(job)
         return job
 
 
-def request_cancel(catalog: Catalog, job_id: int) -> JobRecord:
+def request_cancel(catalog: Catalog, job_id: int, *, clock: Clock = utcnow) -> JobRecord:
     """QUEUED: cancelled at once. RUNNING: flagged; its worker kills the child and confirms."""
     with catalog.write() as session:
         job: JobRecord | None = session.get(JobRecord, job_id)
         if job is None:
             raise NotFoundError(f"no job {job_id}")
         if job.status == JobStatus.QUEUED:
-            _finish(job, JobStatus.CANCELLED, "cancelled before it ran")
+            _finish(job, JobStatus.CANCELLED, "cancelled before it ran", clock())
         elif job.status == JobStatus.RUNNING:
             job.cancel_requested = True
-            job.updated_at = utcnow()
+            job.updated_at = clock()
         session.add(job)
         return job
 
@@ -323,10 +343,11 @@ def register_worker(
     pid: int,
     fingerprint: Mapping[str, Any],
     capabilities: Mapping[str, Any],
+    clock: Clock = utcnow,
 ) -> WorkerRecord:
     with catalog.write() as session:
         worker = session.exec(select(WorkerRecord).where(WorkerRecord.name == name)).first()
-        now = utcnow()
+        now = clock()
         if worker is None:
             worker = WorkerRecord(name=name, hostname=hostname, pid=pid)
         worker.hostname = hostname
@@ -341,20 +362,24 @@ def register_worker(
         return worker
 
 
-def worker_heartbeat(catalog: Catalog, name: str, *, current_job_id: int | None, status: str = "online") -> None:
+def worker_heartbeat(
+    catalog: Catalog, name: str, *, current_job_id: int | None, status: str = "online", clock: Clock = utcnow
+) -> None:
     with catalog.write() as session:
         worker = session.exec(select(WorkerRecord).where(WorkerRecord.name == name)).first()
         if worker is None:
             raise NotFoundError(f"no worker {name!r}")
-        worker.heartbeat_at = utcnow()
+        worker.heartbeat_at = clock()
         worker.current_job_id = current_job_id
         worker.status = status
         session.add(worker)
 
 
 def list_workers(catalog: Catalog, *, alive_since: datetime | None = None) -> list[WorkerRecord]:
+    """All workers, newest heartbeat first; with `alive_since`, those online (not stopping or
+    offline) that beat since then: the ones that may claim a new job."""
     query = select(WorkerRecord).order_by(col(WorkerRecord.heartbeat_at).desc())
     if alive_since is not None:
-        query = query.where(col(WorkerRecord.heartbeat_at) >= alive_since, WorkerRecord.status != "offline")
+        query = query.where(col(WorkerRecord.heartbeat_at) >= alive_since, WorkerRecord.status == "online")
     with catalog.read() as session:
         return list(session.exec(query).all())

@@ -2,11 +2,18 @@
 child process per job attempt (lease heartbeat, cancel, timeout, crash recovery).
 
 Signal handlers only set flags. First SIGINT/SIGTERM: claim nothing new, finish the running
-jobs, exit. Second: kill the children, hand their jobs back to the queue, exit.
+jobs (the worker's row says "stopping" meanwhile, and it keeps beating), exit. Second: kill the
+children, hand their jobs back to the queue, exit.
+
+An attempt's timeout counts from its claim (the lease's `started_at`) and is enforced by a timer
+thread that kills the child when it runs out: the supervising thread may be waiting on the
+catalog at that moment (SQLite's busy timeout), and the child must not outlive its deadline
+meanwhile, let alone finish and record a result past it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import logging
 import multiprocessing
@@ -26,9 +33,11 @@ from sqlmodel import col, select
 from enginecache.core.fingerprint import HostFingerprint, host_fingerprint
 from enginecache.db import queue
 from enginecache.db.models import TERMINAL_JOB_STATUSES, EngineRecord, EngineStatus, JobRecord, JobStatus, utcnow
+from enginecache.db.queue import Clock
 from enginecache.errors import StaleLeaseError
 from enginecache.service.context import AppContext
-from enginecache.service.jobchild import CHILD_ERROR_FILE, EXIT_LEASE_LOST, EXIT_RECORDED, ChildSpec, run_child
+from enginecache.service.jobattempt import CHILD_ERROR_FILE, EXIT_LEASE_LOST, EXIT_RECORDED, ChildSpec
+from enginecache.service.jobchild import run_child
 from enginecache.service.routing import can_run, worker_capabilities
 
 logger = logging.getLogger(__name__)
@@ -36,6 +45,7 @@ logger = logging.getLogger(__name__)
 # Modules the fork server imports once, so each job's child starts warm (no GPU context is
 # created by importing them; CUDA initializes in the child when a build needs it).
 CANCEL_POLL_SECONDS = 0.5
+STOP_POLL_SECONDS = 0.1  # how soon the worker's row says "stopping" after a stop request
 WARM_MODULES = ("enginecache.service.jobchild", "onnx", "onnxruntime", "tensorrt_rtx", "onnxconverter_common")
 
 
@@ -67,14 +77,50 @@ def _child_context() -> Any:
     return multiprocessing.get_context("spawn")
 
 
+def _kill_group(pid: int) -> None:
+    """SIGKILL a child's process group (it and whatever it started), or the child alone where it
+    has no group of its own yet (it calls setsid first thing) or the group is not all ours."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+        return
+    except (ProcessLookupError, PermissionError):
+        pass
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+
+
+class AttemptDeadline:
+    """Kills an attempt's child when the attempt's time is up, from a timer thread of its own."""
+
+    def __init__(self, pid: int, seconds_left: float) -> None:
+        self.expired = threading.Event()
+        self._pid = pid
+        self._timer = threading.Timer(max(0.0, seconds_left), self._expire)
+        self._timer.daemon = True
+
+    def start(self) -> None:
+        self._timer.start()
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+
+    def _expire(self) -> None:
+        self.expired.set()  # before the kill: whoever sees the child gone sees why
+        _kill_group(self._pid)
+
+
 class Worker:
-    def __init__(self, app: AppContext, config: WorkerConfig, *, host: HostFingerprint | None = None) -> None:
+    def __init__(
+        self, app: AppContext, config: WorkerConfig, *, host: HostFingerprint | None = None, clock: Clock = utcnow
+    ) -> None:
         self.app = app
         self.config = config
+        self.clock = clock  # the queue's clock: leases, the attempt's start, backoff
         self.host = host or host_fingerprint()
         self.capabilities = worker_capabilities(self.host)
         self._stop = threading.Event()
         self._hard_stop = threading.Event()
+        self._slots_done = threading.Event()
         self._context = _child_context()
         self._current: dict[int, int] = {}  # slot -> job id
         self._lock = threading.Lock()
@@ -103,6 +149,7 @@ class Worker:
             pid=os.getpid(),
             fingerprint=self.host.to_dict(),
             capabilities=self.capabilities,
+            clock=self.clock,
         )
         beat = threading.Thread(target=self._heartbeat_loop, name="worker-heartbeat", daemon=True)
         beat.start()
@@ -115,16 +162,34 @@ class Worker:
         for slot in slots:
             slot.join()
         self._stop.set()
+        self._slots_done.set()
         beat.join(timeout=self.config.heartbeat_seconds + 1)
-        queue.worker_heartbeat(self.app.catalog, self.config.name, current_job_id=None, status="offline")
+        queue.worker_heartbeat(
+            self.app.catalog, self.config.name, current_job_id=None, status="offline", clock=self.clock
+        )
         return self.jobs_run
 
     def _heartbeat_loop(self) -> None:
-        while not self._stop.wait(self.config.heartbeat_seconds):
+        """Beat every `heartbeat_seconds` until the slots are done, and at once when a stop is
+        requested: a stopping worker is still alive (it finishes its jobs) but claims nothing."""
+        next_beat = time.monotonic() + self.config.heartbeat_seconds
+        stopping_recorded = False
+        while not self._slots_done.wait(STOP_POLL_SECONDS):
+            stopping = self._stop.is_set()
+            if time.monotonic() < next_beat and stopping == stopping_recorded:
+                continue
+            next_beat = time.monotonic() + self.config.heartbeat_seconds
             with self._lock:
                 current = next(iter(self._current.values()), None)
             try:
-                queue.worker_heartbeat(self.app.catalog, self.config.name, current_job_id=current)
+                queue.worker_heartbeat(
+                    self.app.catalog,
+                    self.config.name,
+                    current_job_id=current,
+                    status="stopping" if stopping else "online",
+                    clock=self.clock,
+                )
+                stopping_recorded = stopping
             except sa.exc.OperationalError as err:  # catalog busy or unreachable: beat again next time
                 logger.warning("worker heartbeat not recorded: %s", err.orig)
 
@@ -137,6 +202,7 @@ class Worker:
                     can_run=lambda requirements: can_run(requirements, self.capabilities),
                     lease_seconds=self.config.lease_seconds,
                     job_id=self.config.job_id,
+                    clock=self.clock,
                 )
             except sa.exc.OperationalError as err:  # catalog busy (SQLite lock) or unreachable: retry
                 logger.warning("claim failed, retrying: %s", err.orig)
@@ -188,38 +254,52 @@ class Worker:
         )
         process = self._context.Process(target=run_child, args=(spec,), name=f"job-{job_id}")
         process.start()
+        deadline = AttemptDeadline(process.pid, self._seconds_left(job))
+        deadline.start()
         logger.info("job %s attempt %s: child %s started", job_id, job.attempts, process.pid)
-        try:
-            queue.set_runner(self.app.catalog, job_id, lease.token, process.pid)
-        except (StaleLeaseError, sa.exc.OperationalError) as err:
-            logger.warning("job %s: child pid not recorded: %s", job_id, err)
-        deadline = time.monotonic() + job.timeout_seconds
         outcome: str | None = None
         try:
+            try:  # a write that may wait on the catalog's lock: the deadline runs on meanwhile
+                queue.set_runner(self.app.catalog, job_id, lease.token, process.pid, clock=self.clock)
+            except (StaleLeaseError, sa.exc.OperationalError) as err:
+                logger.warning("job %s: child pid not recorded: %s", job_id, err)
             next_beat = time.monotonic() + self.config.heartbeat_seconds
             while True:
                 process.join(min(CANCEL_POLL_SECONDS, self.config.heartbeat_seconds))
                 if process.exitcode is not None:
                     break
-                outcome = self._check_running(job, lease.token, deadline, next_beat)
+                outcome = self._check_running(job, lease.token, next_beat)
                 if time.monotonic() >= next_beat:
                     next_beat = time.monotonic() + self.config.heartbeat_seconds
                 if outcome is not None:
                     self._kill(process)
                     break
+            if (
+                deadline.expired.is_set()
+                and outcome is None
+                and process.exitcode not in (EXIT_RECORDED, EXIT_LEASE_LOST)
+            ):
+                outcome = f"timed out after {job.timeout_seconds:g} s"
             self._record_outcome(lease, process.exitcode, outcome, child_error(work_dir))
         finally:
+            deadline.cancel()
             if process.exitcode is None:  # supervision itself failed: never leave the child behind
                 self._kill(process)
             shutil.rmtree(work_dir, ignore_errors=True)
             self._abandon_pending_engines(job_id, job.attempts, outcome or _describe_exit(process.exitcode))
 
-    def _check_running(self, job: JobRecord, token: str, deadline: float, next_beat: float) -> str | None:
-        """Why to stop the child now, if at all: cancel, lost lease, timeout, hard stop."""
+    def _seconds_left(self, job: JobRecord) -> float:
+        """What remains of the attempt's timeout, counted from its claim (the lease's start)."""
+        started = job.started_at or self.clock()
+        return job.timeout_seconds - max(0.0, (self.clock() - started).total_seconds())
+
+    def _check_running(self, job: JobRecord, token: str, next_beat: float) -> str | None:
+        """Why to stop the child now, if at all: cancel, lost lease, hard stop (the timeout is
+        `AttemptDeadline`'s)."""
         job_id = job.id or 0
         try:
             if time.monotonic() >= next_beat:
-                cancel = queue.heartbeat(self.app.catalog, job_id, token, self.config.lease_seconds)
+                cancel = queue.heartbeat(self.app.catalog, job_id, token, self.config.lease_seconds, clock=self.clock)
             else:
                 cancel = queue.get_job(self.app.catalog, job_id).cancel_requested
         except StaleLeaseError as err:
@@ -230,20 +310,12 @@ class Worker:
             cancel = False
         if cancel:
             return "cancelled"
-        if time.monotonic() > deadline:
-            return f"timed out after {job.timeout_seconds:g} s"
         if self._hard_stop.is_set():
             return "handed back"
         return None
 
     def _kill(self, process: Any) -> None:
-        pid = process.pid
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        except PermissionError:
-            process.kill()
+        _kill_group(process.pid)
         process.join()
 
     def _record_outcome(
@@ -253,16 +325,23 @@ class Worker:
         try:
             if outcome == "cancelled":
                 queue.complete(
-                    self.app.catalog, job_id, lease.token, status=JobStatus.CANCELLED, error="cancelled while running"
+                    self.app.catalog,
+                    job_id,
+                    lease.token,
+                    status=JobStatus.CANCELLED,
+                    error="cancelled while running",
+                    clock=self.clock,
                 )
             elif outcome == "handed back":
-                queue.release(self.app.catalog, job_id, lease.token)
+                queue.release(self.app.catalog, job_id, lease.token, clock=self.clock)
             elif outcome == "lease lost" or exitcode in (EXIT_RECORDED, EXIT_LEASE_LOST):
                 return
             else:
                 error = outcome or _describe_exit(exitcode) + (f": {detail}" if detail else "")
                 backoff = min(self.config.backoff_max_seconds, self.config.backoff_base_seconds**lease.job.attempts)
-                job = queue.fail_attempt(self.app.catalog, job_id, lease.token, error=error, backoff_seconds=backoff)
+                job = queue.fail_attempt(
+                    self.app.catalog, job_id, lease.token, error=error, backoff_seconds=backoff, clock=self.clock
+                )
                 logger.warning("job %s attempt %s failed (%s): now %s", job_id, lease.job.attempts, error, job.status)
         except (StaleLeaseError, sa.exc.OperationalError) as err:
             logger.warning("job %s: outcome not recorded, %s", job_id, err)
@@ -286,7 +365,7 @@ class Worker:
             for row in rows:
                 row.status = EngineStatus.FAILED
                 row.error = f"attempt {attempt} of job {job_id} ended without publishing: {reason}"
-                row.finished_at = utcnow()
+                row.finished_at = self.clock()
                 session.add(row)
 
 

@@ -1,0 +1,85 @@
+"""Test-only job kinds: jobs whose child does nothing but take time or crash, so tests of the
+queue and the worker (crash recovery, cancel, lease takeover, shutdown, timeout) need no real build.
+
+- `sleep`, payload `{"seconds": N}`: sleeps N seconds in the child, reporting progress (phase
+  "sleeping") about twice a second, then records SUCCEEDED.
+- `crash`, payload `{"signal": "SIGKILL" | "SIGSEGV" | ..., "attempts": K}`: the child kills itself
+  with that signal (its default action, as a parser's segfault would), on every attempt, or with
+  `attempts` only on the first K attempts and records SUCCEEDED on later ones.
+
+They exist only where the environment has ``ENGINECACHE_TEST_JOB_KINDS=1``: set it in a worker's
+environment (its fork server and job children inherit it) to let that worker run them. Without
+it they are unknown, and a job of either kind fails with "unknown job kind" like any other
+unregistered kind. The job-kind table adds `TEST_JOB_RUNNERS` only when `enabled()`.
+
+This module imports `service.jobattempt` (the spec and exit codes), never the job-kind table or
+`service.jobchild`, which import it: no import cycle.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from enginecache.db import queue
+from enginecache.db.models import JobStatus
+from enginecache.service.context import AppContext
+from enginecache.service.jobattempt import EXIT_RECORDED, ChildSpec, JobRunner
+
+ENABLE_ENV = "ENGINECACHE_TEST_JOB_KINDS"
+PROGRESS_SECONDS = 0.5
+
+
+def enabled() -> bool:
+    """Whether this process (a worker, its fork server, a job's child) may run the test kinds."""
+    return os.environ.get(ENABLE_ENV) == "1"
+
+
+def run_sleep(app: AppContext, spec: ChildSpec) -> int:
+    """Sleep `payload["seconds"]`, reporting progress, then record SUCCEEDED."""
+    seconds = max(0.0, float(spec.payload.get("seconds", 1.0)))
+    start = time.monotonic()
+    end = start + seconds
+    while True:
+        now = time.monotonic()
+        slept = min(seconds, now - start)
+        queue.report_progress(
+            app.catalog,
+            spec.job_id,
+            spec.token,
+            progress=min(0.99, slept / seconds) if seconds else 0.99,
+            phase="sleeping",
+            log_tail=f"attempt {spec.attempt}: slept {slept:.1f} of {seconds:g} s",
+        )
+        if now >= end:
+            break
+        time.sleep(min(PROGRESS_SECONDS, end - now))
+    spec.finish(app, JobStatus.SUCCEEDED)
+    return EXIT_RECORDED
+
+
+def run_crash(app: AppContext, spec: ChildSpec) -> int:
+    """Kill this child with `payload["signal"]` (on the first `payload["attempts"]` attempts, or on
+    every attempt); record SUCCEEDED on an attempt past those."""
+    name = str(spec.payload.get("signal", "SIGKILL"))
+    try:
+        signum = signal.Signals[name]
+    except KeyError:
+        spec.finish(app, JobStatus.FAILED, error=f"crash job: unknown signal {name!r}")
+        return EXIT_RECORDED
+    crash_attempts = spec.payload.get("attempts")
+    if crash_attempts is not None and spec.attempt > int(crash_attempts):
+        spec.finish(app, JobStatus.SUCCEEDED)
+        return EXIT_RECORDED
+    queue.report_progress(app.catalog, spec.job_id, spec.token, phase=f"raising {name}")
+    if signum not in (signal.SIGKILL, signal.SIGSTOP):
+        signal.signal(signum, signal.SIG_DFL)  # die by the signal's default action, not a Python handler
+    os.kill(os.getpid(), signum)
+    spec.finish(app, JobStatus.FAILED, error=f"crash job: {name} did not end the child")
+    return EXIT_RECORDED
+
+
+# Job kind -> runner, added to the job-kind table only where `enabled()`.
+TEST_JOB_RUNNERS: dict[str, JobRunner] = {"sleep": run_sleep, "crash": run_crash}
+JOB_KINDS = TEST_JOB_RUNNERS  # the name `service.jobkinds` reads
