@@ -16,6 +16,8 @@ from enginecache.service.context import AppContext
 from enginecache.service.models import register_model
 from tests.conftest import shared_model
 
+pytestmark = pytest.mark.shared  # every test here builds ../shared/models
+
 MODELS = {
     "resnet18": ("resnet18.onnx", ["input"], ["logits"]),
     "mobilenet_v3_small": ("mobilenet_v3_small.onnx", ["input"], ["logits"]),

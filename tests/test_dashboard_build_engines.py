@@ -140,6 +140,7 @@ def test_engines_test_load_button_queues_a_job(seeded: Seeded) -> None:
     assert any(f"job {job.id}" in str(s.value) for s in at.success)
 
 
+@pytest.mark.usefixtures("requires_no_gpu")
 def test_engines_show_test_load_results(seeded: Seeded) -> None:
     from enginecache.service.testload import run_test_load
 

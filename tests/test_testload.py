@@ -21,7 +21,7 @@ from enginecache.service.routing import can_run, describe_requirements, load_req
 from enginecache.service.testload import run_test_load, submit_test_load
 from enginecache.service.worker import WorkerConfig, run_worker
 from tests.clirunner import run_cli
-from tests.conftest import shared_model
+from tests.conftest import corrupt_blob, shared_model
 from tests.modelfactory import make_mlp
 
 
@@ -32,6 +32,7 @@ def _mlp_engines(app: AppContext, tmp_path: Path) -> tuple[EngineRecord, EngineR
     return ort, rtx
 
 
+@pytest.mark.usefixtures("requires_no_gpu")
 def test_run_test_load_records_pass_and_incompatible(catalog_ctx: AppContext, tmp_path: Path) -> None:
     app = catalog_ctx
     ort, rtx = _mlp_engines(app, tmp_path)
@@ -61,11 +62,7 @@ def test_run_test_load_records_pass_and_incompatible(catalog_ctx: AppContext, tm
 
 def test_corrupt_blob_verdict_marks_the_engine(app_ctx: AppContext, tmp_path: Path) -> None:
     ort, _ = _mlp_engines(app_ctx, tmp_path)
-    blob = app_ctx.home / (ort.blob_path or "")
-    data = bytearray(blob.read_bytes())
-    data[100] ^= 0x01
-    blob.chmod(0o644)
-    blob.write_bytes(bytes(data))
+    corrupt_blob(app_ctx.home / (ort.blob_path or ""), 100, mask=0x01)
     run = run_test_load(app_ctx, ort.id or 0)
     assert run.verdict == "CORRUPT"
     assert get_engine(app_ctx, ort.id or 0).status == EngineStatus.CORRUPT
@@ -140,6 +137,7 @@ def cli_home(
     app.close()
 
 
+@pytest.mark.usefixtures("requires_no_gpu")
 def test_cli_test_load(
     capsys: pytest.CaptureFixture[str], cli_home: tuple[AppContext, EngineRecord, EngineRecord]
 ) -> None:
@@ -180,6 +178,7 @@ def shared_app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppContext]
     ctx.close()
 
 
+@pytest.mark.shared
 @pytest.mark.parametrize("name", sorted(SHARED))
 def test_shared_model_ort_fp32_passes(shared_app: AppContext, name: str) -> None:
     engine = build_engine(shared_app, BuildRequest(model=name, backend="ort")).engine
@@ -189,6 +188,7 @@ def test_shared_model_ort_fp32_passes(shared_app: AppContext, name: str) -> None
     assert run.load_s is not None and run.load_s > 0
 
 
+@pytest.mark.shared
 @pytest.mark.parametrize(
     ("name", "precision"),
     [("resnet18", "fp16"), ("bert_mini", "fp16"), ("mobilenet_v3_small", "int8"), ("resnet18", "int8")],

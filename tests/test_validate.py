@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import types
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from enginecache.core.validate import (
     validate_engine,
 )
 from enginecache.errors import TestInputError
+from tests.conftest import corrupt_blob
 from tests.modelfactory import make_mlp
 
 IO = (TensorIO("input", "input", "float32", ("batch", 16)), TensorIO("output", "output", "float32", ("batch", 32)))
@@ -127,9 +129,8 @@ def test_inputs_file_is_used_and_checked(engines: dict[str, Path], tmp_path: Pat
 def test_corrupt_blob_is_refused_before_loading(engines: dict[str, Path], tmp_path: Path) -> None:
     digest = hash_file(engines["ort"])
     damaged = tmp_path / "damaged.ort"
-    data = bytearray(engines["ort"].read_bytes())
-    data[len(data) // 2] ^= 0xFF
-    damaged.write_bytes(bytes(data))
+    shutil.copyfile(engines["ort"], damaged)
+    corrupt_blob(damaged)
     spec = TestLoadSpec(damaged, digest.sha256, engines["onnx"], IO, PROFILES, "fp32", blake3=digest.blake3)
     result = validate_engine(ORT_BACKEND, spec)
     assert result.verdict == CORRUPT and "blake3" in result.reason
@@ -138,6 +139,7 @@ def test_corrupt_blob_is_refused_before_loading(engines: dict[str, Path], tmp_pa
     assert "sha256" in validate_engine(ORT_BACKEND, sha_only).reason
 
 
+@pytest.mark.usefixtures("requires_no_gpu")
 def test_rtx_engine_is_incompatible_here_with_the_library_diagnostic(engines: dict[str, Path]) -> None:
     """Real get_engine_validity on a host without a GPU: (INVALID, 0) plus TensorRT-RTX's own log line."""
     result = validate_engine(RTX_BACKEND, _spec(engines["plan"], engines["onnx"]))
