@@ -6,7 +6,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
+from onnx import TensorProto, helper
 
 from enginecache.core.fingerprint import host_fingerprint
 from enginecache.db.models import EngineRecord, EngineStatus, JobStatus
@@ -23,6 +25,7 @@ from enginecache.service.worker import WorkerConfig, run_worker
 from tests.clirunner import run_cli
 from tests.conftest import corrupt_blob, shared_model
 from tests.modelfactory import make_mlp
+from tests.test_inputs import make_token_model
 
 
 def _mlp_engines(app: AppContext, tmp_path: Path) -> tuple[EngineRecord, EngineRecord]:
@@ -123,6 +126,69 @@ def test_test_load_job_runs_in_a_worker_child(app_ctx: AppContext, tmp_path: Pat
     runs = list_load_runs(app_ctx, ort.id or 0)
     assert runs[0]["job_id"] == job.id and runs[0]["verdict"] == "PASS"
     assert runs[0]["input_shapes"] == {"input": [3, 16]}
+
+
+def _huge_model(path: Path) -> Path:
+    """Declares x[1, 2^40, 2^40]: it registers and builds (nothing is allocated), its inputs cannot be made."""
+    huge = [1, 2**40, 2**40]
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "huge",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, huge)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, huge)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+def test_deterministic_test_load_failures_are_recorded_and_not_retried(app_ctx: AppContext, tmp_path: Path) -> None:
+    """Real worker children: inputs the model rejects and a shape too large to generate each record
+    an ERROR load run with the reason (the engine page shows it) and FAIL the job at its first
+    attempt; the generator's own inputs for the same model PASS."""
+    register_model(app_ctx, make_token_model(tmp_path / "tokens.onnx"), name="tokens")
+    register_model(app_ctx, _huge_model(tmp_path / "huge.onnx"), name="huge")
+    tokens = build_engine(app_ctx, BuildRequest(model="tokens", backend="ort")).engine
+    huge = build_engine(app_ctx, BuildRequest(model="huge", backend="ort")).engine
+    npz = tmp_path / "bad-ids.npz"
+    ids = np.zeros((1, 4), np.int64)
+    np.savez(npz, input_ids=ids, kind_ids=ids + 89, token_type_ids=ids, attention_mask=ids + 1)
+    generated = submit_test_load(app_ctx, tokens.id or 0, iterations=2)
+    rejected = submit_test_load(app_ctx, tokens.id or 0, iterations=2, inputs=npz)
+    too_large = submit_test_load(app_ctx, huge.id or 0, iterations=2)
+    ran = run_worker(app_ctx, WorkerConfig(name="t-worker", once=True, lease_seconds=5), install_signals=False)
+    assert ran == 3
+
+    ok = get_job(app_ctx, generated.id or 0)
+    assert ok.status == JobStatus.SUCCEEDED, ok.error
+    runs = {r["job_id"]: r for r in list_load_runs(app_ctx, tokens.id or 0)}
+    assert runs[generated.id]["verdict"] == "PASS", runs[generated.id]["reason"]
+    made = runs[generated.id]["details"]["inputs"]
+    assert made["kind_ids"] == "integers in [0, 2) (Gather indices into kinds)"
+
+    bad = get_job(app_ctx, rejected.id or 0)
+    assert bad.status == JobStatus.FAILED and bad.attempts == 1, (bad.status, bad.attempts, bad.error)
+    assert "idx=89 must be within the inclusive range [-2,1]" in (bad.error or "")
+    run = runs[rejected.id]
+    assert run["verdict"] == "ERROR" and "idx=89" in run["reason"]
+    assert run["details"]["error_type"] == "InvalidArgument" and run["phases"]["deserialize"] > 0
+
+    big = get_job(app_ctx, too_large.id or 0)
+    assert big.status == JobStatus.FAILED and big.attempts == 1, (big.status, big.attempts, big.error)
+    [run] = list_load_runs(app_ctx, huge.id or 0)
+    assert run["job_id"] == too_large.id and run["verdict"] == "ERROR"
+    assert f"input 'x' of shape [1, {2**40}, {2**40}] (float32) would need {4 * 2**80} bytes" in run["reason"]
+    assert run["details"]["error_type"] == "TestInputError" and run["phases"] == {}
+    assert run_worker(app_ctx, WorkerConfig(name="t-worker", once=True), install_signals=False) == 0, "no retry"
+
+
+def test_bad_requests_run_here_are_error_runs(app_ctx: AppContext, tmp_path: Path) -> None:
+    """Before, a batch outside the profile raised and left no run; now it is an ERROR run too."""
+    ort, _ = _mlp_engines(app_ctx, tmp_path)
+    run = run_test_load(app_ctx, ort.id or 0, batch=10_000)
+    assert run.verdict == "ERROR" and "outside input input's profile range" in run.reason
+    assert [r["verdict"] for r in list_load_runs(app_ctx, ort.id or 0)] == ["ERROR"]
 
 
 @pytest.fixture

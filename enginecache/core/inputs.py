@@ -2,20 +2,84 @@
 
 `generate_feed` is the one generator of stand-in inputs; test-load (`random_inputs`) and random
 calibration (`core.calibration.random_batches`) both draw from it, so both feed a model the same
-kind of values.
+kind of values. What it generates for an input follows what the model's graph says about it
+(`read_input_hints`, from the ONNX file without its weights), then the input's name and dtype:
+
+1. A scalar (or one-element) input compared with `Equal` against constants (directly or through
+   Cast, Reshape, Unsqueeze, ...; `If` conditions included, e.g. silero-VAD's `sr` with 8000 and
+   16000) takes the first of those values, in graph order.
+2. Integer `*mask*` inputs, bool inputs and float `*mask*` inputs: all ones (True).
+3. Integer `*token_type*` / `*segment*` inputs: zeros.
+4. Integer `*position*` inputs: 0, 1, 2, ... along the last axis.
+5. Integer inputs used as `Gather` indices (directly or through Cast, Unsqueeze, Reshape, ...):
+   uniform in [0, n), n the smallest size, along the Gather's axis, of the tables they index (the
+   Gather's data: an initializer or Constant, possibly behind Cast or DequantizeLinear).
+   ONNX Runtime's fused `EmbedLayerNormalization` counts as a Gather of its embedding tables.
+   Rules 2-4 are clipped to that bound too (a 1-row table gets zeros).
+6. Other integers: uniform in [0, 100) (`DEFAULT_INT_HIGH`), within the dtype's range.
+7. Other floats: N(0, 1).
+
+Shapes are given (the profile's opt shapes, `input_shapes`). Before anything is allocated, a feed
+whose inputs would not fit is refused with the bytes it would need: any one input over
+`MAX_INPUT_BYTES` (4 GiB), or the whole feed over `MEMORY_FRACTION` (half) of the memory this
+host has available.
 """
 
 from __future__ import annotations
 
+import math
+import re
+from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from enginecache.core.backends.base import TensorIO, numpy_dtype
 from enginecache.errors import BadInputError, TestInputError
+
+if TYPE_CHECKING:  # onnx is imported only when a model is read
+    import onnx
+
+MAX_INPUT_BYTES = 4 * 1024**3
+"""The largest single generated input (bytes); a larger declared shape is refused up front."""
+
+MEMORY_FRACTION = 0.5
+"""The share of this host's available memory (MemAvailable) one generated feed may take."""
+
+DEFAULT_INT_HIGH = 100
+"""Integers with no range evident in the graph are drawn from [0, DEFAULT_INT_HIGH)."""
+
+MAX_CHOICES = 16
+"""An Equal constant with more elements than this does not list an input's valid values."""
+
+# Ops whose output carries the values of input `index` (so a bound on the output binds the input).
+_PASS_THROUGH: dict[str, tuple[int, ...] | None] = {
+    "Cast": (0,),
+    "CastLike": (0,),
+    "Identity": (0,),
+    "Unsqueeze": (0,),
+    "Squeeze": (0,),
+    "Reshape": (0,),
+    "Flatten": (0,),
+    "Expand": (0,),
+    "Transpose": (0,),
+    "Slice": (0,),
+    "Tile": (0,),
+    "Split": (0,),
+    "Gather": (0,),  # gathering from the ids keeps their values
+    "Concat": None,  # every input
+}
+# Ops through which a table's shape (axis 0 kept) is traced back to its initializer.
+_TABLE_THROUGH = frozenset({"Cast", "CastLike", "Identity", "DequantizeLinear"})
+# com.microsoft EmbedLayerNormalization: index input -> the table input it gathers from.
+_EMBED_LAYER_NORM = {0: 2, 1: 4, 8: 3}
+
+_MASK = re.compile(r"mask", re.IGNORECASE)
+_TOKEN_TYPE = re.compile(r"token_?type|segment", re.IGNORECASE)
+_POSITION = re.compile(r"position", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -26,24 +90,349 @@ class InputSlot:
     dtype: np.dtype[Any]
     shape: tuple[int, ...]
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes the input takes (exact, in Python ints: no overflow for absurd shapes)."""
+        return math.prod(int(d) for d in self.shape) * int(self.dtype.itemsize)
+
+
+@dataclass(frozen=True)
+class InputHint:
+    """What the graph says about one input's values."""
+
+    index_bound: int | None = None  # exclusive: the smallest table the input indexes
+    tables: tuple[str, ...] = ()  # the tables it indexes (for the explanation)
+    choices: tuple[int | float, ...] = ()  # constants it is compared with (Equal), graph order
+
+
+@dataclass(frozen=True)
+class ValueRule:
+    """How one input's values are generated (see the module docstring for the rules)."""
+
+    kind: str  # "choice" | "ones" | "zeros" | "positions" | "integers" | "normal"
+    why: str
+    low: int = 0
+    high: int = 0  # exclusive; for "positions" the clip (0 = none)
+    value: int | float | None = None
+
+    def describe(self) -> str:
+        if self.kind == "choice":
+            return f"{self.value} ({self.why})"
+        if self.kind == "integers":
+            return f"integers in [{self.low}, {self.high}) ({self.why})"
+        if self.kind == "positions":
+            return f"0, 1, 2, ... along the last axis ({self.why})"
+        if self.kind == "normal":
+            return f"N(0, 1) ({self.why})"
+        return f"all {self.kind} ({self.why})"
+
+
+# -- what the graph says ---------------------------------------------------------------------
+
+
+class _GraphFacts:
+    """Static shapes, small constant values, producers and consumers of every tensor, subgraphs included."""
+
+    def __init__(self, model: onnx.ModelProto) -> None:
+        self.shapes: dict[str, tuple[int | None, ...]] = {}
+        self.values: dict[str, np.ndarray] = {}
+        self.producer: dict[str, onnx.NodeProto] = {}
+        self.consumers: dict[str, list[tuple[onnx.NodeProto, int]]] = defaultdict(list)
+        self._walk(model.graph)
+
+    def _walk(self, graph: onnx.GraphProto) -> None:
+        from onnx import AttributeProto
+
+        for init in graph.initializer:
+            self.shapes[init.name] = tuple(int(d) for d in init.dims)
+            self._keep_value(init.name, init)
+        for value in (*graph.input, *graph.value_info, *graph.output):
+            if value.name in self.shapes or not value.type.HasField("tensor_type"):
+                continue
+            dims = value.type.tensor_type.shape.dim
+            self.shapes[value.name] = tuple(int(d.dim_value) if d.HasField("dim_value") else None for d in dims)
+        for node in graph.node:
+            for index, name in enumerate(node.input):
+                if name:
+                    self.consumers[name].append((node, index))
+            for name in node.output:
+                self.producer[name] = node
+            if node.op_type == "Constant" and node.output:
+                self._constant(node)
+            for attr in node.attribute:
+                if attr.type == AttributeProto.GRAPH:
+                    self._walk(attr.g)
+                elif attr.type == AttributeProto.GRAPHS:
+                    for sub in attr.graphs:
+                        self._walk(sub)
+
+    def _keep_value(self, name: str, tensor: onnx.TensorProto) -> None:
+        from onnx import TensorProto, numpy_helper
+
+        if tensor.data_location == TensorProto.EXTERNAL or math.prod(tensor.dims) > MAX_CHOICES:
+            return
+        try:
+            self.values[name] = np.asarray(numpy_helper.to_array(tensor))
+        except (ValueError, TypeError):
+            return
+
+    def _constant(self, node: onnx.NodeProto) -> None:
+        from onnx import helper
+
+        out = node.output[0]
+        for attr in node.attribute:
+            if attr.name == "value":
+                self.shapes[out] = tuple(int(d) for d in attr.t.dims)
+                self._keep_value(out, attr.t)
+            elif attr.name in ("value_int", "value_float", "value_ints", "value_floats"):
+                value = np.asarray(helper.get_attribute_value(attr))
+                self.shapes[out] = tuple(int(d) for d in value.shape)
+                if value.size <= MAX_CHOICES:
+                    self.values[out] = value
+
+    def aliases(self, name: str) -> list[str]:
+        """`name` and every tensor that carries its values (through pass-through ops)."""
+        seen = [name]
+        queue = [name]
+        while queue:
+            for node, index in self.consumers.get(queue.pop(), ()):
+                carried = _PASS_THROUGH.get(node.op_type, ())
+                if node.domain not in ("", "ai.onnx") or (carried is not None and index not in carried):
+                    continue
+                for out in node.output:
+                    if out and out not in seen:
+                        seen.append(out)
+                        queue.append(out)
+        return seen
+
+    def table_size(self, name: str, axis: int) -> int | None:
+        """The size along `axis` of a table, traced back through Cast/DequantizeLinear to its initializer."""
+        for _ in range(8):
+            shape = self.shapes.get(name)
+            if shape:
+                dim = shape[axis if axis >= 0 else len(shape) + axis] if -len(shape) <= axis < len(shape) else None
+                return dim if dim and dim > 0 else None
+            node = self.producer.get(name)
+            if node is None or node.op_type not in _TABLE_THROUGH or not node.input:
+                return None
+            name = node.input[0]
+        return None
+
+    def constant(self, name: str) -> np.ndarray | None:
+        """A small constant's values, traced back through pass-through ops."""
+        for _ in range(8):
+            if name in self.values:
+                return self.values[name]
+            node = self.producer.get(name)
+            if node is None or node.op_type not in ("Cast", "CastLike", "Identity", "Reshape", "Unsqueeze", "Squeeze"):
+                return None
+            name = node.input[0]
+        return None
+
+
+def _hint(facts: _GraphFacts, name: str) -> InputHint | None:
+    bounds: list[tuple[int, str]] = []
+    choices: list[int | float] = []
+    for alias in facts.aliases(name):
+        for node, index in facts.consumers.get(alias, ()):
+            if node.op_type == "Gather" and index == 1 and node.domain in ("", "ai.onnx"):
+                axis = next((int(a.i) for a in node.attribute if a.name == "axis"), 0)
+                rows = facts.table_size(node.input[0], axis)
+                if rows is not None:
+                    bounds.append((rows, node.input[0]))
+            elif node.op_type == "EmbedLayerNormalization" and index in _EMBED_LAYER_NORM:
+                table = _EMBED_LAYER_NORM[index]
+                rows = facts.table_size(node.input[table], 0) if len(node.input) > table else None
+                if rows is not None:
+                    bounds.append((rows, node.input[table]))
+            elif node.op_type == "Equal" and node.domain in ("", "ai.onnx") and len(node.input) == 2:
+                value = facts.constant(node.input[1 - index])
+                if value is not None:
+                    for item in value.ravel().tolist():
+                        if item not in choices:
+                            choices.append(item)
+    if not bounds and not choices:
+        return None
+    bound = min((b for b, _ in bounds), default=None)
+    tables = tuple(dict.fromkeys(t for b, t in bounds if b == bound))
+    return InputHint(index_bound=bound, tables=tables, choices=tuple(choices))
+
+
+def read_input_hints(
+    model: Path | onnx.ModelProto, error: type[BadInputError] = TestInputError
+) -> dict[str, InputHint]:
+    """What the graph says about each graph input's values (see the module docstring), read without
+    loading external weights. Inputs the graph says nothing about are absent."""
+    import onnx
+    from google.protobuf.message import DecodeError
+
+    if isinstance(model, Path):
+        try:
+            model = onnx.load(str(model), load_external_data=False)
+        except (OSError, ValueError, DecodeError) as err:
+            raise error(f"cannot read {model.name} to generate inputs for it: {err}") from err
+    facts = _GraphFacts(model)
+    initializers = {init.name for init in model.graph.initializer}
+    hints: dict[str, InputHint] = {}
+    for value in model.graph.input:
+        if value.name in initializers:
+            continue
+        hint = _hint(facts, value.name)
+        if hint is not None:
+            hints[value.name] = hint
+    return hints
+
+
+# -- generating ----------------------------------------------------------------------------
+
+
+def _available_memory() -> int | None:
+    """MemAvailable from /proc/meminfo (bytes), or None where there is none."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _gib(nbytes: int) -> str:
+    return f"{nbytes / 1024**3:.3g} GiB"
+
+
+def check_feed_size(slots: Sequence[InputSlot], error: type[BadInputError] = TestInputError) -> None:
+    """Refuse, before allocating, a feed with an input over MAX_INPUT_BYTES or a total over
+    MEMORY_FRACTION of the available memory; the message names the input, its shape and bytes."""
+    for slot in slots:
+        if slot.nbytes > MAX_INPUT_BYTES:
+            raise error(
+                f"input '{slot.name}' of shape {list(slot.shape)} ({slot.dtype}) would need {slot.nbytes} bytes "
+                f"({_gib(slot.nbytes)}); generated inputs are limited to {MAX_INPUT_BYTES} bytes "
+                f"({_gib(MAX_INPUT_BYTES)}) each: lower the profile's opt shape or pass an inputs file"
+            )
+    total = sum(slot.nbytes for slot in slots)
+    available = _available_memory()
+    if available is not None and total > MEMORY_FRACTION * available:
+        largest = max(slots, key=lambda s: s.nbytes)
+        raise error(
+            f"the generated inputs would need {total} bytes ({_gib(total)}), more than {MEMORY_FRACTION:.0%} of "
+            f"the {available} bytes ({_gib(available)}) available here; the largest is '{largest.name}' of shape "
+            f"{list(largest.shape)} ({largest.dtype}, {largest.nbytes} bytes)"
+        )
+
+
+def _clip(rule: ValueRule, bound: int | None, tables: tuple[str, ...]) -> ValueRule:
+    """A name rule's value kept inside a Gather bound (ones into a 1-row table become zeros)."""
+    if bound is None:
+        return rule
+    where = f"; indexes {', '.join(tables)} with {bound} rows"
+    if rule.kind == "ones" and bound < 2:
+        return ValueRule("zeros", rule.why + where)
+    if rule.kind == "positions":
+        return ValueRule("positions", rule.why + where, high=bound)
+    return rule
+
+
+def value_rule(slot: InputSlot, hint: InputHint | None, error: type[BadInputError] = TestInputError) -> ValueRule:
+    """The rule (module docstring) that generates one input's values."""
+    kind = slot.dtype.kind
+    if kind not in "fiub":
+        raise error(f"model input '{slot.name}' of type {slot.dtype} cannot be fed generated data")
+    hint = hint or InputHint()
+    bound = hint.index_bound if kind in "iu" else None
+    if hint.choices and math.prod(slot.shape) == 1:
+        for choice in hint.choices:
+            value = _fit(choice, slot.dtype, bound)
+            if value is not None:
+                others = [c for c in hint.choices if c != choice]
+                also = f"; also valid: {', '.join(str(c) for c in others)}" if others else ""
+                return ValueRule("choice", f"compared with Equal in the graph{also}", value=value)
+    if kind == "b":
+        return ValueRule("ones", "bool input")
+    if _MASK.search(slot.name):
+        return _clip(ValueRule("ones", "a mask"), bound, hint.tables)
+    if kind == "f":
+        return ValueRule("normal", "float input")
+    if _TOKEN_TYPE.search(slot.name):
+        return ValueRule("zeros", "token-type ids")
+    if _POSITION.search(slot.name):
+        return _clip(ValueRule("positions", "position ids"), bound, hint.tables)
+    info = np.iinfo(slot.dtype)
+    if bound is not None:
+        high = min(bound, int(info.max) + 1)
+        return ValueRule("integers", f"Gather indices into {', '.join(hint.tables)}", low=0, high=high)
+    return ValueRule("integers", "no range in the graph", low=0, high=min(DEFAULT_INT_HIGH, int(info.max) + 1))
+
+
+def _fit(choice: int | float, dtype: np.dtype[Any], bound: int | None) -> int | float | None:
+    """`choice` as a value of `dtype`, or None where it does not fit (or breaks the Gather bound)."""
+    if dtype.kind == "f":
+        return float(choice)
+    if dtype.kind == "b":
+        return None
+    if float(choice) != int(choice):
+        return None
+    value = int(choice)
+    info = np.iinfo(dtype)
+    if not info.min <= value <= info.max or (bound is not None and not 0 <= value < bound):
+        return None
+    return value
+
+
+def _generate(slot: InputSlot, rule: ValueRule, rng: np.random.Generator) -> np.ndarray:
+    if rule.kind == "choice":
+        return np.full(slot.shape, rule.value, dtype=slot.dtype)
+    if rule.kind == "ones":
+        return np.ones(slot.shape, dtype=slot.dtype)
+    if rule.kind == "zeros":
+        return np.zeros(slot.shape, dtype=slot.dtype)
+    if rule.kind == "positions":
+        length = slot.shape[-1] if slot.shape else 1
+        positions = np.arange(length, dtype=np.int64)
+        if rule.high:
+            positions = np.minimum(positions, rule.high - 1)
+        return np.broadcast_to(positions, slot.shape).astype(slot.dtype)
+    if rule.kind == "integers":
+        return rng.integers(rule.low, rule.high, size=slot.shape).astype(slot.dtype)
+    return rng.standard_normal(slot.shape).astype(slot.dtype)
+
+
+def feed_rules(
+    slots: Sequence[InputSlot],
+    hints: Mapping[str, InputHint] | None = None,
+    error: type[BadInputError] = TestInputError,
+) -> dict[str, ValueRule]:
+    """The rule for every slot (what a test-load records as how its inputs were made)."""
+    hints = hints or {}
+    return {slot.name: value_rule(slot, hints.get(slot.name), error) for slot in slots}
+
 
 def generate_feed(
-    slots: Sequence[InputSlot], rng: np.random.Generator, error: type[BadInputError] = TestInputError
+    slots: Sequence[InputSlot],
+    rng: np.random.Generator,
+    error: type[BadInputError] = TestInputError,
+    hints: Mapping[str, InputHint] | None = None,
 ) -> dict[str, np.ndarray]:
-    """Floats ~ N(0, 1); booleans and integer `*mask*` inputs all ones; other integers in [0, 100).
-    An input of another kind (strings, complex) raises `error` naming it."""
+    """One feed of generated inputs by the module's rules (`hints` from `read_input_hints`; without
+    them only the name and dtype rules apply). An input of another kind (strings, complex) or too
+    large to allocate raises `error` naming it."""
+    rules = feed_rules(slots, hints, error)
+    check_feed_size(slots, error)
     feed: dict[str, np.ndarray] = {}
     for slot in slots:
-        kind = slot.dtype.kind
-        if kind == "f":
-            feed[slot.name] = rng.standard_normal(slot.shape).astype(slot.dtype)
-        elif kind == "b" or (kind in "iu" and "mask" in slot.name.lower()):
-            feed[slot.name] = np.ones(slot.shape, dtype=slot.dtype)
-        elif kind in "iu":
-            feed[slot.name] = rng.integers(0, 100, size=slot.shape).astype(slot.dtype)
-        else:
-            raise error(f"model input '{slot.name}' of type {slot.dtype} cannot be fed generated data")
+        try:
+            feed[slot.name] = _generate(slot, rules[slot.name], rng)
+        except MemoryError as err:
+            raise error(
+                f"input '{slot.name}' of shape {list(slot.shape)} ({slot.dtype}, {slot.nbytes} bytes) "
+                f"could not be allocated: {err}"
+            ) from err
     return feed
+
+
+# -- shapes, test-load feeds, inputs files ---------------------------------------------------
 
 
 def input_shapes(
@@ -72,10 +461,23 @@ def input_shapes(
     return shapes
 
 
-def random_inputs(io: Sequence[TensorIO], shapes: Mapping[str, tuple[int, ...]], *, seed: int = 0) -> dict[str, Any]:
-    """Deterministic inputs for an engine's inputs at `shapes` (see `generate_feed`)."""
-    slots = [InputSlot(t.name, numpy_dtype(t.dtype), shapes[t.name]) for t in io if t.mode == "input"]
-    return generate_feed(slots, np.random.default_rng(seed), TestInputError)
+def engine_slots(io: Sequence[TensorIO], shapes: Mapping[str, tuple[int, ...]]) -> list[InputSlot]:
+    return [InputSlot(t.name, numpy_dtype(t.dtype), shapes[t.name]) for t in io if t.mode == "input"]
+
+
+def random_inputs(
+    io: Sequence[TensorIO],
+    shapes: Mapping[str, tuple[int, ...]],
+    *,
+    seed: int = 0,
+    model: Path | onnx.ModelProto | None = None,
+    hints: Mapping[str, InputHint] | None = None,
+) -> dict[str, Any]:
+    """Deterministic inputs for an engine's inputs at `shapes` (see `generate_feed`), following what
+    `model` (the engine's source ONNX) or `hints` say about them."""
+    if hints is None and model is not None:
+        hints = read_input_hints(model, TestInputError)
+    return generate_feed(engine_slots(io, shapes), np.random.default_rng(seed), TestInputError, hints)
 
 
 def load_inputs(path: Path, io: Sequence[TensorIO]) -> dict[str, Any]:
@@ -83,7 +485,7 @@ def load_inputs(path: Path, io: Sequence[TensorIO]) -> dict[str, Any]:
     try:
         with np.load(path) as data:
             feeds = {name: np.asarray(data[name]) for name in data.files}
-    except (OSError, ValueError) as err:
+    except (OSError, ValueError, MemoryError) as err:
         raise TestInputError(f"cannot read inputs from {path}: {err}") from err
     wanted = [t.name for t in io if t.mode == "input"]
     missing = [name for name in wanted if name not in feeds]

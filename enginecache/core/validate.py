@@ -1,15 +1,19 @@
-"""The test-load harness and the accuracy comparison (what Polygraphy's `run --trt --onnxrt` does).
+"""The test-load harness (what Polygraphy's `run --trt --onnxrt` does); the comparison is core.accuracy.
 
-`validate_engine()` runs every step of loading an engine, each timed: read the blob while verifying
-its digest (one pass into one pre-sized buffer), the backend's validity check, deserialize,
-execution context, I/O allocation, first inference, then N timed iterations. It then runs the
-same inputs through ONNX Runtime on the source fp32 ONNX and compares every output against
-tolerances that depend on the engine's precision. The verdict is one of:
+`validate_engine()` makes the inputs first (an .npz, or `core.inputs`' generator following the
+source model's graph; an input too large to allocate is refused there), then runs every step of
+loading an engine, each timed: read the blob while verifying its digest (one pass into one
+pre-sized buffer), the backend's validity check, deserialize, execution context, I/O allocation,
+first inference, then N timed iterations. It then runs the same inputs through the source fp32
+ONNX (ONNX Runtime, graph optimizations off) and compares every output against tolerances that
+depend on the engine's precision. The verdict is one of:
 
 - PASS / FAIL: loaded and ran; accuracy within / outside tolerances.
 - INCOMPATIBLE: the backend's validity check refused the engine on this host (its diagnostic kept).
 - CORRUPT: the blob's bytes do not match the recorded digest.
-- ERROR: the engine passed the validity check but failed to load or run (the backend's message kept).
+- ERROR: the engine passed the validity check but failed to load or run, or the reference could
+  not run on the inputs, or the outputs do not match the reference's names and shapes (the
+  library's message kept).
 """
 
 from __future__ import annotations
@@ -18,16 +22,33 @@ import logging
 import math
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from enginecache.core.backends.base import Backend, EngineSession, Feeds, LoadSpec, PhaseTimer, TensorIO
+from enginecache.core.accuracy import (
+    DEFAULT_TOLERANCES,
+    REFERENCE_PATH,
+    OutputAccuracy,
+    Tolerances,
+    compare_outputs,
+    is_library_error,
+    reference_outputs,
+    tolerances_for,
+)
+from enginecache.core.backends.base import Backend, EngineSession, LoadSpec, PhaseTimer, TensorIO
 from enginecache.core.hashing import read_verified
-from enginecache.core.inputs import input_shapes, load_inputs, random_inputs
-from enginecache.core.lazyimport import import_backend
+from enginecache.core.inputs import (
+    engine_slots,
+    feed_rules,
+    generate_feed,
+    input_shapes,
+    load_inputs,
+    random_inputs,
+    read_input_hints,
+)
 from enginecache.errors import (
     BackendUnavailableError,
     EngineCacheError,
@@ -48,113 +69,6 @@ VERDICTS = (PASS, FAIL, INCOMPATIBLE, CORRUPT, ERROR)
 
 # The load phases in the order they run (the dashboard draws them as one stacked bar).
 LOAD_PHASES = ("read_verify", "validity", "deserialize", "create_context", "allocate_io", "first_inference")
-
-
-@dataclass(frozen=True)
-class Tolerances:
-    """Polygraphy-style element-wise check, with the absolute part scaled by the output's range.
-
-    An element passes when |engine - reference| <= atol * scale + rtol * |reference|, where
-    scale = max(1, max |reference|) (so int8's error, which is a share of the tensor's range,
-    is judged as such); an output passes when every element does, all are finite, and the
-    cosine similarity with the reference is >= min_cosine.
-    """
-
-    atol: float
-    rtol: float
-    min_cosine: float
-
-    def to_dict(self) -> dict[str, float]:
-        return {"atol": self.atol, "rtol": self.rtol, "min_cosine": self.min_cosine}
-
-
-# Defaults per precision (docs/runtime.md explains them); override with `tolerances=`.
-DEFAULT_TOLERANCES: dict[str, Tolerances] = {
-    "fp32": Tolerances(atol=1e-4, rtol=1e-3, min_cosine=0.99999),
-    "fp16": Tolerances(atol=1e-2, rtol=1e-2, min_cosine=0.999),
-    "bf16": Tolerances(atol=5e-2, rtol=5e-2, min_cosine=0.995),
-    "int8": Tolerances(atol=0.25, rtol=0.1, min_cosine=0.98),
-    "fp8": Tolerances(atol=0.3, rtol=0.15, min_cosine=0.97),
-}
-
-
-def tolerances_for(precision: str, overrides: Mapping[str, float] | None = None) -> Tolerances:
-    base = DEFAULT_TOLERANCES.get(precision, DEFAULT_TOLERANCES["fp32"])
-    if not overrides:
-        return base
-    unknown = set(overrides) - {"atol", "rtol", "min_cosine"}
-    if unknown:
-        raise TestInputError(f"unknown tolerance(s) {', '.join(sorted(unknown))}: use atol, rtol, min_cosine")
-    return replace(base, **{k: float(v) for k, v in overrides.items()})
-
-
-@dataclass(frozen=True)
-class OutputAccuracy:
-    name: str
-    max_abs: float
-    max_rel: float
-    cosine: float
-    passed: bool
-    shape: tuple[int, ...]
-    scale: float = 1.0  # max(1, max |reference|): what atol is multiplied by
-    failing_elements: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "max_abs": self.max_abs,
-            "max_rel": self.max_rel,
-            "cosine": self.cosine,
-            "passed": self.passed,
-            "shape": list(self.shape),
-            "scale": self.scale,
-            "failing_elements": self.failing_elements,
-        }
-
-
-def compare_outputs(
-    actual: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray], tolerances: Tolerances
-) -> list[OutputAccuracy]:
-    """Per output: max abs error, max rel error (|a-r| / max(|r|, eps)), cosine similarity, and the
-    element-wise verdict described on `Tolerances`."""
-    results = []
-    for name, ref in reference.items():
-        if name not in actual:
-            raise TestInputError(f"the engine produced no output {name!r} (it has {', '.join(actual)})")
-        got = np.asarray(actual[name])
-        if got.shape != ref.shape:
-            raise TestInputError(f"output {name}: engine shape {got.shape} differs from the reference {ref.shape}")
-        a = got.astype(np.float64).ravel()
-        r = np.asarray(ref).astype(np.float64).ravel()
-        diff = np.abs(a - r)
-        max_abs = float(diff.max()) if diff.size else 0.0
-        max_rel = float((diff / np.maximum(np.abs(r), 1e-6)).max()) if diff.size else 0.0
-        norms = float(np.linalg.norm(a) * np.linalg.norm(r))
-        cosine = (1.0 if max_abs == 0.0 else 0.0) if norms == 0.0 else float(np.dot(a, r) / norms)
-        scale = max(1.0, float(np.abs(r).max())) if r.size else 1.0
-        # NaN/inf compare False, so non-finite elements count as failing.
-        failing = int(np.count_nonzero(~(diff <= tolerances.atol * scale + tolerances.rtol * np.abs(r))))
-        passed = failing == 0 and cosine >= tolerances.min_cosine
-        results.append(
-            OutputAccuracy(
-                name, max_abs, max_rel, cosine, passed, tuple(got.shape), scale=scale, failing_elements=failing
-            )
-        )
-    return results
-
-
-def reference_outputs(onnx_path: Path, feeds: Feeds) -> dict[str, np.ndarray]:
-    """The fp32 source model's outputs from ONNX Runtime on the CPU (the accuracy reference)."""
-    ort = import_backend("onnxruntime")
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    try:
-        session = ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
-        names = [o.name for o in session.get_outputs()]
-        values = session.run(names, dict(feeds))
-    except (RuntimeError, ValueError) as err:
-        raise TestInputError(f"ONNX Runtime could not run the reference {onnx_path.name}: {err}") from err
-    return {name: np.asarray(v) for name, v in zip(names, values, strict=True)}
 
 
 # -- the harness ---------------------------------------------------------------------------
@@ -229,6 +143,7 @@ class TestLoadResult:
     accuracy: list[OutputAccuracy] = field(default_factory=list)
     tolerances: Tolerances | None = None
     input_shapes: dict[str, list[int]] = field(default_factory=dict)
+    inputs: dict[str, str] = field(default_factory=dict)  # how each input was made
     details: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -246,6 +161,7 @@ class TestLoadResult:
             "accuracy": [a.to_dict() for a in self.accuracy],
             "tolerances": self.tolerances.to_dict() if self.tolerances else None,
             "input_shapes": self.input_shapes,
+            "inputs": self.inputs,
             "details": self.details,
         }
 
@@ -260,24 +176,43 @@ def read_engine(path: Path, *, sha256: str, blake3: str | None, timer: PhaseTime
         return read_verified(path, sha256=sha256)
 
 
-def validate_engine(backend: Backend, spec: TestLoadSpec) -> TestLoadResult:
-    """Run the whole test-load; every outcome is a result with a verdict, not an exception.
-
-    Bad input (an inputs file that does not fit, a batch outside the profile) raises TestInputError.
-    """
-    timer = PhaseTimer()
-    tolerances = spec.tolerances or tolerances_for(spec.precision)
+def prepare_inputs(spec: TestLoadSpec) -> tuple[dict[str, Any], dict[str, tuple[int, ...]], dict[str, str]]:
+    """The feeds, their shapes and how each was made: the inputs file, else `core.inputs`' generator
+    following the source model's graph. Raises TestInputError (inputs that do not fit, too large)."""
     shapes = input_shapes(spec.profiles, spec.io, spec.batch)
     if spec.inputs_path is not None:
         feeds = load_inputs(spec.inputs_path, spec.io)
         shapes = {name: tuple(int(d) for d in np.shape(value)) for name, value in feeds.items()}
-    else:
-        feeds = random_inputs(spec.io, shapes, seed=spec.seed)
+        return feeds, shapes, {name: f"from {spec.inputs_path.name}" for name in feeds}
+    hints = read_input_hints(spec.source_onnx, TestInputError)
+    slots = engine_slots(spec.io, shapes)
+    rules = {name: rule.describe() for name, rule in feed_rules(slots, hints).items()}
+    feeds = generate_feed(slots, np.random.default_rng(spec.seed), TestInputError, hints)
+    return feeds, shapes, rules
+
+
+def _error(result: TestLoadResult, err: BaseException) -> TestLoadResult:
+    result.verdict = ERROR
+    result.reason = str(err) if isinstance(err, EngineCacheError) else f"{type(err).__name__}: {err}"
+    result.details = {**result.details, "error_type": type(err).__name__}
+    return result
+
+
+def validate_engine(backend: Backend, spec: TestLoadSpec) -> TestLoadResult:
+    """Run the whole test-load; every outcome once the inputs are made is a result with a verdict.
+
+    Bad input (an inputs file that does not fit, a batch outside the profile, a declared shape too
+    large to generate) raises TestInputError before the engine is read.
+    """
+    timer = PhaseTimer()
+    tolerances = spec.tolerances or tolerances_for(spec.precision)
+    feeds, shapes, made = prepare_inputs(spec)
     result = TestLoadResult(
         verdict=ERROR,
         reason="",
         tolerances=tolerances,
         input_shapes={k: list(v) for k, v in shapes.items()},
+        inputs=made,
     )
     result.phases = timer.phases  # filled as phases complete, also when a later one fails
     try:
@@ -306,10 +241,12 @@ def validate_engine(backend: Backend, spec: TestLoadSpec) -> TestLoadResult:
         result.verdict, result.reason = INCOMPATIBLE, str(err)
         result.details = {"error_type": type(err).__name__}
         return result
-    except EngineCacheError as err:  # LoadFailedError, InferenceError, CudaError, BackendUnavailableError
-        result.verdict, result.reason = ERROR, str(err)
-        result.details = {"error_type": type(err).__name__}
-        return result
+    except (EngineCacheError, MemoryError) as err:  # LoadFailedError, InferenceError, CudaError
+        return _error(result, err)
+    except Exception as err:  # the library's own exception classes (ONNX Runtime's are not RuntimeErrors)
+        if not is_library_error(err):
+            raise
+        return _error(result, err)
     finally:
         if session is not None:
             session.close()
@@ -318,23 +255,31 @@ def validate_engine(backend: Backend, spec: TestLoadSpec) -> TestLoadResult:
     if samples:
         result.latency = latency_stats(samples, batch)
         result.samples_ms = [s * 1000.0 for s in samples]
-    reference = reference_outputs(spec.source_onnx, feeds)
-    result.accuracy = compare_outputs(outputs, reference, tolerances)
-    failed = [a.name for a in result.accuracy if not a.passed]
-    if failed:
-        worst = min(result.accuracy, key=lambda a: a.cosine)
-        result.verdict = FAIL
-        result.reason = (
-            f"output(s) {', '.join(failed)} outside {spec.precision} tolerances {tolerances.to_dict()} "
-            f"(worst cosine {worst.cosine:.6f}, max abs {max(a.max_abs for a in result.accuracy):.4g})"
-        )
-    else:
-        result.verdict = PASS
-        result.reason = (
-            f"{len(result.accuracy)} output(s) within {spec.precision} tolerances "
-            f"(min cosine {min((a.cosine for a in result.accuracy), default=1.0):.6f})"
-        )
+    result.details["reference"] = REFERENCE_PATH
+    try:
+        reference = reference_outputs(spec.source_onnx, feeds)
+        result.accuracy = compare_outputs(outputs, reference, tolerances)
+    except TestInputError as err:  # the reference cannot run these inputs, or the outputs do not match it
+        return _error(result, err)
+    _judge(result, spec.precision)
     return result
+
+
+def _judge(result: TestLoadResult, precision: str) -> None:
+    failed = [a for a in result.accuracy if not a.passed]
+    if failed:
+        result.verdict = FAIL
+        result.reason = f"output(s) {', '.join(a.name for a in failed)} outside {precision} tolerances: " + "; ".join(
+            check for a in failed for check in a.failed_checks[:3]
+        )
+        return
+    scored = [a.top1 for a in result.accuracy if a.top1 is not None]
+    top1 = f", min top-1 agreement {min(scored):.4f}" if scored else ""
+    result.verdict = PASS
+    result.reason = (
+        f"{len(result.accuracy)} output(s) within {precision} tolerances "
+        f"(min cosine {min((a.cosine for a in result.accuracy), default=1.0):.6f}{top1})"
+    )
 
 
 __all__ = [
@@ -352,5 +297,9 @@ __all__ = [
     "TestLoadSpec",
     "Tolerances",
     "compare_outputs",
+    "input_shapes",
+    "random_inputs",
+    "reference_outputs",
+    "tolerances_for",
     "validate_engine",
 ]

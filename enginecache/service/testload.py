@@ -3,8 +3,10 @@
 A test-load runs on a worker that can load the engine (`routing.load_requirements`, the backend's
 answer): ONNX Runtime engines on a CPU of their target, TensorRT-RTX engines on a GPU of one of
 their compute capabilities. `run_test_load` is the harness run in the job's child
-(`service.testloadjob`) or in-process; its result is a `LoadRunRecord` whatever the verdict. A
-CORRUPT verdict also marks the engine CORRUPT. Reading the runs back is `service.loadruns`.
+(`service.testloadjob`) or in-process; its result is a `LoadRunRecord` whatever the verdict, an
+ERROR with the reason included (inputs the model rejects, a shape too large to generate), so the
+engine page always shows the last attempt. A CORRUPT verdict also marks the engine CORRUPT.
+Reading the runs back is `service.loadruns`.
 """
 
 from __future__ import annotations
@@ -20,10 +22,10 @@ from sqlmodel import Session
 from enginecache.core.backends.base import TensorIO
 from enginecache.core.backends.registry import get_backend
 from enginecache.core.fingerprint import HostFingerprint, host_fingerprint
-from enginecache.core.validate import CORRUPT, TestLoadResult, TestLoadSpec, tolerances_for, validate_engine
+from enginecache.core.validate import CORRUPT, ERROR, TestLoadResult, TestLoadSpec, tolerances_for, validate_engine
 from enginecache.db import queue
 from enginecache.db.models import EngineRecord, EngineStatus, JobRecord, LoadRunRecord, ModelRecord
-from enginecache.errors import TestInputError
+from enginecache.errors import EngineCacheError, StaleLeaseError, TestInputError, UnavailableError
 from enginecache.service.context import AppContext
 from enginecache.service.enginerefs import engine_targets
 from enginecache.service.engines import get_engine
@@ -100,21 +102,60 @@ def run_test_load(
     tolerances: Mapping[str, float] | None = None,
     host: HostFingerprint | None = None,
     job_id: int | None = None,
-    commit: Callable[[Callable[[Session], None]], None] | None = None,
+    commit: Callable[[Callable[[Session], None], LoadRunRecord], None] | None = None,
 ) -> LoadRunRecord:
     """Test-load one engine here and record the run (whatever the verdict); returns the record.
 
-    `commit(mutate)` runs the write in a transaction of the caller's choosing (a job passes one that
-    checks its lease). Bad input (inputs file, batch) raises TestInputError; nothing is recorded.
+    Every outcome is a recorded run: a request or inputs the engine cannot take (batch outside the
+    profile, an inputs file that does not fit, a declared shape too large to generate, inputs the
+    model rejects, an engine with nothing to load) is an ERROR run with the reason, as is a load or
+    inference the backend refused. Only a missing engine or model row raises (nothing to record a
+    run against), and so do an unavailable catalog or store and a lost lease (not the engine's
+    fault). `commit(mutate, record)` runs the write in a transaction of the caller's choosing (a job
+    passes one that checks its lease and sets the job's state from the verdict).
     """
     engine = get_engine(app, engine_id)
-    if engine.status not in (EngineStatus.READY, EngineStatus.CORRUPT) or engine.blob_path is None:
-        raise TestInputError(f"engine {engine_id} is {engine.status}: there is no engine to load")
     with app.catalog.read() as session:
         model = session.get(ModelRecord, engine.model_id)
     if model is None:
         raise TestInputError(f"engine {engine_id}'s model {engine.model_id} is missing from the catalog")
     host = host or host_fingerprint()
+    try:
+        result = _validate(app, engine, model, iterations, batch, inputs, tolerances)
+    except (UnavailableError, StaleLeaseError):
+        raise
+    except EngineCacheError as err:  # deterministic: recorded, not retried
+        result = TestLoadResult(verdict=ERROR, reason=str(err), details={"error_type": type(err).__name__})
+    record = _load_run_record(engine, result, host, job_id)
+
+    def write(session: Session) -> None:
+        session.add(record)
+        if result.verdict == CORRUPT:
+            row = session.get(EngineRecord, engine_id)
+            if row is not None:
+                row.status = EngineStatus.CORRUPT
+                session.add(row)
+
+    if commit is not None:
+        commit(write, record)
+    else:
+        with app.catalog.write() as session:
+            write(session)
+    logger.info("test-load of engine %s: %s (%s)", engine_id, result.verdict, result.reason)
+    return record
+
+
+def _validate(
+    app: AppContext,
+    engine: EngineRecord,
+    model: ModelRecord,
+    iterations: int,
+    batch: int | None,
+    inputs: Path | None,
+    tolerances: Mapping[str, float] | None,
+) -> TestLoadResult:
+    if engine.status not in (EngineStatus.READY, EngineStatus.CORRUPT) or engine.blob_path is None:
+        raise TestInputError(f"engine {engine.id} is {engine.status}: there is no engine to load")
     backend = get_backend(engine.backend)
     spec = TestLoadSpec(
         engine_path=app.home / engine.blob_path,
@@ -130,26 +171,9 @@ def run_test_load(
         batch=batch,
         inputs_path=inputs,
         tolerances=tolerances_for(engine.precision, tolerances),
-        label=f"engine {engine_id} ({model.name} {engine.backend} {engine.precision} {engine.targets})",
+        label=f"engine {engine.id} ({model.name} {engine.backend} {engine.precision} {engine.targets})",
     )
-    result = validate_engine(backend, spec)
-    record = _load_run_record(engine, result, host, job_id)
-
-    def write(session: Session) -> None:
-        session.add(record)
-        if result.verdict == CORRUPT:
-            row = session.get(EngineRecord, engine_id)
-            if row is not None:
-                row.status = EngineStatus.CORRUPT
-                session.add(row)
-
-    if commit is not None:
-        commit(write)
-    else:
-        with app.catalog.write() as session:
-            write(session)
-    logger.info("test-load of engine %s: %s (%s)", engine_id, result.verdict, result.reason)
-    return record
+    return validate_engine(backend, spec)
 
 
 def _load_run_record(
@@ -191,5 +215,5 @@ def _load_run_record(
         accuracy=[a.to_dict() for a in result.accuracy],
         tolerances=result.tolerances.to_dict() if result.tolerances else {},
         input_shapes=result.input_shapes,
-        details=result.details,
+        details={**result.details, "inputs": result.inputs} if result.inputs else dict(result.details),
     )
