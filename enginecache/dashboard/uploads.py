@@ -8,10 +8,11 @@ total size passes the limit; the error names the member.
 
 from __future__ import annotations
 
+import functools
 import shutil
 import tarfile
 import zipfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO, BinaryIO
@@ -106,52 +107,73 @@ def extract_archive(upload: UploadedFile, dest: Path, *, max_extract_bytes: int)
         raise UploadError(f"{what} cannot be read: {err}") from err
 
 
+@dataclass(frozen=True)
+class ArchiveMember:
+    """One archive entry as both archive formats describe it: name, declared size, what it is, and
+    how to open its bytes."""
+
+    name: str
+    size: int
+    kind: str  # "file" | "dir" | "link" | "other"
+    open: Callable[[], IO[bytes] | None]
+
+
+def _zip_members(archive: zipfile.ZipFile) -> list[ArchiveMember]:
+    def kind(info: zipfile.ZipInfo) -> str:
+        if (info.external_attr >> 16) & 0o170000 == 0o120000:
+            return "link"
+        return "dir" if info.is_dir() else "file"
+
+    return [
+        ArchiveMember(info.filename, info.file_size, kind(info), functools.partial(archive.open, info))
+        for info in archive.infolist()
+    ]
+
+
+def _tar_members(archive: tarfile.TarFile) -> list[ArchiveMember]:
+    def kind(member: tarfile.TarInfo) -> str:
+        if member.issym() or member.islnk():
+            return "link"
+        return "file" if member.isfile() else "dir" if member.isdir() else "other"
+
+    return [
+        ArchiveMember(m.name, m.size, kind(m), functools.partial(archive.extractfile, m)) for m in archive.getmembers()
+    ]
+
+
 def _extract_zip(stream: BinaryIO, dest: Path, what: str, limit: int) -> None:
     with zipfile.ZipFile(stream) as archive:
-        infos = archive.infolist()
-        total = 0
-        for info in infos:
-            _check_member(info.filename, what)
-            mode = (info.external_attr >> 16) & 0o170000
-            if mode == 0o120000:
-                raise UploadError(f"{what}: member {info.filename!r} is a symbolic link")
-            total += info.file_size
-            if total > limit:
-                raise UploadError(f"{what} expands past the limit of {limit:,d} bytes")
-        for info in infos:
-            target = dest / _check_member(info.filename, what)
-            if info.is_dir():
-                target.mkdir(parents=True, exist_ok=True)
-                continue
-            target.parent.mkdir(parents=True, exist_ok=True)
-            with archive.open(info) as source, open(target, "wb") as out:
-                _copy_limited(source, out, info.file_size, what, info.filename)
+        _extract_members(_zip_members(archive), dest, what, limit)
 
 
 def _extract_tar(stream: BinaryIO, dest: Path, what: str, limit: int) -> None:
     with tarfile.open(fileobj=stream, mode="r:*") as archive:
-        members = archive.getmembers()
-        total = 0
-        for member in members:
-            _check_member(member.name, what)
-            if member.issym() or member.islnk():
-                raise UploadError(f"{what}: member {member.name!r} is a link")
-            if not (member.isfile() or member.isdir()):
-                raise UploadError(f"{what}: member {member.name!r} is not a regular file or folder")
-            total += member.size
-            if total > limit:
-                raise UploadError(f"{what} expands past the limit of {limit:,d} bytes")
-        for member in members:
-            target = dest / _check_member(member.name, what)
-            if member.isdir():
-                target.mkdir(parents=True, exist_ok=True)
-                continue
-            target.parent.mkdir(parents=True, exist_ok=True)
-            source = archive.extractfile(member)
-            if source is None:
-                raise UploadError(f"{what}: member {member.name!r} cannot be read")
-            with source, open(target, "wb") as out:
-                _copy_limited(source, out, member.size, what, member.name)
+        _extract_members(_tar_members(archive), dest, what, limit)
+
+
+def _extract_members(members: list[ArchiveMember], dest: Path, what: str, limit: int) -> None:
+    """Check every member before writing any (paths, links, devices, the size limit), then write."""
+    total = 0
+    for member in members:
+        _check_member(member.name, what)
+        if member.kind == "link":
+            raise UploadError(f"{what}: member {member.name!r} is a link")
+        if member.kind == "other":
+            raise UploadError(f"{what}: member {member.name!r} is not a regular file or folder")
+        total += member.size
+        if total > limit:
+            raise UploadError(f"{what} expands past the limit of {limit:,d} bytes")
+    for member in members:
+        target = dest / _check_member(member.name, what)
+        if member.kind == "dir":
+            target.mkdir(parents=True, exist_ok=True)
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        source = member.open()
+        if source is None:
+            raise UploadError(f"{what}: member {member.name!r} cannot be read")
+        with source, open(target, "wb") as out:
+            _copy_limited(source, out, member.size, what, member.name)
 
 
 def _copy_limited(source: IO[bytes], out: IO[bytes], declared: int, what: str, member: str) -> None:
