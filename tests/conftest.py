@@ -16,12 +16,16 @@ import uuid
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import sqlalchemy as sa
 
 from enginecache.db.models import utcnow
 from enginecache.service.context import AppContext
+
+if TYPE_CHECKING:
+    from tests.dashboardkit import Seeded, SeedIds
 
 IN_CI = os.environ.get("CI") == "true"
 SHARED_MODELS = Path(__file__).resolve().parents[1].parent / "shared" / "models"
@@ -218,3 +222,26 @@ def no_modelopt(monkeypatch: pytest.MonkeyPatch) -> None:
     from enginecache.core.precision import availability
 
     monkeypatch.setattr(availability, "modelopt_available", lambda: False)
+
+
+# -- the dashboard tests' seeded catalog -------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def seed(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> SeedIds:
+    """The dashboard tests' catalog, built once per test module: a model, its READY engine, a worker
+    and a failed job."""
+    from tests.dashboardkit import seed_catalog
+
+    root = tmp_path_factory.mktemp(f"{request.module.__name__.rsplit('.', 1)[-1]}-seed")
+    return seed_catalog(root / "home", root / "models")
+
+
+@pytest.fixture
+def seeded(seed: SeedIds, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Seeded]:
+    """This test's own copy of the seeded catalog (tests may submit, verify and retire in it)."""
+    from tests.dashboardkit import copy_catalog
+
+    copy = copy_catalog(seed, tmp_path / "home", monkeypatch)
+    yield copy
+    copy.app.close()

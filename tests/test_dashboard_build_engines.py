@@ -5,9 +5,6 @@ seeded once for the module."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 from sqlmodel import select
 
@@ -18,22 +15,7 @@ from enginecache.service.builds import BuildRequest, build_engine
 from enginecache.service.readmodels.engines import EngineFilter, engine_page
 from enginecache.service.readmodels.hosts import HostRow
 from tests.conftest import corrupt_blob
-from tests.dashboardkit import Seeded, SeedIds, copy_catalog, engine_view, frame, seed_catalog, texts, view
-
-
-@pytest.fixture(scope="module")
-def seed(tmp_path_factory: pytest.TempPathFactory) -> SeedIds:
-    """Built once for this module: a model, its READY engine, a worker and a failed job."""
-    root = tmp_path_factory.mktemp("dashboard-build-engines-seed")
-    return seed_catalog(root / "home", root / "models")
-
-
-@pytest.fixture
-def seeded(seed: SeedIds, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Seeded]:
-    """This test's own copy of the seeded catalog (the tests here submit, verify and retire)."""
-    copy = copy_catalog(seed, tmp_path / "home", monkeypatch)
-    yield copy
-    copy.app.close()
+from tests.dashboardkit import Seeded, engine_view, frame, texts, view
 
 
 def test_build_matrix_submits_one_job_per_cell_and_marks_cached(seeded: Seeded) -> None:

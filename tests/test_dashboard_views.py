@@ -15,23 +15,8 @@ from sqlmodel import select
 
 from enginecache.db.models import ModelRecord
 from enginecache.service.context import AppContext
-from tests.dashboardkit import Seeded, SeedIds, copy_catalog, frame, router, seed_catalog, serve_home, texts, view
+from tests.dashboardkit import Seeded, frame, router, serve_home, texts, view
 from tests.modelfactory import make_external_data_model, make_mlp
-
-
-@pytest.fixture(scope="module")
-def seed(tmp_path_factory: pytest.TempPathFactory) -> SeedIds:
-    """Built once for this module: a model, its READY engine, a worker and a failed job."""
-    root = tmp_path_factory.mktemp("dashboard-views-seed")
-    return seed_catalog(root / "home", root / "models")
-
-
-@pytest.fixture
-def seeded(seed: SeedIds, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Seeded]:
-    """This test's own copy of the seeded catalog."""
-    copy = copy_catalog(seed, tmp_path / "home", monkeypatch)
-    yield copy
-    copy.app.close()
 
 
 @pytest.fixture

@@ -27,7 +27,10 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
         shutil.copy2(ROOT / name, source / name)
     shutil.copytree(ROOT / "enginecache", source / "enginecache", ignore=shutil.ignore_patterns("__pycache__"))
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "--wheel-dir", str(out), str(source)],
+        [
+            *(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--quiet"),
+            *("--wheel-dir", str(out), str(source)),
+        ],
         check=True,
         capture_output=True,
         text=True,
@@ -50,10 +53,21 @@ def test_the_wheel_holds_one_top_level_package_and_its_metadata(wheel: Path) -> 
 
 def test_installed_beside_user_packages_named_service_and_core(wheel: Path, tmp_path: Path) -> None:
     env_dir = tmp_path / "venv"
-    venv.create(env_dir, with_pip=True)
+    venv.create(env_dir, with_pip=False)  # this environment's pip installs into it (`pip --python`)
     python = env_dir / "bin" / "python"
     subprocess.run(
-        [str(python), "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", str(wheel)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(python),
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-index",
+            str(wheel),
+        ],
         check=True,
         capture_output=True,
         text=True,
