@@ -1,13 +1,18 @@
 """Exit codes by kind of error (0 ok, 1 failed, 2 bad input, 3 unavailable), a catalog that cannot be
-reached, and the waits of `build`/`test-load` that end before their job does."""
+reached, usage errors, the waits of `build`/`test-load` that end before their job does, and the
+children of the one-shot worker that runs a job here (forked from a zygote, not a fork server)."""
 
 from __future__ import annotations
 
+import os
+import signal
 import sqlite3
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -29,9 +34,12 @@ from enginecache.errors import (
     StoreError,
     exit_code_for,
 )
+from enginecache.service import testkinds
+from enginecache.service import worker as worker_module
 from enginecache.service.context import AppContext
 from enginecache.service.submitwait import run_and_wait
 from enginecache.service.worker import Worker
+from enginecache.service.zygote import Zygote
 from tests.clirunner import run_cli
 
 NOBODY = "postgresql://postgres:hunter2@127.0.0.1:1/nope"  # nothing listens on port 1
@@ -165,3 +173,162 @@ def test_a_failed_local_worker_ends_the_wait_with_its_error(
     job = queue.enqueue(app_ctx.catalog, kind="build", payload={}, requirements={"backend": "rtx"}).job
     with pytest.raises(JobWaitError, match=r"worker for job \d+ stopped before the job finished \(RuntimeError: claim"):
         run_and_wait(app_ctx, job, timeout_seconds=60, poll_seconds=0.05)
+
+
+def test_a_usage_error_exits_2_with_the_usage_and_no_traceback(capsys: pytest.CaptureFixture[str]) -> None:
+    for args in (["engine", "show"], ["model", "list", "--bogus"], ["no-such-command"]):
+        result = run_cli(capsys, *args)
+        assert result.code == EXIT_BAD_INPUT, (args, result.err)
+        assert "Usage:" in result.err and "Traceback" not in result.err
+
+
+# -- the one-shot worker's children -------------------------------------------------------------
+
+ANY_WORKER = {"backend": "ort"}  # requirements this host meets (ONNX Runtime is a base dependency)
+
+
+@pytest.fixture
+def test_kinds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The test-only job kinds (sleep, crash) for the children forked from this process."""
+    monkeypatch.setenv(testkinds.ENABLE_ENV, "1")
+
+
+@pytest.fixture
+def zygotes(monkeypatch: pytest.MonkeyPatch) -> list[Zygote]:
+    """Every Zygote made during the test, and the pids of the children it forked (`forked`)."""
+    made: list[Zygote] = []
+    make, fork = Zygote.__init__, Zygote.fork
+
+    def record(self: Zygote, **kwargs: Any) -> None:
+        make(self, **kwargs)
+        self.forked = []  # type: ignore[attr-defined]
+        made.append(self)
+
+    def record_fork(self: Zygote, target: Any, args: tuple[Any, ...]) -> int:
+        pid = fork(self, target, args)
+        self.forked.append(pid)  # type: ignore[attr-defined]
+        return pid
+
+    monkeypatch.setattr(Zygote, "__init__", record)
+    monkeypatch.setattr(Zygote, "fork", record_fork)
+    return made
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _no_fork_server() -> None:
+    raise AssertionError("the one-shot worker started the fork server")
+
+
+@pytest.mark.usefixtures("test_kinds")
+def test_a_one_shot_attempt_runs_in_a_fork_of_this_process(
+    app_ctx: AppContext, monkeypatch: pytest.MonkeyPatch, zygotes: list[Zygote]
+) -> None:
+    assert threading.active_count() == 1
+    monkeypatch.setattr(worker_module, "_child_context", _no_fork_server)
+    job = queue.enqueue(app_ctx.catalog, kind="sleep", payload={"seconds": 0}, requirements=ANY_WORKER).job
+    done = run_and_wait(app_ctx, job, timeout_seconds=60)
+    assert done.status == JobStatus.SUCCEEDED, done.error
+    assert len(zygotes) == 1 and len(zygotes[0].forked) == 1  # type: ignore[attr-defined]
+    assert not _alive(zygotes[0].pid), "the zygote is reaped when the wait ends"
+
+
+@pytest.mark.usefixtures("test_kinds")
+def test_a_one_shot_attempt_that_segfaults_is_a_failed_attempt(app_ctx: AppContext, zygotes: list[Zygote]) -> None:
+    job = queue.enqueue(
+        app_ctx.catalog, kind="crash", payload={"signal": "SIGSEGV"}, requirements=ANY_WORKER, max_attempts=1
+    ).job
+    done = run_and_wait(app_ctx, job, timeout_seconds=60)
+    assert done.status == JobStatus.DEAD
+    assert "SIGSEGV" in (done.error or "")
+    assert len(zygotes) == 1
+
+
+@pytest.mark.usefixtures("test_kinds")
+def test_a_timed_out_wait_kills_the_running_attempt_and_hands_the_job_back(
+    app_ctx: AppContext, zygotes: list[Zygote]
+) -> None:
+    job = queue.enqueue(app_ctx.catalog, kind="sleep", payload={"seconds": 60}, requirements=ANY_WORKER).job
+
+    def started() -> bool:
+        return bool(zygotes and zygotes[0].forked)  # type: ignore[attr-defined]
+
+    with pytest.raises(JobWaitError, match="this host's worker has stopped, the job is QUEUED"):
+        run_and_wait(app_ctx, job, timeout_seconds=3)
+    assert started(), "the attempt had started"
+    child = zygotes[0].forked[0]  # type: ignore[attr-defined]
+    assert not _alive(child) and not _alive(zygotes[0].pid)
+    assert queue.get_job(app_ctx.catalog, job.id or 0).status == JobStatus.QUEUED
+
+
+@pytest.mark.usefixtures("test_kinds")
+def test_with_other_threads_running_the_one_shot_worker_uses_the_fork_server(
+    app_ctx: AppContext, monkeypatch: pytest.MonkeyPatch, zygotes: list[Zygote]
+) -> None:
+    started: list[bool] = []
+    real = worker_module._child_context
+
+    def fork_server() -> Any:
+        started.append(True)
+        return real()
+
+    monkeypatch.setattr(worker_module, "_child_context", fork_server)
+    release = threading.Event()
+    other = threading.Thread(target=release.wait, name="another-thread")
+    other.start()
+    try:
+        job = queue.enqueue(app_ctx.catalog, kind="sleep", payload={"seconds": 0}, requirements=ANY_WORKER).job
+        done = run_and_wait(app_ctx, job, timeout_seconds=120)
+    finally:
+        release.set()
+        other.join()
+    assert done.status == JobStatus.SUCCEEDED, done.error
+    assert started and not zygotes, "no fork while another thread runs"
+
+
+def _exit_with(code: int) -> None:
+    raise SystemExit(code)
+
+
+def _die_by(signum: int) -> None:
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
+def test_a_zygote_child_exits_as_a_multiprocessing_child_would() -> None:
+    zygote = Zygote()
+    try:
+        for target, args, code in ((_exit_with, (3,), 3), (_die_by, (signal.SIGSEGV,), -signal.SIGSEGV)):
+            child = zygote.Process(target=target, args=args, name="t")
+            child.start()
+            child.join(30)
+            assert child.exitcode == code
+        sleeper = zygote.Process(target=time.sleep, args=(60,), name="sleeper")
+        sleeper.start()
+        assert sleeper.pid is not None
+        sleeper.join(0.1)
+        assert sleeper.exitcode is None, "still running"
+        os.kill(sleeper.pid, signal.SIGKILL)
+        sleeper.join()
+        assert sleeper.exitcode == -signal.SIGKILL
+    finally:
+        zygote.close()
+    assert not _alive(zygote.pid)
+
+
+def test_a_zygote_is_never_forked_from_a_process_with_threads() -> None:
+    release = threading.Event()
+    other = threading.Thread(target=release.wait)
+    other.start()
+    try:
+        with pytest.raises(RuntimeError, match="one thread"):
+            Zygote()
+    finally:
+        release.set()
+        other.join()

@@ -3,26 +3,95 @@
 Each command module registers its commands through `register(app)`; none imports this module.
 Read commands print JSON with `--json`. Exit codes: 0 ok, 1 failed or corrupt, 2 bad input,
 3 the catalog or the store is unavailable (see enginecache.errors).
+
+The root group is lazy: a command module is imported when one of its commands runs or shows its
+own `--help`, and `enginecache --help` lists the commands from `COMMANDS` without importing any of
+them (tests/test_cli_listing.py checks that the list reads exactly as the modules' own help). So a
+command pays for its own imports only, and the root callback opens nothing: the app context (and
+the catalog) is made when a command first asks for it (`cli.common.app_context`).
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
-import click
 import typer
+from typer.core import TyperCommand, TyperGroup
 
-from enginecache.cli import builds, engines, host, jobs, models, runtime, serve
+from enginecache.cli.common import CliSettings
 from enginecache.errors import EngineCacheError, exit_code_for
-from enginecache.service.context import AppContext
 
 EXIT_INTERRUPTED = 130
 
+# Every command of the root group, in the order `--help` lists them: the module under
+# enginecache.cli that registers it, and the first paragraph of its help.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "fingerprint": ("host", "This host: OS, CPU and ISA, GPUs (NVML), driver, CUDA runtime, library versions."),
+    "verify": ("engines", "Re-hash engine blobs; a mismatch marks the engine CORRUPT and exits 1."),
+    "check": ("engines", "Can this host load this engine? compatible | incompatible | unknown, with the reason."),
+    "build": ("builds", "Build (or find in the cache) one engine; without --queue, wait and show progress."),
+    "worker": ("jobs", "Claim and run jobs this host can run, until stopped (SIGINT/SIGTERM: finish, then exit)."),
+    "jobs": ("jobs", "Jobs in the queue, newest first."),
+    "test-load": (
+        "runtime",
+        "Load an engine, time each phase and N iterations, compare outputs with ONNX Runtime on the fp32 ONNX.",
+    ),
+    "ready": ("runtime", "Readiness probe: exit 0 when ready, else say why and exit 1."),
+    "export": (
+        "runtime",
+        "Write a Triton model repository or the per-hardware tree with a manifest of fingerprints and sha256.",
+    ),
+    "serve": ("serve", "Start the dashboard and one local worker on this catalog; ^C stops both."),
+    "model": ("models", "Register and inspect ONNX models."),
+    "engine": ("engines", "List and inspect engines."),
+    "job": ("jobs", "Inspect and cancel jobs."),
+}
+
+
+class LazyGroup(TyperGroup):
+    """The root group: commands come from their modules on first use (see the module docstring)."""
+
+    help_from_table = True  # False: `--help` imports every module and lists its commands (the tests)
+
+    def __init__(self, **attrs: Any) -> None:
+        super().__init__(**attrs)
+        self._listing = False
+
+    def list_commands(self, ctx: typer.Context) -> list[str]:  # type: ignore[override]
+        return [*super().list_commands(ctx), *(name for name in COMMANDS if name not in self.commands)]
+
+    def get_command(self, ctx: typer.Context, cmd_name: str) -> Any:  # type: ignore[override]
+        if cmd_name in self.commands or cmd_name not in COMMANDS:
+            return self.commands.get(cmd_name)
+        module, help_text = COMMANDS[cmd_name]
+        if self._listing and self.help_from_table:
+            return TyperCommand(name=cmd_name, help=help_text)
+        self._load(module)
+        return self.commands.get(cmd_name)
+
+    def _load(self, module: str) -> None:
+        commands = typer.Typer()
+        importlib.import_module(f"enginecache.cli.{module}").register(commands)
+        for name, command in typer.main.get_group(commands).commands.items():
+            self.commands.setdefault(name, command)
+
+    def format_help(self, ctx: typer.Context, formatter: Any) -> None:  # type: ignore[override]
+        self._listing = True
+        try:
+            super().format_help(ctx, formatter)
+        finally:
+            self._listing = False
+
+
 app = typer.Typer(
-    name="enginecache", help="Build TensorRT engines once, load them in milliseconds.", no_args_is_help=True
+    name="enginecache",
+    help="Build TensorRT engines once, load them in milliseconds.",
+    no_args_is_help=True,
+    cls=LazyGroup,
 )
 
 
@@ -40,12 +109,7 @@ def main_callback(
     logging.basicConfig(
         level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
-    ctx.obj = AppContext.from_settings(home, db)
-    ctx.call_on_close(ctx.obj.close)
-
-
-for _module in (host, models, engines, builds, jobs, runtime, serve):
-    _module.register(app)
+    ctx.obj = CliSettings(home, db)
 
 
 def main() -> None:
@@ -57,11 +121,15 @@ def main() -> None:
     except EngineCacheError as err:
         typer.echo(f"error: {err}", err=True)
         sys.exit(exit_code_for(err))
-    except click.ClickException as err:  # usage errors
-        err.show()
-        sys.exit(err.exit_code)
-    except click.exceptions.Abort:
+    except typer.Abort:
         sys.exit(EXIT_INTERRUPTED)
+    except typer.TyperException as err:  # usage errors: Typer's own Click raises them
+        show = getattr(err, "show", None)
+        if callable(show):
+            show()
+        else:
+            typer.echo(f"error: {err.format_message()}", err=True)
+        sys.exit(err.exit_code)
     sys.exit(code if isinstance(code, int) else 0)
 
 

@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from enginecache.cli.common import JsonOption, app_context, emit, job_progress_printer
-from enginecache.db.models import EngineRecord, JobStatus
-from enginecache.errors import BuildFailedError
-from enginecache.service.builds import BuildRequest
-from enginecache.service.context import AppContext
-from enginecache.service.engines import engine_to_dict, get_engine
-from enginecache.service.jobs import submit_build, waiting_reason
-from enginecache.service.submitwait import run_and_wait
+
+if TYPE_CHECKING:
+    from enginecache.db.models import EngineRecord
+    from enginecache.service.context import AppContext
 
 
 def build(
@@ -38,6 +35,13 @@ def build(
     as_json: JsonOption = False,
 ) -> None:
     """Build (or find in the cache) one engine; without --queue, wait and show progress."""
+    from enginecache.db.models import JobStatus
+    from enginecache.errors import BuildFailedError
+    from enginecache.service.builds import BuildRequest
+    from enginecache.service.engines import get_engine
+    from enginecache.service.jobs import submit_build, waiting_reason
+    from enginecache.service.submitwait import run_and_wait
+
     request = BuildRequest(
         model=model,
         backend=backend,
@@ -76,6 +80,8 @@ def build(
 def _emit_engine(
     app_ctx: AppContext, engine: EngineRecord, *, cache_hit: bool, notes: tuple[str, ...], as_json: bool
 ) -> None:
+    from enginecache.service.engines import engine_to_dict
+
     data = engine_to_dict(app_ctx, engine, cache_hit=cache_hit)
     data["notes"] = list(notes)
     verb = "cache hit" if cache_hit else f"built in {engine.build_seconds or 0:.2f} s"

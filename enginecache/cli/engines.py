@@ -3,49 +3,52 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from enginecache.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, JsonOption, app_context, emit, fail
-from enginecache.service.engines import (
-    check_engine,
-    engine_to_dict,
-    get_engine,
-    list_engines,
-    model_names,
-    verify_engines,
+from enginecache.cli.common import (
+    EXIT_BAD_INPUT,
+    EXIT_FAILED,
+    JsonOption,
+    LimitOption,
+    OffsetOption,
+    app_context,
+    emit,
+    fail,
+    stream_rows,
 )
+
+
+def _engine_line(r: dict[str, Any]) -> str:
+    return (
+        f"{r['id']:>4}  {r['model'] or '?':<24} {r['backend']:<4} {r['precision']:<5} "
+        f"{','.join(r['targets']):<28} {r['status']:<8} {(r['sha256'] or '')[:16]}"
+    )
 
 
 def engine_list(
     ctx: typer.Context,
     model: Annotated[str | None, typer.Option(help="Only this model's engines.")] = None,
     status: Annotated[str | None, typer.Option(help="Only engines in this status.")] = None,
+    limit: LimitOption = None,
+    offset: OffsetOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Engines in the catalog, newest first."""
-    app_ctx = app_context(ctx)
-    names = model_names(app_ctx)
-    engines = list_engines(app_ctx, model=model, status=status)
-    rows = [engine_to_dict(app_ctx, e, model_name=names.get(e.model_id)) for e in engines]
-    text = (
-        "\n".join(
-            f"{r['id']:>4}  {r['model']:<24} {r['backend']:<4} {r['precision']:<5} "
-            f"{','.join(r['targets']):<28} {r['status']:<8} {(r['sha256'] or '')[:16]}"
-            for r in rows
-        )
-        or "no engines"
-    )
-    emit(rows, as_json, text)
+    from enginecache.service.listing import stream_engines
+
+    with stream_engines(app_context(ctx), model=model, status=status, limit=limit, offset=offset or 0) as rows:
+        stream_rows(rows, as_json, _engine_line, "no engines")
 
 
 def engine_show(
     ctx: typer.Context, engine_id: Annotated[int, typer.Argument(help="Engine id.")], as_json: JsonOption = False
 ) -> None:
     """Everything recorded: each cache-key ingredient, fingerprint, IO, builder log."""
-    app_ctx = app_context(ctx)
-    data = engine_to_dict(app_ctx, get_engine(app_ctx, engine_id), detail=True)
+    from enginecache.service.listing import show_engine
+
+    data = show_engine(app_context(ctx), engine_id)
     emit(data, as_json, json.dumps(data, indent=2, default=str))
 
 
@@ -60,6 +63,8 @@ def verify(
     """Re-hash engine blobs; a mismatch marks the engine CORRUPT and exits 1."""
     if not engine_ids and not all_engines:
         fail("name engine ids or pass --all", EXIT_BAD_INPUT)
+    from enginecache.service.engines import verify_engines
+
     results = verify_engines(app_context(ctx), list(engine_ids or []))
     emit(
         [r.to_dict() for r in results],
@@ -74,6 +79,8 @@ def check(
     ctx: typer.Context, engine_id: Annotated[int, typer.Argument(help="Engine id.")], as_json: JsonOption = False
 ) -> None:
     """Can this host load this engine? compatible | incompatible | unknown, with the reason."""
+    from enginecache.service.engines import check_engine
+
     result = check_engine(app_context(ctx), engine_id)
     emit({"id": engine_id, **result.to_dict()}, as_json, f"{result.verdict}: {result.reason}")
 

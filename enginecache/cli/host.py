@@ -5,11 +5,12 @@ from __future__ import annotations
 import typer
 
 from enginecache.cli.common import JsonOption, emit
-from enginecache.core.fingerprint import host_fingerprint
 
 
 def fingerprint(as_json: JsonOption = False) -> None:
     """This host: OS, CPU and ISA, GPUs (NVML), driver, CUDA runtime, library versions."""
+    from enginecache.core.fingerprint import host_fingerprint
+
     fp = host_fingerprint(probe_cuda_runtime=True)
     data = fp.to_dict()
     gpus = "\n".join(

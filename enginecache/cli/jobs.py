@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from enginecache.cli.common import JsonOption, app_context, emit
-from enginecache.service.jobs import cancel_job, get_job, job_to_dict, list_jobs
-from enginecache.service.worker import WorkerConfig, default_worker_name, run_worker
+from enginecache.cli.common import JsonOption, OffsetOption, app_context, emit, stream_rows
+
+DEFAULT_JOBS_LIMIT = 200
 
 
 def worker(
@@ -23,6 +23,8 @@ def worker(
     poll_seconds: Annotated[float, typer.Option("--poll-seconds", help="Idle poll interval.")] = 0.2,
 ) -> None:
     """Claim and run jobs this host can run, until stopped (SIGINT/SIGTERM: finish, then exit)."""
+    from enginecache.service.worker import WorkerConfig, default_worker_name, run_worker
+
     config = WorkerConfig(
         name=name or default_worker_name(),
         once=once,
@@ -34,32 +36,38 @@ def worker(
     typer.echo(f"worker {config.name}: ran {count} job(s)", err=True)
 
 
+def _job_line(r: dict[str, Any]) -> str:
+    return (
+        f"{r['id']:>5}  {r['kind']:<9} {r['status']:<10} {r['progress']:>5.0%} {r['attempts']}/{r['max_attempts']} "
+        f"{r['worker'] or '-':<24} {r['phase'] or r['waiting'] or ''}"
+    )
+
+
 def jobs_list(
     ctx: typer.Context,
     status: Annotated[str | None, typer.Option(help="Only jobs in this status.")] = None,
-    limit: Annotated[int, typer.Option(help="At most this many, newest first.")] = 200,
+    limit: Annotated[
+        int | None,
+        typer.Option(min=1, metavar="N", help=f"At most this many, newest first (default {DEFAULT_JOBS_LIMIT})."),
+    ] = None,
+    offset: OffsetOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Jobs in the queue, newest first."""
+    from enginecache.service.listing import stream_jobs
+
     app_ctx = app_context(ctx)
-    rows = [job_to_dict(app_ctx, j) for j in list_jobs(app_ctx, status=status, limit=limit)]
-    text = (
-        "\n".join(
-            f"{r['id']:>5}  {r['kind']:<9} {r['status']:<10} {r['progress']:>5.0%} {r['attempts']}/{r['max_attempts']} "
-            f"{r['worker'] or '-':<24} {r['phase'] or r['waiting'] or ''}"
-            for r in rows
-        )
-        or "no jobs"
-    )
-    emit(rows, as_json, text)
+    with stream_jobs(app_ctx, status=status, limit=limit or DEFAULT_JOBS_LIMIT, offset=offset or 0) as rows:
+        stream_rows(rows, as_json, _job_line, "no jobs")
 
 
 def job_show(
     ctx: typer.Context, job_id: Annotated[int, typer.Argument(help="Job id.")], as_json: JsonOption = False
 ) -> None:
     """A job's status, attempts, progress, phase, worker, requirements, error and log tail."""
-    app_ctx = app_context(ctx)
-    data = job_to_dict(app_ctx, get_job(app_ctx, job_id))
+    from enginecache.service.listing import show_job
+
+    data = show_job(app_context(ctx), job_id)
     emit(data, as_json, json.dumps(data, indent=2, default=str))
 
 
@@ -67,6 +75,8 @@ def job_cancel(
     ctx: typer.Context, job_id: Annotated[int, typer.Argument(help="Job id.")], as_json: JsonOption = False
 ) -> None:
     """Cancel a queued job (it never runs) or a running one (its process group is killed)."""
+    from enginecache.service.jobs import cancel_job, job_to_dict
+
     app_ctx = app_context(ctx)
     job = cancel_job(app_ctx, job_id)
     data = job_to_dict(app_ctx, job)

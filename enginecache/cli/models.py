@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from enginecache.cli.common import JsonOption, app_context, emit
-from enginecache.service.models import get_model, list_models, model_to_dict, register_model
+from enginecache.cli.common import JsonOption, LimitOption, OffsetOption, app_context, emit, stream_rows
 
 
 def model_add(
@@ -19,26 +18,35 @@ def model_add(
     as_json: JsonOption = False,
 ) -> None:
     """Inspect, hash and store an ONNX model; the same bytes twice return the existing model."""
+    from enginecache.service.models import model_to_dict, register_model
+
     result = register_model(app_context(ctx), path, name=name)
     data = {**model_to_dict(result.model), "created": result.created}
     verb = "registered" if result.created else "already registered"
     emit(data, as_json, f"{verb}: {result.model.name} (id {result.model.id}) sha256 {result.model.digest}")
 
 
-def model_list(ctx: typer.Context, as_json: JsonOption = False) -> None:
+def _model_line(m: dict[str, Any]) -> str:
+    return f"{m['id']:>4}  {m['name']:<32} {m['size_bytes']:>12,d} B  {m['digest'][:16]}"
+
+
+def model_list(
+    ctx: typer.Context, limit: LimitOption = None, offset: OffsetOption = None, as_json: JsonOption = False
+) -> None:
     """Every model in the catalog, newest first."""
-    models = list_models(app_context(ctx))
-    rows = [model_to_dict(m) for m in models]
-    text = "\n".join(f"{m.id:>4}  {m.name:<32} {m.size_bytes:>12,d} B  {m.digest[:16]}" for m in models) or "no models"
-    emit(rows, as_json, text)
+    from enginecache.service.listing import stream_models
+
+    with stream_models(app_context(ctx), limit=limit, offset=offset or 0) as rows:
+        stream_rows(rows, as_json, _model_line, "no models")
 
 
 def model_show(
     ctx: typer.Context, model: Annotated[str, typer.Argument(help="Name, id or digest.")], as_json: JsonOption = False
 ) -> None:
     """Inputs/outputs with dynamic dims, opset, IR, producer, ops, parameters, files, digest."""
-    record = get_model(app_context(ctx), model)
-    data = model_to_dict(record)
+    from enginecache.service.listing import show_model
+
+    data = show_model(app_context(ctx), model)
     emit(data, as_json, json.dumps(data, indent=2, default=str))
 
 

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from enginecache.cli.common import app_context
-from enginecache.service.serve import DEFAULT_MAX_UPLOAD_MB, DEFAULT_PORT, Served, ServeSpec, run_serve
+
+if TYPE_CHECKING:
+    from enginecache.service.serve import Served
+
+# enginecache.service.serve's defaults, written out so that `--help` imports no service code
+# (tests/test_cli_listing.py checks they agree).
+DEFAULT_PORT = 8501
+DEFAULT_MAX_UPLOAD_MB = 2048
 
 
 def register(app: typer.Typer) -> None:
@@ -29,6 +36,8 @@ def register(app: typer.Typer) -> None:
         worker_name: Annotated[str | None, typer.Option("--worker-name", help="Name of the local worker.")] = None,
     ) -> None:
         """Start the dashboard and one local worker on this catalog; ^C stops both."""
+        from enginecache.service.serve import ServeSpec, run_serve
+
         app_ctx = app_context(ctx)
         app_ctx.catalog  # noqa: B018 - migrate once here, before two processes open the catalog
         spec = ServeSpec(

@@ -2,6 +2,12 @@
 
 SQLite: WAL, synchronous=FULL, busy_timeout, foreign keys, and `BEGIN IMMEDIATE` for write
 sessions (so two writers never deadlock upgrading a read lock). PostgreSQL through a URL.
+
+Opening costs one query when the schema is current: the `alembic_version` row is compared with the
+head revision read from the migration files (`head_revision`, no Alembic import); Alembic, and the
+SQLModel tables its environment loads, are imported only to migrate. SQLModel's `Session` is
+imported by the first `read()`/`write()`; `connect()` is plain SQLAlchemy Core (the CLI's read
+commands use nothing else, so they start without SQLModel).
 """
 
 from __future__ import annotations
@@ -9,29 +15,29 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
-from alembic import command
-from alembic.config import Config
 from sqlalchemy import event
-from sqlmodel import Session
 
+from enginecache.db.reader import Column, head_revision, sqlite_url
+from enginecache.db.types import UTCDateTime
 from enginecache.errors import CatalogUnavailableError, EngineCacheError
 
+if TYPE_CHECKING:
+    from sqlmodel import Session
+
 logger = logging.getLogger(__name__)
+
+__all__ = ["Catalog", "CatalogConnectError", "ConnectionRows", "head_revision", "normalize_url", "sqlite_url"]
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 MIGRATION_LOCK_KEY = 0x656E67696E65  # "engine": the advisory lock migrations hold on PostgreSQL
 _MIGRATE_LOCK = threading.Lock()
 _MIGRATED: set[str] = set()
-
-
-def sqlite_url(path: Path) -> str:
-    return f"sqlite:///{path}"
 
 
 def normalize_url(url: str) -> str:
@@ -121,10 +127,31 @@ class Catalog:
         with _MIGRATE_LOCK:
             if self.url in _MIGRATED:
                 return
-            self._upgrade()
+            if not self._at_head():
+                self._upgrade()
             _MIGRATED.add(self.url)
 
+    def _at_head(self) -> bool:
+        """Whether the schema is at the head revision, asked without Alembic: one `alembic_version`
+        query (an empty database has no such table: not at head)."""
+        head = head_revision()
+        if head is None:
+            return False
+        try:
+            with self.engine.connect() as connection:
+                versions = {row[0] for row in connection.exec_driver_sql("SELECT version_num FROM alembic_version")}
+        except (sa.exc.OperationalError, sa.exc.InterfaceError) as err:
+            if _is_connect_failure(err):
+                raise self._unavailable(err) from err
+            return False  # no alembic_version table yet (SQLite)
+        except sa.exc.ProgrammingError:
+            return False  # no alembic_version table yet (PostgreSQL)
+        return versions == {head}
+
     def _upgrade(self) -> None:
+        from alembic import command  # only to migrate: Alembic's import costs more than the rest of an open
+        from alembic.config import Config
+
         config = Config()
         config.set_main_option("script_location", str(MIGRATIONS_DIR))
         config.set_main_option("sqlalchemy.url", self.url.replace("%", "%%"))
@@ -159,6 +186,8 @@ class Catalog:
 
     @contextlib.contextmanager
     def read(self) -> Iterator[Session]:
+        from sqlmodel import Session
+
         with Session(self.engine, expire_on_commit=False) as session:
             self._connect(session)
             yield session
@@ -166,9 +195,56 @@ class Catalog:
     @contextlib.contextmanager
     def write(self) -> Iterator[Session]:
         """A session in one immediate transaction, committed on success, rolled back on error."""
+        from sqlmodel import Session
+
         with Session(self._writer, expire_on_commit=False) as session, session.begin():
             self._connect(session)
             yield session
 
+    @contextlib.contextmanager
+    def connect(self) -> Iterator[sa.Connection]:
+        """A Core connection for reads (SQLAlchemy alone, no ORM): its first statement begins one
+        transaction, so rows streamed from it come from one snapshot. An unreachable catalog raises
+        CatalogConnectError here, as `read()` does."""
+        try:
+            connection = self.engine.connect()
+        except (sa.exc.OperationalError, sa.exc.InterfaceError) as err:
+            if _is_connect_failure(err):
+                raise self._unavailable(err) from err
+            raise
+        with connection:
+            yield connection
+
     def dispose(self) -> None:
         self.engine.dispose()
+
+
+_KIND_TYPES: dict[str, Any] = {"json": sa.JSON(), "time": UTCDateTime(), "bool": sa.Boolean()}
+
+
+class ConnectionRows:
+    """`db.reader.RowSource` on a SQLAlchemy connection (`Catalog.connect()`): any database, each column
+    decoded by the SQLAlchemy type of its kind, rows fetched in batches (a server-side cursor on
+    PostgreSQL)."""
+
+    def __init__(self, connection: sa.Connection, *, batch: int = 1000) -> None:
+        self._connection = connection
+        self._batch = batch
+
+    def rows(
+        self,
+        sql: str,
+        params: Mapping[str, Any],
+        columns: Sequence[Column],
+        *,
+        limit: int | None = None,
+        offset: int = 0,
+    ) -> Iterator[tuple[Any, ...]]:
+        if limit is not None or offset:
+            no_limit = -1 if self._connection.dialect.name == "sqlite" else None  # PostgreSQL: LIMIT NULL
+            sql += " LIMIT :_limit OFFSET :_offset"
+            params = {**params, "_limit": no_limit if limit is None else limit, "_offset": offset}
+        typed = [sa.column(name, _KIND_TYPES[kind]) if kind else sa.column(name) for name, kind in columns]
+        statement = sa.text(sql).columns(*typed)
+        result = self._connection.execution_options(yield_per=self._batch).execute(statement, dict(params))
+        yield from result  # rows are tuples

@@ -5,9 +5,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from enginecache.core.store import ArtifactStore
-from enginecache.db.catalog import Catalog, sqlite_url
+from enginecache.db.reader import sqlite_url
+
+if TYPE_CHECKING:  # imported on first use: a read command that needs neither never loads them
+    from enginecache.core.store import ArtifactStore
+    from enginecache.db.catalog import Catalog
 
 HOME_ENV = "ENGINECACHE_HOME"
 DB_URL_ENV = "ENGINECACHE_DB_URL"
@@ -31,11 +35,15 @@ class AppContext:
 
     @property
     def store(self) -> ArtifactStore:
+        from enginecache.core.store import ArtifactStore
+
         return ArtifactStore(self.home, tmp_dir=self.tmp_dir)
 
     @property
     def catalog(self) -> Catalog:
         if self._catalog is None:
+            from enginecache.db.catalog import Catalog
+
             self.home.mkdir(parents=True, exist_ok=True)
             self._catalog = Catalog(self.db_url)
         return self._catalog

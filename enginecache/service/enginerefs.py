@@ -5,9 +5,12 @@ test-load and the dashboard's per-host column all hand the rule the same facts."
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from enginecache.core.backends.base import EngineRef
-from enginecache.db.models import EngineRecord
+
+if TYPE_CHECKING:  # annotations only (routing imports this module)
+    from enginecache.db.models import EngineRecord
 
 
 def engine_targets(engine: EngineRecord) -> tuple[str, ...]:

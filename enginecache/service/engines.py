@@ -16,12 +16,12 @@ from sqlmodel import col, select
 
 from enginecache.core.backends.base import CompatibilityResult
 from enginecache.core.backends.registry import get_backend
-from enginecache.core.cachekey import INGREDIENTS
 from enginecache.core.fingerprint import HostFingerprint, host_fingerprint
 from enginecache.db.models import EngineRecord, EngineStatus, ModelRecord, utcnow
 from enginecache.errors import IntegrityCheckError, NotFoundError
 from enginecache.service.context import AppContext
 from enginecache.service.enginerefs import engine_ref
+from enginecache.service.listing import engine_dict
 from enginecache.service.models import get_model
 from enginecache.service.readmodels.hosts import worker_hosts
 
@@ -36,14 +36,23 @@ def get_engine(app: AppContext, engine_id: int) -> EngineRecord:
     return found
 
 
-def list_engines(app: AppContext, *, model: str | None = None, status: str | None = None) -> list[EngineRecord]:
+def list_engines(
+    app: AppContext,
+    *,
+    model: str | None = None,
+    status: str | None = None,
+    limit: int | None = None,
+    offset: int = 0,
+) -> list[EngineRecord]:
+    """Engines, newest first (the id breaking ties), one page of them with `limit`/`offset`; the CLI
+    streams them instead (`service.listing.stream_engines`)."""
     query = select(EngineRecord).order_by(col(EngineRecord.created_at).desc(), col(EngineRecord.id).desc())
     if model is not None:
         query = query.where(EngineRecord.model_id == get_model(app, model).id)
     if status is not None:
         query = query.where(EngineRecord.status == status.upper())
     with app.catalog.read() as session:
-        return list(session.exec(query).all())
+        return list(session.exec(query.offset(offset).limit(limit)).all())
 
 
 def model_names(app: AppContext) -> dict[int, str]:
@@ -59,42 +68,8 @@ def engine_to_dict(
     detail: bool = False,
     cache_hit: bool | None = None,
 ) -> dict[str, Any]:
-    data: dict[str, Any] = {
-        "id": engine.id,
-        "model": model_name if model_name is not None else model_names(app).get(engine.model_id),
-        "model_id": engine.model_id,
-        "variant_model_id": engine.variant_model_id,
-        "backend": engine.backend,
-        "backend_version": engine.backend_version,
-        "precision": engine.precision,
-        "targets": engine.targets.split(",") if engine.targets else [],
-        "cache_key": engine.cache_key,
-        "sha256": engine.sha256,
-        "blake3": engine.blake3,
-        "size_bytes": engine.size_bytes,
-        "build_seconds": engine.build_seconds,
-        "status": engine.status,
-        "path": str(app.home / engine.blob_path) if engine.blob_path else None,
-        "created_at": engine.created_at.isoformat(),
-        "finished_at": engine.finished_at.isoformat() if engine.finished_at else None,
-        "warnings": list(engine.warnings),
-        "error": engine.error,
-    }
-    if cache_hit is not None:
-        data["cache_hit"] = cache_hit
-    if detail:
-        data["key_ingredients"] = {name: engine.key_ingredients.get(name) for name in INGREDIENTS}
-        for name in INGREDIENTS:
-            data[f"key_{name}"] = engine.key_ingredients.get(name)
-        data["precision_recipe"] = engine.precision_recipe
-        data["build_options"] = engine.build_options
-        data["target_info"] = engine.target_info
-        data["os"] = engine.os
-        data["host"] = engine.host
-        data["io"] = engine.io
-        data["verified_at"] = engine.verified_at.isoformat() if engine.verified_at else None
-        data["builder_log"] = engine.builder_log
-    return data
+    name = model_name if model_name is not None else model_names(app).get(engine.model_id)
+    return engine_dict(app.home, engine, model_name=name, detail=detail, cache_hit=cache_hit)
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from enginecache.errors import JobWaitError
 from enginecache.service.builds import BuildPlan, BuildRequest, find_ready_engine, plan_build
 from enginecache.service.context import AppContext
 from enginecache.service.events import record_event
+from enginecache.service.listing import job_dict
 from enginecache.service.routing import WORKER_ALIVE_SECONDS, build_requirements, can_run, describe_requirements
 
 TERMINAL = TERMINAL_JOB_STATUSES
@@ -143,29 +144,10 @@ def waiting_reason(app: AppContext, job: JobRecord) -> str | None:
 
 
 def job_to_dict(app: AppContext | None, job: JobRecord) -> dict[str, Any]:
-    data: dict[str, Any] = {
-        "id": job.id,
-        "kind": job.kind,
-        "status": job.status,
-        "attempts": job.attempts,
-        "max_attempts": job.max_attempts,
-        "progress": round(job.progress, 4),
-        "phase": job.phase,
-        "worker": job.lease_owner,
-        "runner_pid": job.runner_pid,
-        "requirements": job.requirements,
-        "error": job.error,
-        "log_tail": job.log_tail,
-        "created_at": job.created_at.isoformat(),
-        "started_at": job.started_at.isoformat() if job.started_at else None,
-        "finished_at": job.finished_at.isoformat() if job.finished_at else None,
-        "result_engine_id": job.result_engine_id,
-        "cancel_requested": job.cancel_requested,
-        "payload": job.payload,
-    }
-    if app is not None:
-        data["waiting"] = waiting_reason(app, job)
-    return data
+    """`service.listing.job_dict`, with `waiting` when `app` is given."""
+    if app is None:
+        return job_dict(job)
+    return job_dict(job, waiting_reason(app, job))
 
 
 def cancel_job(app: AppContext, job_id: int) -> JobRecord:

@@ -11,9 +11,11 @@ import sqlalchemy as sa
 from sqlmodel import col, select
 
 from enginecache.core.onnx_info import TensorInfo, inspect_model
+from enginecache.db.catalog import ConnectionRows
 from enginecache.db.models import ModelRecord
-from enginecache.errors import AmbiguousError, NotFoundError
+from enginecache.errors import NotFoundError
 from enginecache.service.context import AppContext
+from enginecache.service.listing import model_dict, resolve_model_id
 
 logger = logging.getLogger(__name__)
 
@@ -74,31 +76,19 @@ def find_model_by_digest(app: AppContext, digest: str) -> ModelRecord | None:
 
 def get_model(app: AppContext, ref: str | int) -> ModelRecord:
     """A model by id, digest (or a unique prefix of 12+ hex chars), or name (newest source model)."""
-    text = str(ref)
     with app.catalog.read() as session:
-        if text.isdigit():
-            found = session.get(ModelRecord, int(text))
-            if found is not None:
-                return found
-        by_name = session.exec(
-            select(ModelRecord)
-            .where(ModelRecord.name == text)
-            .order_by(col(ModelRecord.parent_id).is_not(None), col(ModelRecord.created_at).desc())
-        ).all()
-        if by_name:
-            return by_name[0]
-        if len(text) >= 12:
-            by_digest = session.exec(select(ModelRecord).where(col(ModelRecord.digest).startswith(text))).all()
-            if len(by_digest) > 1:
-                raise AmbiguousError(f"digest prefix {text!r} matches {len(by_digest)} models")
-            if by_digest:
-                return by_digest[0]
-    raise NotFoundError(f"no model {text!r} in the catalog (give a name, an id or a digest)")
+        found = session.get(ModelRecord, resolve_model_id(ConnectionRows(session.connection()), ref))
+    if found is None:  # deleted between the two statements
+        raise NotFoundError(f"no model {ref!r} in the catalog")
+    return found
 
 
-def list_models(app: AppContext) -> list[ModelRecord]:
+def list_models(app: AppContext, *, limit: int | None = None, offset: int = 0) -> list[ModelRecord]:
+    """Models, newest first (the id breaking ties), one page of them with `limit`/`offset`; the CLI
+    streams them instead (`service.listing.stream_models`)."""
+    query = select(ModelRecord).order_by(col(ModelRecord.created_at).desc(), col(ModelRecord.id).desc())
     with app.catalog.read() as session:
-        return list(session.exec(select(ModelRecord).order_by(col(ModelRecord.created_at).desc())).all())
+        return list(session.exec(query.offset(offset).limit(limit)).all())
 
 
 def model_path(app: AppContext, model: ModelRecord) -> Path:
@@ -112,15 +102,4 @@ def model_inputs(model: ModelRecord) -> tuple[TensorInfo, ...]:
 
 
 def model_to_dict(model: ModelRecord) -> dict[str, Any]:
-    return {
-        "id": model.id,
-        "name": model.name,
-        "digest": model.digest,
-        "filename": model.filename,
-        "store_path": model.store_path,
-        "size_bytes": model.size_bytes,
-        "parent_id": model.parent_id,
-        "recipe": model.recipe or None,
-        "created_at": model.created_at.isoformat(),
-        **{k: v for k, v in model.info.items() if k not in ("path", "digest", "size_bytes")},
-    }
+    return model_dict(model)

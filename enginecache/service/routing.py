@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from enginecache.core.backends.registry import all_backends, backend_label, get_backend
 from enginecache.core.fingerprint import HostFingerprint
-from enginecache.db.models import EngineRecord
 from enginecache.service.enginerefs import engine_targets
+
+if TYPE_CHECKING:  # annotations only: `jobs` words a queued job's wait without the SQLModel tables
+    from enginecache.db.models import EngineRecord
 
 WORKER_ALIVE_SECONDS = 15.0  # a worker whose heartbeat is older is not counted as live
 

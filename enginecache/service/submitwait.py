@@ -3,25 +3,36 @@
 What `enginecache build` and `enginecache test-load` do without `--queue`: the job goes through the
 queue either way, so a live worker that can run it does; otherwise a one-shot worker in this process
 claims just that job and runs it through the same worker code (child process, lease, heartbeat).
+
+The one-shot worker starts nothing it does not need: no fork server (a fresh interpreter importing
+every backend, seconds for one job). Its attempts run in children of a `service.zygote.Zygote`, a
+fork of this process made while it has one thread, which imports the job's backend library while
+the worker claims the job; where this process already runs other threads (a fork is unsafe then),
+the worker's default fork server is used. It polls the job more often than a waiting client.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import threading
 from collections.abc import Callable
 
+from enginecache.core.backends.registry import BACKENDS
+from enginecache.core.fingerprint import host_fingerprint
 from enginecache.db.models import JobRecord
 from enginecache.errors import BadInputError, JobWaitError
 from enginecache.service.context import AppContext
 from enginecache.service.jobs import TERMINAL, cancel_job, capable_workers, get_job, wait_for_job
-from enginecache.service.routing import can_run, describe_requirements
+from enginecache.service.routing import can_run, describe_requirements, worker_capabilities
 from enginecache.service.worker import Worker, WorkerConfig, default_worker_name
+from enginecache.service.zygote import Zygote
 
 logger = logging.getLogger(__name__)
 
 WAIT_SLACK_SECONDS = 600.0  # beyond the job's own attempts: claims, retry backoff, a busy worker
 LOCAL_WORKER_STOP_SECONDS = 30.0  # how long to wait for this host's worker to hand a job back
+LOCAL_POLL_SECONDS = 0.05  # how often the wait reads a job this process runs (a catalog read each time)
 
 
 def wait_budget(job: JobRecord) -> float:
@@ -51,8 +62,8 @@ def run_and_wait(
     budget = wait_budget(job) if timeout_seconds is None else timeout_seconds
     if job.status in TERMINAL or capable_workers(app, job):
         return wait_for_job(app, job_id, on_update=on_update, poll_seconds=poll_seconds, timeout_seconds=budget)
-    local = _LocalWorker(app, job_id)
-    if not can_run(job.requirements, local.worker.capabilities):
+    local = _LocalWorker(app, job)
+    if not can_run(job.requirements, local.capabilities):
         cancel_job(app, job_id)
         needs = describe_requirements(job.requirements)
         raise JobWaitError(
@@ -60,11 +71,16 @@ def run_and_wait(
             job_id=job_id,
             waited_for=needs,
         )
-    local.start()
     finished = False
     try:
+        local.start()
         done = wait_for_job(
-            app, job_id, on_update=on_update, on_poll=local.check, poll_seconds=poll_seconds, timeout_seconds=budget
+            app,
+            job_id,
+            on_update=on_update,
+            on_poll=local.check,
+            poll_seconds=min(poll_seconds, LOCAL_POLL_SECONDS),
+            timeout_seconds=budget,
         )
         finished = True
         return done
@@ -88,25 +104,46 @@ def _task(job: JobRecord) -> str:
     return f"run {job.kind} job {job.id}"
 
 
-class _LocalWorker:
-    """A one-shot worker for one job, in a thread of this process."""
+def warm_modules(job: JobRecord) -> list[str]:
+    """What a child running `job` imports beyond what this process has: its backend's library."""
+    backend = BACKENDS.get(str(job.requirements.get("backend")))
+    if backend is None or importlib.util.find_spec(backend.module) is None:
+        return []
+    return [backend.module]
 
-    def __init__(self, app: AppContext, job_id: int) -> None:
+
+class _LocalWorker:
+    """A one-shot worker for one job, in a thread of this process; its attempts run in children of a
+    zygote (see the module docstring)."""
+
+    def __init__(self, app: AppContext, job: JobRecord) -> None:
         self.app = app
-        self.job_id = job_id
-        self.worker = Worker(app, WorkerConfig(name=f"oneshot-{default_worker_name()}", job_id=job_id))
+        self.job = job
+        self.job_id = job.id or 0
+        self.host = host_fingerprint()
+        self.capabilities = worker_capabilities(self.host)
+        self.config = WorkerConfig(name=f"oneshot-{default_worker_name()}", job_id=self.job_id)
+        self.worker: Worker | None = None
+        self.zygote: Zygote | None = None
         self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name=f"enginecache-oneshot-job-{job_id}", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=f"enginecache-oneshot-job-{self.job_id}", daemon=True)
         self._stopped = False
 
     def _run(self) -> None:
+        assert self.worker is not None
         try:
             self.worker.run()
         except Exception as err:  # kept for check(): the wait ends with it instead of running on
             self.error = err
-            logger.exception("one-shot worker %s failed", self.worker.config.name)
+            logger.exception("one-shot worker %s failed", self.config.name)
 
     def start(self) -> None:
+        if threading.active_count() == 1:  # a fork is safe only now: no other thread holds a lock
+            # No database connection crosses the fork (SQLite forbids using one there, and a copy of
+            # one would share this process's lock bookkeeping): the pool reconnects on next use.
+            self.app.catalog.dispose()
+            self.zygote = Zygote(warm=warm_modules(self.job))
+        self.worker = Worker(self.app, self.config, host=self.host, children=self.zygote)
         self._thread.start()
 
     def check(self, job: JobRecord) -> None:
@@ -121,19 +158,20 @@ class _LocalWorker:
             f"this host's worker for job {self.job_id} stopped before the job finished ({reason}); "
             f"the job is {current.status}",
             job_id=self.job_id,
-            waited_for=f"this host's worker {self.worker.config.name}",
+            waited_for=f"this host's worker {self.config.name}",
         )
 
     def stop(self, *, hand_back: bool) -> None:
         """Let the worker end (it does by itself once its job is terminal), or with `hand_back`
-        kill the attempt it runs and return the job to the queue."""
-        if self._stopped or not self._thread.is_alive():
+        kill the attempt it runs and return the job to the queue; then end the zygote."""
+        if self._stopped:
             return
         self._stopped = True
-        if hand_back:
-            self.worker.request_stop(hard=True)
-        self._thread.join(LOCAL_WORKER_STOP_SECONDS)
-        if self._thread.is_alive():
-            logger.warning(
-                "one-shot worker %s did not stop in %g s", self.worker.config.name, LOCAL_WORKER_STOP_SECONDS
-            )
+        if self.worker is not None and self._thread.is_alive():
+            if hand_back:
+                self.worker.request_stop(hard=True)
+            self._thread.join(LOCAL_WORKER_STOP_SECONDS)
+            if self._thread.is_alive():
+                logger.warning("one-shot worker %s did not stop in %g s", self.config.name, LOCAL_WORKER_STOP_SECONDS)
+        if self.zygote is not None:
+            self.zygote.close()

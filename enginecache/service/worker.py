@@ -111,8 +111,16 @@ class AttemptDeadline:
 
 class Worker:
     def __init__(
-        self, app: AppContext, config: WorkerConfig, *, host: HostFingerprint | None = None, clock: Clock = utcnow
+        self,
+        app: AppContext,
+        config: WorkerConfig,
+        *,
+        host: HostFingerprint | None = None,
+        clock: Clock = utcnow,
+        children: Any = None,
     ) -> None:
+        """`children` starts each attempt's child process (a multiprocessing context, or anything with
+        its `Process(target, args, name)`); default: the warm fork server (`WARM_MODULES`)."""
         self.app = app
         self.config = config
         self.clock = clock  # the queue's clock: leases, the attempt's start, backoff
@@ -121,7 +129,7 @@ class Worker:
         self._stop = threading.Event()
         self._hard_stop = threading.Event()
         self._slots_done = threading.Event()
-        self._context = _child_context()
+        self._context = children if children is not None else _child_context()
         self._current: dict[int, int] = {}  # slot -> job id
         self._lock = threading.Lock()
         self.jobs_run = 0

@@ -1,0 +1,244 @@
+"""Reading the catalog without SQLAlchemy: what a read command needs to start in a fraction of a second.
+
+SQLAlchemy's import alone (about 0.2 s) is most of what a read command may cost in a new process, so
+the CLI's listings and `show` views go through a `RowSource`: plain SQL (named `:params`, the subset
+SQLite and PostgreSQL share) and the kind of each selected column, answering tuples of decoded values.
+
+- `SqliteReader` is one, on the stdlib `sqlite3` for a plain `sqlite:///FILE` catalog that exists and
+  is at the head revision: it decodes what SQLAlchemy stored (JSON text, naive UTC timestamps, 0/1) as
+  SQLAlchemy would. Anything else (another URL form, a missing file, an older schema) is None, and the
+  caller takes the SQLAlchemy path (`db.catalog.Catalog`), which creates, migrates and maps errors.
+- `db.catalog.Catalog.rows` is the other (any database, with SQLAlchemy's own types).
+
+`head_revision` (the newest migration, read from the files) lives here too, so neither path imports
+Alembic to learn whether the schema is current. `COLUMN_KINDS` names the columns read this way and how
+each decodes; tests/test_catalog_open.py checks it against the SQLModel tables.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import sqlite3
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+VERSIONS_DIR = Path(__file__).resolve().parent / "migrations" / "versions"
+SQLITE_TIMEOUT_SECONDS = 30.0  # as db.catalog's busy timeout
+FETCH_ROWS = 1000  # rows fetched from the cursor at a time
+
+# table -> column -> kind: "json" (decoded JSON), "time" (an aware UTC datetime), "bool", "" (as stored).
+COLUMN_KINDS: dict[str, dict[str, str]] = {
+    "models": {
+        "id": "",
+        "name": "",
+        "digest": "",
+        "filename": "",
+        "store_path": "",
+        "size_bytes": "",
+        "info": "json",
+        "parent_id": "",
+        "recipe": "json",
+        "created_at": "time",
+    },
+    "engines": {
+        "id": "",
+        "model_id": "",
+        "variant_model_id": "",
+        "backend": "",
+        "backend_version": "",
+        "precision": "",
+        "targets": "",
+        "cache_key": "",
+        "status": "",
+        "key_ingredients": "json",
+        "precision_recipe": "json",
+        "build_options": "json",
+        "target_info": "json",
+        "os": "",
+        "host": "json",
+        "io": "json",
+        "warnings": "json",
+        "sha256": "",
+        "blake3": "",
+        "size_bytes": "",
+        "blob_path": "",
+        "build_seconds": "",
+        "builder_log": "",
+        "error": "",
+        "created_at": "time",
+        "finished_at": "time",
+        "verified_at": "time",
+    },
+    "jobs": {
+        "id": "",
+        "kind": "",
+        "status": "",
+        "payload": "json",
+        "requirements": "json",
+        "attempts": "",
+        "max_attempts": "",
+        "lease_owner": "",
+        "runner_pid": "",
+        "cancel_requested": "bool",
+        "progress": "",
+        "phase": "",
+        "log_tail": "",
+        "error": "",
+        "result_engine_id": "",
+        "created_at": "time",
+        "started_at": "time",
+        "finished_at": "time",
+    },
+    "workers": {"name": "", "status": "", "capabilities": "json", "heartbeat_at": "time"},
+}
+
+# One selected column: its name in the result and its kind (a COLUMN_KINDS value).
+Column = tuple[str, str]
+
+
+class RowSource(Protocol):
+    """Runs one SELECT and yields its rows, decoded, as the database delivers them (in batches)."""
+
+    def rows(
+        self,
+        sql: str,
+        params: Mapping[str, Any],
+        columns: Sequence[Column],
+        *,
+        limit: int | None = None,
+        offset: int = 0,
+    ) -> Iterator[tuple[Any, ...]]: ...
+
+
+def columns_of(table: str, names: Sequence[str] | None = None, *, prefix: str = "") -> list[Column]:
+    """(name, kind) of `names` (default: every column listed) of `table`, optionally renamed
+    `prefix + name`."""
+    kinds = COLUMN_KINDS[table]
+    return [(prefix + name, kinds[name]) for name in (names if names is not None else list(kinds))]
+
+
+# -- the schema's revision ---------------------------------------------------------------
+
+_REVISION = re.compile(r"^revision\s*(?::[^=]*)?=\s*(.+)$", re.MULTILINE)
+_DOWN_REVISION = re.compile(r"^down_revision\s*(?::[^=]*)?=\s*(.+)$", re.MULTILINE)
+_QUOTED = re.compile(r"""["']([^"']+)["']""")
+
+
+@functools.cache
+def head_revision() -> str | None:
+    """The newest migration's revision, read from the files in migrations/versions without importing
+    Alembic: the one revision no other migration names as its `down_revision`. None where that is not
+    one revision (a branch, a file this reader cannot parse): then only Alembic can say."""
+    revisions: set[str] = set()
+    parents: set[str] = set()
+    for path in sorted(VERSIONS_DIR.glob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        revision = _REVISION.search(text)
+        down = _DOWN_REVISION.search(text)
+        names = _QUOTED.findall(revision.group(1)) if revision else []
+        if len(names) != 1 or down is None:
+            return None
+        revisions.add(names[0])
+        parents.update(_QUOTED.findall(down.group(1)))
+    heads = revisions - parents
+    return next(iter(heads)) if len(heads) == 1 and parents <= revisions else None
+
+
+# -- SQLite with the stdlib -----------------------------------------------------------------
+
+
+def sqlite_url(path: Path) -> str:
+    return f"sqlite:///{path}"
+
+
+def sqlite_file(url: str) -> str | None:
+    """The database file of a plain `sqlite:///PATH` URL (no driver, no query string), else None."""
+    prefix = "sqlite:///"
+    if not url.startswith(prefix) or "?" in url:
+        return None
+    path = url[len(prefix) :]
+    return path if path and path != ":memory:" else None
+
+
+def _time(value: Any) -> datetime | None:
+    if value is None:
+        return None
+    parsed = value if isinstance(value, datetime) else datetime.fromisoformat(value)
+    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+
+
+def _json(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, (str, bytes)) else value
+
+
+def _bool(value: Any) -> bool | None:
+    return None if value is None else bool(value)
+
+
+_DECODERS: dict[str, Callable[[Any], Any]] = {"json": _json, "time": _time, "bool": _bool}
+
+
+class SqliteReader:
+    """A read connection to a SQLite catalog file with the stdlib alone; every statement of one reader
+    reads one snapshot (one deferred transaction, rolled back on close)."""
+
+    def __init__(self, connection: sqlite3.Connection) -> None:
+        self._connection = connection
+
+    @classmethod
+    def open(cls, url: str) -> SqliteReader | None:
+        """A reader where `url` is a plain SQLite URL of an existing file whose schema is at the head
+        revision; None otherwise (the caller opens the catalog with SQLAlchemy, which migrates)."""
+        path = sqlite_file(url)
+        head = head_revision()
+        if path is None or head is None or not os.path.isfile(path):
+            return None
+        try:
+            connection = sqlite3.connect(path, timeout=SQLITE_TIMEOUT_SECONDS, isolation_level=None)
+        except sqlite3.Error:
+            return None
+        try:
+            connection.execute("BEGIN")
+            versions = {row[0] for row in connection.execute("SELECT version_num FROM alembic_version")}
+        except sqlite3.Error:
+            connection.close()
+            return None
+        if versions != {head}:
+            connection.close()
+            return None
+        return cls(connection)
+
+    def rows(
+        self,
+        sql: str,
+        params: Mapping[str, Any],
+        columns: Sequence[Column],
+        *,
+        limit: int | None = None,
+        offset: int = 0,
+    ) -> Iterator[tuple[Any, ...]]:
+        if limit is not None or offset:
+            sql += " LIMIT :_limit OFFSET :_offset"
+            params = {**params, "_limit": -1 if limit is None else limit, "_offset": offset}
+        cursor = self._connection.execute(sql, dict(params))
+        decoders = [(i, _DECODERS[kind]) for i, (_, kind) in enumerate(columns) if kind]
+        while batch := cursor.fetchmany(FETCH_ROWS):
+            if not decoders:
+                yield from batch
+                continue
+            for raw in batch:
+                row = list(raw)
+                for i, decode in decoders:
+                    row[i] = decode(row[i])
+                yield tuple(row)
+
+    def close(self) -> None:
+        try:
+            self._connection.rollback()
+        finally:
+            self._connection.close()
