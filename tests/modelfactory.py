@@ -101,3 +101,234 @@ def make_external_data_model(folder: Path, *, name: str = "ext.onnx", seed: int 
         size_threshold=0,
     )
     return target
+
+
+# --- precision and inspection models ---------------------------------------------------------------
+
+
+def _save_checked(model: onnx.ModelProto, path: Path) -> Path:
+    model.ir_version = 8
+    onnx.checker.check_model(model, full_check=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, str(path))
+    return path
+
+
+def make_pad_resize(path: Path, *, seed: int = 0) -> Path:
+    """`input[batch, 3, h, w] -> output[batch, 4, 2h+4, 2w+4]`: a reflect Pad, a Conv, a Resize (its
+    scales a float32 initializer), and a `Cast(to=FLOAT)` of a Shape feeding a Div, the pattern
+    onnxconverter-common leaves typed float16 while the Cast still says float (fully dynamic H, W)."""
+    rng = np.random.default_rng(seed)
+    weight = numpy_helper.from_array((rng.standard_normal((4, 3, 3, 3)) * 0.1).astype(np.float32), "conv_w")
+    scales = numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")
+    pads = numpy_helper.from_array(np.array([0, 0, 3, 3, 0, 0, 3, 3], np.int64), "pads")
+    nodes = [
+        helper.make_node("Pad", ["input", "pads"], ["p"], name="reflect_pad", mode="reflect"),
+        helper.make_node("Conv", ["p", "conv_w"], ["c"], name="conv"),
+        helper.make_node("Relu", ["c"], ["r"], name="relu"),
+        helper.make_node("Resize", ["r", "", "scales"], ["up"], name="resize", mode="linear"),
+        helper.make_node("Shape", ["up"], ["shape"], name="shape", start=2),
+        helper.make_node("Cast", ["shape"], ["shape_f"], name="shape_to_float", to=TensorProto.FLOAT),
+        helper.make_node("ReduceMax", ["shape_f"], ["side"], name="side", keepdims=1),
+        helper.make_node("Div", ["up", "side"], ["output"], name="normalise"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "pad_resize",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", 3, "h", "w"])],
+        [helper.make_tensor_value_info("output", TensorProto.FLOAT, ["batch", 4, None, None])],
+        initializer=[weight, scales, pads],
+    )
+    return _save_checked(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def make_celu(path: Path) -> Path:
+    """`input[batch, 8] -> output[batch, 8]` through MatMul, Celu and Add, unnamed nodes: ONNX's Celu
+    takes float32 only, so a plain fp16 conversion of it fails type inference."""
+    rng = np.random.default_rng(0)
+    weight = numpy_helper.from_array(rng.standard_normal((8, 8)).astype(np.float32) * 0.3, "w")
+    bias = numpy_helper.from_array(np.full(8, 0.5, np.float32), "b")
+    nodes = [
+        helper.make_node("MatMul", ["input", "w"], ["m"]),
+        helper.make_node("Celu", ["m"], ["c"], alpha=1.0),
+        helper.make_node("Add", ["c", "b"], ["output"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "celu",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", 8])],
+        [helper.make_tensor_value_info("output", TensorProto.FLOAT, ["batch", 8])],
+        initializer=[weight, bias],
+    )
+    return _save_checked(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def make_if_outer_input(path: Path) -> Path:
+    """`x[4], flag[] -> y[4]`: an If whose branches read the float graph input `x` (from the outer
+    scope) and a weight; the main graph uses `x` nowhere else (silero-VAD's layout)."""
+    weight = numpy_helper.from_array(np.linspace(0.5, 2.0, 4).astype(np.float32), "scale")
+    then_graph = helper.make_graph(
+        [helper.make_node("Mul", ["x", "scale"], ["then_out"], name="then_mul")],
+        "then",
+        [],
+        [helper.make_tensor_value_info("then_out", TensorProto.FLOAT, [4])],
+    )
+    else_graph = helper.make_graph(
+        [helper.make_node("Sub", ["x", "scale"], ["else_out"], name="else_sub")],
+        "else",
+        [],
+        [helper.make_tensor_value_info("else_out", TensorProto.FLOAT, [4])],
+    )
+    graph = helper.make_graph(
+        [helper.make_node("If", ["flag"], ["y"], name="branch", then_branch=then_graph, else_branch=else_graph)],
+        "if_outer",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [4]),
+            helper.make_tensor_value_info("flag", TensorProto.BOOL, []),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+        initializer=[weight],
+    )
+    return _save_checked(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def make_constant_weights(path: Path, *, features: int = 16, hidden: int = 32) -> Path:
+    """The MLP of `make_mlp` with its weights in Constant nodes (tf2onnx and PaddlePaddle exports do
+    this), plus an INT64 shape Constant that is not a weight; no initializers."""
+    rng = np.random.default_rng(0)
+    w1 = numpy_helper.from_array(rng.standard_normal((features, hidden)).astype(np.float32), "w1")
+    b1 = numpy_helper.from_array(rng.standard_normal((hidden,)).astype(np.float32), "b1")
+    shape = numpy_helper.from_array(np.array([-1, hidden], np.int64), "shape")
+    nodes = [
+        helper.make_node("Constant", [], ["w1"], name="w1_const", value=w1),
+        helper.make_node("Constant", [], ["b1"], name="b1_const", value=b1),
+        helper.make_node("Constant", [], ["alpha"], name="alpha_const", value_float=0.5),
+        helper.make_node("Constant", [], ["shape"], name="shape_const", value=shape),
+        helper.make_node("MatMul", ["input", "w1"], ["h0"], name="fc1"),
+        helper.make_node("Add", ["h0", "b1"], ["h1"], name="fc1_bias"),
+        helper.make_node("Mul", ["h1", "alpha"], ["h2"], name="scale"),
+        helper.make_node("Reshape", ["h2", "shape"], ["output"], name="reshape"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "constant_weights",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", features])],
+        [helper.make_tensor_value_info("output", TensorProto.FLOAT, ["batch", hidden])],
+    )
+    return _save_checked(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def make_int8_cast_mul(path: Path, *, features: int = 32, hidden: int = 16) -> Path:
+    """Weight-only int8 the way some exporters write it: an INT8 initializer, `Cast(to=FLOAT)`, a
+    `Mul` by its float scale, then the MatMul (no Q/DQ nodes)."""
+    rng = np.random.default_rng(0)
+    q = numpy_helper.from_array(rng.integers(-127, 128, (features, hidden)).astype(np.int8), "w_int8")
+    scale = numpy_helper.from_array(np.array(0.01, np.float32), "w_scale")
+    nodes = [
+        helper.make_node("Cast", ["w_int8"], ["w_float"], name="w_cast", to=TensorProto.FLOAT),
+        helper.make_node("Mul", ["w_float", "w_scale"], ["w"], name="w_dequant"),
+        helper.make_node("MatMul", ["input", "w"], ["output"], name="fc"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "int8_cast_mul",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", features])],
+        [helper.make_tensor_value_info("output", TensorProto.FLOAT, ["batch", hidden])],
+        initializer=[q, scale],
+    )
+    return _save_checked(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def quantize_with_ort(source: Path, target: Path, *, mode: str = "qdq") -> Path:
+    """Quantize `source` (one float input `input`, dims past the first static) with
+    onnxruntime.quantization: `qdq` (static, QDQ format), `qoperator` (static, QLinear* ops) or
+    `dynamic` (MatMulInteger/ConvInteger with DynamicQuantizeLinear)."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_dynamic, quantize_static
+
+    if mode == "dynamic":
+        quantize_dynamic(str(source), str(target))
+        return target
+    graph = onnx.load(str(source), load_external_data=False).graph
+    dims = [d.dim_value or 1 for d in graph.input[0].type.tensor_type.shape.dim]
+    feeds = [{"input": np.random.default_rng(i).standard_normal(dims).astype(np.float32)} for i in range(2)]
+
+    class Reader(CalibrationDataReader):  # type: ignore[misc]
+        def __init__(self) -> None:
+            self.items = iter(feeds)
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            return next(self.items, None)
+
+    quant_format = QuantFormat.QDQ if mode == "qdq" else QuantFormat.QOperator
+    quantize_static(str(source), str(target), Reader(), quant_format=quant_format)
+    return target
+
+
+def make_range_grid(path: Path) -> Path:
+    """`input[batch, 4, h, w] -> output`: a YOLO-head-like grid, `Range(0, float(h), 1)` from the
+    input's own shape (int64 -> Cast(to=FLOAT) -> Range, a shape computation) added to a conv."""
+    rng = np.random.default_rng(0)
+    weight = numpy_helper.from_array((rng.standard_normal((4, 4, 1, 1)) * 0.5).astype(np.float32), "conv_w")
+    consts = [
+        numpy_helper.from_array(np.array([2], np.int64), "axis_h"),
+        numpy_helper.from_array(np.array(0.0, np.float32), "start"),
+        numpy_helper.from_array(np.array(1.0, np.float32), "delta"),
+        numpy_helper.from_array(np.array([1, 1, -1, 1], np.int64), "grid_shape"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["input", "conv_w"], ["c"], name="conv"),
+        helper.make_node("Shape", ["c"], ["shape"], name="shape"),
+        helper.make_node("Gather", ["shape", "axis_h"], ["h1"], name="gather_h", axis=0),
+        helper.make_node("Squeeze", ["h1"], ["h"], name="squeeze_h"),
+        helper.make_node("Cast", ["h"], ["h_float"], name="h_to_float", to=TensorProto.FLOAT),
+        helper.make_node("Range", ["start", "h_float", "delta"], ["rows"], name="rows"),
+        helper.make_node("Reshape", ["rows", "grid_shape"], ["grid"], name="grid"),
+        helper.make_node("Add", ["c", "grid"], ["output"], name="add_grid"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "range_grid",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", 4, "h", "w"])],
+        [helper.make_tensor_value_info("output", TensorProto.FLOAT, ["batch", 4, "h", "w"])],
+        initializer=[weight, *consts],
+    )
+    return _save_checked(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def make_large_intermediate(path: Path) -> Path:
+    """`input[batch, 8] -> output[batch, 8]`: `(input * 1e5) / 1e5` (the first factor a Constant node,
+    the second an initializer), an intermediate past fp16's 65504 as in a folded BatchNorm's variance."""
+    big = numpy_helper.from_array(np.array(1e5, np.float32), "big")
+    nodes = [
+        helper.make_node("Constant", [], ["scale"], name="scale_const", value=big),
+        helper.make_node("Mul", ["input", "scale"], ["scaled"], name="scale_up"),
+        helper.make_node("Div", ["scaled", "divisor"], ["back"], name="scale_down"),
+        helper.make_node("Relu", ["back"], ["output"], name="relu"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "large_intermediate",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", 8])],
+        [helper.make_tensor_value_info("output", TensorProto.FLOAT, ["batch", 8])],
+        initializer=[numpy_helper.from_array(np.array(1e5, np.float32), "divisor")],
+    )
+    return _save_checked(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def make_shared_initializer(path: Path) -> Path:
+    """`input[batch, 8] -> output[batch, 8]`: `Max(input, c) + (input + c)`, one initializer `c`
+    read by Max (kept fp32 by onnxconverter-common's block list) and by Add (converted)."""
+    shared = numpy_helper.from_array(np.linspace(-1.0, 1.0, 8).astype(np.float32), "c")
+    nodes = [
+        helper.make_node("Max", ["input", "c"], ["m"], name="max"),
+        helper.make_node("Add", ["input", "c"], ["a"], name="add"),
+        helper.make_node("Add", ["m", "a"], ["output"], name="sum"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "shared_initializer",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", 8])],
+        [helper.make_tensor_value_info("output", TensorProto.FLOAT, ["batch", 8])],
+        initializer=[shared],
+    )
+    return _save_checked(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)

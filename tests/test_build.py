@@ -256,7 +256,7 @@ def test_converted_variant_is_stored_with_lineage(app_ctx: AppContext, tmp_path:
     result = build_engine(app_ctx, BuildRequest(model="conv", backend="rtx", targets=("sm86",), precision="int8"))
     engine = result.engine
     assert engine.status == EngineStatus.READY
-    assert engine.precision_recipe["tool"] == "onnxruntime.quantization"
+    assert engine.precision_recipe["tool"] == "modelopt.onnx.quantization"  # TensorRT's int8 recipe
     assert any("uncalibrated" in w for w in engine.warnings)
     with app_ctx.catalog.read() as session:
         from enginecache.db.models import ModelRecord

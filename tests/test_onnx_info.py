@@ -112,7 +112,7 @@ def test_ir3_opset9_initializers_listed_as_inputs(tmp_path: Path) -> None:
     assert info.parameter_count == 4 * 3 + 3
 
 
-def test_if_subgraph_ops_counted(tmp_path: Path) -> None:
+def test_if_subgraph_ops_reported_apart(tmp_path: Path) -> None:
     then_graph = helper.make_graph(
         [
             helper.make_node("Relu", ["x"], ["t0"]),
@@ -146,14 +146,9 @@ def test_if_subgraph_ops_counted(tmp_path: Path) -> None:
     onnx.save(model, str(path))
 
     info = inspect_model(path)
-    assert info.op_histogram == {
-        "ReduceSum": 1,
-        "Greater": 1,
-        "If": 1,
-        "Relu": 1,
-        "Neg": 1,
-        "Abs": 1,
-    }
+    assert info.op_histogram == {"Greater": 1, "If": 1, "ReduceSum": 1}  # the main graph only
+    assert info.subgraph_op_histogram == {"Abs": 1, "Neg": 1, "Relu": 1}  # both branches of the If
+    assert info.to_dict()["subgraph_op_histogram"] == info.subgraph_op_histogram
     assert info.parameter_count == 1  # a scalar initializer counts one element
     assert info.parameter_bytes == 4
 
@@ -263,3 +258,15 @@ def test_sub_byte_parameter_bytes(tmp_path: Path) -> None:
     info = inspect_model(save_unchecked(model, tmp_path / "int4.onnx"))
     assert info.parameter_count == 5
     assert info.parameter_bytes == 3  # five 4-bit values pack into three bytes
+
+
+def test_constant_node_weights_are_parameters(tmp_path: Path) -> None:
+    from tests.modelfactory import make_constant_weights
+
+    info = inspect_model(make_constant_weights(tmp_path / "constants.onnx", features=16, hidden=32))
+    # w1 [16, 32], b1 [32] and the value_float scalar; the INT64 shape Constant is not a weight
+    assert info.parameter_count == 16 * 32 + 32 + 1
+    assert info.parameter_bytes == 4 * info.parameter_count
+    assert info.op_histogram["Constant"] == 4
+    assert info.subgraph_op_histogram == {}
+    assert info.quantized is None

@@ -21,13 +21,14 @@ import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
 from onnx import TensorProto
 
-from enginecache.core.inputs import InputSlot, generate_feed
+from enginecache.core.inputs import InputSlot, generate_feed, read_input_hints
 from enginecache.errors import CalibrationError, PrecisionError
 
 logger = logging.getLogger(__name__)
@@ -235,12 +236,16 @@ def random_batches(
     *,
     batches: int = RANDOM_BATCHES,
     seed: int = RANDOM_SEED,
+    model: Path | None = None,
 ) -> list[Batch]:
-    """Seeded random feeds standing in for calibration data (see the module docstring)."""
+    """Seeded generated feeds standing in for calibration data: `core.inputs.generate_feed`, the
+    generator test-load uses, following what `model` (the ONNX file being calibrated, read without
+    its weights) says about each input (Gather bounds, Equal constants); see core.inputs."""
     shapes = resolve_shapes(inputs, input_shapes)
     rng = np.random.default_rng(seed)
     slots = [InputSlot(inp.name, np.dtype(inp.dtype), shapes[inp.name]) for inp in inputs]
-    return [generate_feed(slots, rng, CalibrationError) for _ in range(batches)]
+    hints = read_input_hints(model, CalibrationError) if model is not None else None
+    return [generate_feed(slots, rng, CalibrationError, hints) for _ in range(batches)]
 
 
 def count_samples(feeds: Sequence[Batch]) -> int:
@@ -252,9 +257,20 @@ def count_samples(feeds: Sequence[Batch]) -> int:
     return total
 
 
+def save_batches(feeds: Sequence[Batch], folder: Path) -> Path:
+    """Write feeds as `folder/batch_0000.npz`, ... (one .npz per batch, the layout ModelOpt
+    AutoCast's reference runner reads from a folder); returns the folder."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for index, feed in enumerate(feeds):
+        arrays: dict[str, Any] = dict(feed)
+        np.savez(folder / f"batch_{index:04d}.npz", **arrays)
+    return folder
+
+
 class BatchReader:
-    """An `onnxruntime.quantization.CalibrationDataReader` over prepared feeds (duck-typed, so
-    that importing this module does not import onnxruntime)."""
+    """An `onnxruntime.quantization.CalibrationDataReader` over prepared feeds, with the
+    `get_first` that ModelOpt's PTQ also calls (duck-typed, so that importing this module does not
+    import onnxruntime)."""
 
     def __init__(self, feeds: Sequence[Batch]) -> None:
         self._feeds = list(feeds)
@@ -266,6 +282,12 @@ class BatchReader:
         feed = self._feeds[self._next]
         self._next += 1
         return feed
+
+    def get_first(self) -> Batch:
+        """The first feed, without moving on (ModelOpt's PTQ runs it once to learn shapes)."""
+        if not self._feeds:
+            raise CalibrationError("no calibration feeds")
+        return self._feeds[0]
 
     def rewind(self) -> None:
         self._next = 0

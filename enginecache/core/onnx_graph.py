@@ -192,13 +192,28 @@ def domain_name(domain: str) -> str:
     return "" if domain in ("", "ai.onnx") else domain
 
 
+def op_key(node: NodeProto) -> str:
+    """`Conv`, or `com.microsoft:QLinearConv` for an op of another domain."""
+    domain = domain_name(node.domain)
+    return f"{domain}:{node.op_type}" if domain else node.op_type
+
+
 def op_histogram(model: ModelProto) -> dict[str, int]:
+    """Op counts of the main graph alone (an `If` counts once; its branches do not)."""
+    return _count_ops(model.graph.node)
+
+
+def subgraph_op_histogram(model: ModelProto) -> dict[str, int]:
+    """Op counts of every subgraph nested in the main graph (If/Loop/Scan bodies, at any depth)."""
+    nested = [sub for node in model.graph.node for sub in subgraphs(node)]
+    return _count_ops(node for graph in walk(nested) for node in graph.node)
+
+
+def _count_ops(nodes: Iterable[NodeProto]) -> dict[str, int]:
     counts: dict[str, int] = {}
-    for graph in iter_graphs(model):
-        for node in graph.node:
-            domain = domain_name(node.domain)
-            key = f"{domain}:{node.op_type}" if domain else node.op_type
-            counts[key] = counts.get(key, 0) + 1
+    for node in nodes:
+        key = op_key(node)
+        counts[key] = counts.get(key, 0) + 1
     return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
@@ -270,8 +285,32 @@ def tensor_size(tensor: TensorProto) -> tuple[int, int]:
     return count, count * itemsize
 
 
+# Element types a Constant node's tensor counts as a weight for: floats and the low-bit integer
+# types quantized weights use. INT32/INT64/BOOL Constants are shapes, axes and indices.
+WEIGHT_TYPES = frozenset(
+    {
+        TensorProto.FLOAT,
+        TensorProto.FLOAT16,
+        TensorProto.BFLOAT16,
+        TensorProto.DOUBLE,
+        TensorProto.FLOAT8E4M3FN,
+        TensorProto.FLOAT8E4M3FNUZ,
+        TensorProto.FLOAT8E5M2,
+        TensorProto.FLOAT8E5M2FNUZ,
+        TensorProto.INT8,
+        TensorProto.UINT8,
+        TensorProto.INT4,
+        TensorProto.UINT4,
+        TensorProto.FLOAT4E2M1,
+    }
+)
+
+
 def parameters(model: ModelProto) -> tuple[int, int]:
-    """Elements and bytes of all initializers (subgraphs included; sparse ones as stored)."""
+    """Elements and bytes of the weights: every initializer (subgraphs included; sparse ones as
+    stored) and the `value` of every Constant node whose type is a weight type (`WEIGHT_TYPES`;
+    `value_float(s)` count as float32). Exporters that keep weights in Constant nodes (tf2onnx,
+    some TorchScript graphs) would otherwise report 0 parameters."""
     count = nbytes = 0
     for graph in iter_graphs(model):
         for tensor in graph.initializer:
@@ -281,4 +320,109 @@ def parameters(model: ModelProto) -> tuple[int, int]:
             c, b = tensor_size(sparse.values)
             _, ib = tensor_size(sparse.indices)
             count, nbytes = count + c, nbytes + b + ib
+        for node in graph.node:
+            if node.op_type == "Constant" and domain_name(node.domain) == "":
+                c, b = constant_size(node)
+                count, nbytes = count + c, nbytes + b
     return count, nbytes
+
+
+def constant_size(node: NodeProto) -> tuple[int, int]:
+    """(elements, bytes) a Constant node holds as weights (0, 0 for shape/index constants)."""
+    for attr in node.attribute:
+        if attr.name == "value" and attr.t.data_type in WEIGHT_TYPES:
+            return tensor_size(attr.t)
+        if attr.name == "sparse_value" and attr.sparse_tensor.values.data_type in WEIGHT_TYPES:
+            c, b = tensor_size(attr.sparse_tensor.values)
+            return c, b + tensor_size(attr.sparse_tensor.indices)[1]
+        if attr.name == "value_float":
+            return 1, 4
+        if attr.name == "value_floats":
+            return len(attr.floats), 4 * len(attr.floats)
+    return 0, 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Quantized models
+# ---------------------------------------------------------------------------------------------
+
+_QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
+_INTEGER_OPS = (
+    "ConvInteger",
+    "MatMulInteger",
+    "DynamicQuantizeLinear",
+    "com.microsoft:DynamicQuantizeMatMul",
+    "com.microsoft:MatMulInteger16",
+    "com.microsoft:MatMulNBits",
+    "com.microsoft:QAttention",
+    "com.microsoft:QGemm",
+    "com.microsoft:QOrderedMatMul",
+    "com.microsoft:DynamicQuantizeLSTM",
+    "com.microsoft:GatherBlockQuantized",
+)
+_LOW_BIT_WEIGHTS = frozenset({TensorProto.INT8, TensorProto.UINT8, TensorProto.INT4, TensorProto.UINT4})
+_FLOAT_TYPES = frozenset({TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.DOUBLE})
+MIN_QUANTIZED_WEIGHT = 256
+"""Elements an INT8/UINT8 tensor needs to count as a quantized weight (smaller ones are masks or lookups)."""
+
+
+def quantization(model: ModelProto) -> str | None:
+    """How a model is already quantized, in words, or None for a float model.
+
+    Recognised: Q/DQ nodes (`QuantizeLinear`/`DequantizeLinear`, any domain), QOperator ops
+    (`QLinear*`), integer ops (`ConvInteger`, `MatMulInteger`, `DynamicQuantizeLinear` and
+    ONNX Runtime's contrib quantized ops), and weight-only int8: INT8/UINT8/INT4/UINT4 weights of
+    `MIN_QUANTIZED_WEIGHT` elements or more (initializers or Constant nodes) that a `Cast` to a
+    float type or a `Mul` consumes. Subgraphs and model-local functions are searched too.
+    """
+    ops: dict[str, int] = {}
+    for node in all_nodes(model):
+        key = op_key(node)
+        ops[key] = ops.get(key, 0) + 1
+    found: list[str] = []
+    qdq = {op: n for op, n in ops.items() if op.rsplit(":", 1)[-1] in _QDQ_OPS}
+    if qdq:
+        found.append("Q/DQ nodes (" + ", ".join(f"{n} {op}" for op, n in sorted(qdq.items())) + ")")
+    qlinear = {op: n for op, n in ops.items() if op.rsplit(":", 1)[-1].startswith("QLinear")}
+    if qlinear:
+        found.append("QOperator ops (" + ", ".join(f"{n} {op}" for op, n in sorted(qlinear.items())) + ")")
+    integer = {op: ops[op] for op in _INTEGER_OPS if op in ops}
+    if integer:
+        found.append("integer ops (" + ", ".join(f"{n} {op}" for op, n in sorted(integer.items())) + ")")
+    weights = _dequantized_weights(model)
+    if weights:
+        plural = "s" if weights != 1 else ""
+        found.append(f"{weights} INT8/UINT8 weight tensor{plural} dequantized by Cast/Mul (weight-only quantization)")
+    return "; ".join(found) or None
+
+
+def _dequantized_weights(model: ModelProto) -> int:
+    """INT8/UINT8/INT4/UINT4 weights consumed by a Cast to float or a Mul, per graph."""
+    total = 0
+    for graph in all_graphs(model):
+        low_bit = {
+            t.name
+            for t in graph.initializer
+            if t.data_type in _LOW_BIT_WEIGHTS and tensor_size(t)[0] >= MIN_QUANTIZED_WEIGHT
+        }
+        for node in graph.node:
+            if node.op_type == "Constant" and node.output:
+                for attr in node.attribute:
+                    if (
+                        attr.name == "value"
+                        and attr.t.data_type in _LOW_BIT_WEIGHTS
+                        and tensor_size(attr.t)[0] >= MIN_QUANTIZED_WEIGHT
+                    ):
+                        low_bit.add(node.output[0])
+        if not low_bit:
+            continue
+        used: set[str] = set()
+        for node in graph.node:
+            if node.op_type == "Cast":
+                to = next((a.i for a in node.attribute if a.name == "to"), None)
+                if to in _FLOAT_TYPES and node.input and node.input[0] in low_bit:
+                    used.add(node.input[0])
+            elif node.op_type == "Mul":
+                used.update(name for name in node.input if name in low_bit)
+        total += len(used)
+    return total

@@ -1,11 +1,13 @@
 """Inspect an ONNX model without loading its weights, and hash it.
 
 `inspect_model` reads the model proto with ``load_external_data=False``: inputs and outputs
-with their dynamic dims, opsets, IR version, producer, an op histogram (subgraphs included),
-parameter count and bytes (computed from initializer dims, never from the weights), and the
-external data files the model refers to. Every external data reference is validated before
-anything else touches it: it must be a relative path without ``..``, must not be or pass
-through a symlink inside the model's folder, must stay inside that folder, and must exist.
+with their dynamic dims, opsets, IR version, producer, op histograms (the main graph's, and apart
+from it the ops inside If/Loop/Scan bodies), parameter count and bytes (computed from the dims of
+initializers and of Constant-node weights, never from the weights themselves), whether and how the
+model is already quantized, and the external data files the model refers to. Every external
+data reference is validated before anything else touches it: it must be a relative path
+without ``..``, must not be or pass through a symlink inside the model's folder, must stay
+inside that folder, and must exist.
 The model also goes through ``onnx.checker.check_model`` on its path (which checks external
 data references but does not read their bytes, so it stays cheap for models over 2 GB).
 
@@ -44,7 +46,9 @@ from enginecache.core.onnx_graph import (
     normalise_location,
     op_histogram,
     parameters,
+    quantization,
     resolve_refs,
+    subgraph_op_histogram,
     tensor_info,
 )
 from enginecache.errors import InvalidModelError
@@ -91,11 +95,16 @@ class ModelInfo:
     producer_version: str
     graph_name: str
     op_histogram: dict[str, int]
+    """Ops of the main graph; those nested in If/Loop/Scan bodies are in `subgraph_op_histogram`."""
+    subgraph_op_histogram: dict[str, int]
     parameter_count: int
     parameter_bytes: int
     external_data_files: tuple[str, ...]
     size_bytes: int
     digest: str
+    quantized: str | None = None
+    """How the model is already quantized (Q/DQ nodes, QOperator ops, integer ops, INT8 weights
+    dequantized by Cast/Mul), or None for a float model: such a model builds only as is (fp32)."""
 
     def to_dict(self) -> dict[str, object]:
         """A JSON-safe dict (paths as strings, tuples as lists)."""
@@ -109,11 +118,13 @@ class ModelInfo:
             "producer_version": self.producer_version,
             "graph_name": self.graph_name,
             "op_histogram": dict(self.op_histogram),
+            "subgraph_op_histogram": dict(self.subgraph_op_histogram),
             "parameter_count": self.parameter_count,
             "parameter_bytes": self.parameter_bytes,
             "external_data_files": list(self.external_data_files),
             "size_bytes": self.size_bytes,
             "digest": self.digest,
+            "quantized": self.quantized,
         }
 
 
@@ -161,11 +172,13 @@ def inspect_model(path: Path) -> ModelInfo:
         producer_version=model.producer_version,
         graph_name=graph.name,
         op_histogram=op_histogram(model),
+        subgraph_op_histogram=subgraph_op_histogram(model),
         parameter_count=count,
         parameter_bytes=nbytes,
         external_data_files=tuple(locations),
         size_bytes=size,
         digest=model_digest(path, locations),
+        quantized=quantization(model),
     )
 
 

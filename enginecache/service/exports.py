@@ -3,23 +3,35 @@
 - `triton`: `<dest>/<model>/config.pbtxt` and `<dest>/<model>/1/<plan files>`. What Triton needs
   per backend is the backend's own answer (`Backend.triton`, `Backend.triton_cc_keys`): TensorRT
   engines get `platform: "tensorrt_plan"` with `cc_model_filenames` mapping each compute capability
-  to the plan built for it; ONNX Runtime engines get the `onnxruntime` backend with the ORT-format model.
-  Inputs and outputs, their dims and types come from the engine; `max_batch_size` from the profile
-  (a leading dynamic dim whose profile starts at 1 is Triton's batch dim). The generated config is
+  to the plan built for it, and `default_model_filename` naming the plan for the lowest one (by
+  number: sm80 before sm120); ONNX Runtime engines get the `onnxruntime` backend with the ORT-format
+  model. Inputs and outputs and their types come from the engine; `max_batch_size` from the profile
+  (a leading dynamic dim whose profile starts at 1 is Triton's batch dim). A tensor with no dims
+  left (a scalar, or `[batch]` once Triton owns the batch dim) is `dims: [ 1 ]` with
+  `reshape: { shape: [ ] }`. Where a backend's engine keeps the model's declared output shapes
+  (`TritonInfo.infer_output_shapes`: ONNX Runtime), the output dims come from a shape inference of
+  the graph the engine was built from, not from the declaration, which can be wrong. A backend's
+  `TritonInfo.warning` (TensorRT-RTX: stock Triton cannot load its plans) goes into the result's
+  `warnings`, its manifest, and a comment at the top of config.pbtxt. The generated config is
   parsed with Triton's own schema (`tritonclient.grpc.model_config_pb2.ModelConfig`, dev extra)
-  when it is installed, and always checked field by field here.
+  when it is installed, and always checked field by field here. Plans are copied into the
+  repository and the copy is re-hashed against the catalog's sha256.
 - `tree`: `<dest>/<model>/<gpu-or-target>.<precision>.engine` plus `manifest.json` with every
   engine's fingerprint (cache key and its ingredients) and sha256, so a container build can COPY
-  the tree and `verify_tree()` it at start.
-
-Files are copied (never hard-linked: an edit in an export must not reach the store) and the copy
-is re-hashed against the catalog's sha256.
+  the tree and `verify_tree()` it at start. Each engine is one file on disk however many targets
+  name it: the store's blob hard-linked (`os.link`) under every name, or, where the store is on
+  another filesystem (or hard links are refused), one copy linked under the other names. The bytes
+  are hashed once per engine against the catalog. The tree's files share the store's blob: replace
+  a file to change it (a new file breaks the link); an in-place write would reach the store, where
+  `enginecache verify` reports it.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
+import os
 import re
 import shutil
 from dataclasses import dataclass, field
@@ -30,11 +42,12 @@ from sqlmodel import col, select
 
 from enginecache.core.backends.registry import get_backend
 from enginecache.core.hashing import hash_file
+from enginecache.core.onnx_shapes import infer_output_shapes
 from enginecache.db.models import EngineRecord, EngineStatus, ModelRecord
 from enginecache.errors import ExportError
 from enginecache.service.context import AppContext
 from enginecache.service.enginerefs import engine_targets
-from enginecache.service.models import get_model
+from enginecache.service.models import get_model, model_path
 
 logger = logging.getLogger(__name__)
 
@@ -61,9 +74,15 @@ class ExportResult:
     root: Path
     files: tuple[Path, ...]
     manifest: dict[str, Any] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"root": str(self.root), "files": [str(p) for p in self.files], "manifest": self.manifest}
+        return {
+            "root": str(self.root),
+            "files": [str(p) for p in self.files],
+            "manifest": self.manifest,
+            "warnings": list(self.warnings),
+        }
 
 
 def _engines(app: AppContext, model: ModelRecord, backend: str | None, precision: str | None) -> list[EngineRecord]:
@@ -91,6 +110,48 @@ def _copy_verified(app: AppContext, engine: EngineRecord, dest: Path) -> Path:
             f"engine {engine.id}: the copy hashes to {got.sha256}, catalog says {engine.sha256} (run verify)"
         )
     return dest
+
+
+# Where os.link cannot make the tree's file: another filesystem, or one that refuses hard links.
+_NO_LINK = frozenset({errno.EXDEV, errno.EPERM, errno.EMLINK, errno.EOPNOTSUPP, errno.ENOTSUP})
+
+
+def _put(source: Path, dest: Path, *, copy_if_refused: bool) -> str:
+    """Make `dest` a hard link of `source` (replacing what is there); where the link is refused and
+    `copy_if_refused`, a copy. Returns "link" or "copy"."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    temp = dest.with_name(f".{dest.name}.{os.getpid()}.partial")
+    temp.unlink(missing_ok=True)
+    how = "link"
+    try:
+        os.link(source, temp)
+    except OSError as err:
+        if err.errno not in _NO_LINK or not copy_if_refused:
+            raise ExportError(f"could not link {source} to {dest}: {err}") from err
+        logger.info("hard link refused (%s): copying %s to %s", err.strerror, source, dest)
+        shutil.copyfile(source, temp)
+        how = "copy"
+    os.replace(temp, dest)
+    temp.unlink(missing_ok=True)  # rename(2) leaves both names when they already were one file
+    return how
+
+
+def _place_blob(app: AppContext, engine: EngineRecord, dests: list[Path]) -> str:
+    """One file for the engine under every name in `dests`: the store's blob hard-linked, else one
+    copy (another filesystem) linked under the other names; hashed once against the catalog.
+    Returns "link" or "copy"."""
+    source = app.home / (engine.blob_path or "")
+    first, *others = dests
+    how = _put(source, first, copy_if_refused=True)
+    got = hash_file(first)
+    if got.sha256 != engine.sha256:
+        first.unlink(missing_ok=True)
+        raise ExportError(
+            f"engine {engine.id}: its blob hashes to {got.sha256}, catalog says {engine.sha256} (run verify)"
+        )
+    for dest in others:
+        _put(first, dest, copy_if_refused=False)
+    return how
 
 
 def _slug(text: str) -> str:
@@ -136,12 +197,17 @@ def export_tree(
     files: list[Path] = []
     taken: set[str] = set()
     for engine in engines:  # newest first: a newer engine for the same hardware and precision wins
+        names: dict[str, str] = {}  # file name -> target
         for target in tree_targets(engine):
             name = f"{target}.{engine.precision}.engine"
-            if name in taken:
-                continue
-            taken.add(name)
-            files.append(_copy_verified(app, engine, root / name))
+            if name not in taken:
+                taken.add(name)
+                names[name] = target
+        if not names:
+            continue
+        _place_blob(app, engine, [root / name for name in names])
+        files.extend(root / name for name in names)
+        for name, target in names.items():
             entries.append(
                 {
                     "file": name,
@@ -179,12 +245,15 @@ def verify_tree(model_dir: Path) -> list[str]:
     """Re-hash every engine a tree's manifest lists; returns the problems (empty: all verified)."""
     manifest = json.loads((Path(model_dir) / MANIFEST_NAME).read_text())
     problems = []
+    digests: dict[tuple[int, int], str] = {}  # (device, inode) -> sha256: hard links are hashed once
     for entry in manifest["engines"]:
         path = Path(model_dir) / entry["file"]
         if not path.is_file():
             problems.append(f"{entry['file']}: missing")
             continue
-        got = hash_file(path).sha256
+        stat = path.stat()
+        inode = (stat.st_dev, stat.st_ino)
+        got = digests.get(inode) or digests.setdefault(inode, hash_file(path).sha256)
         if got != entry["sha256"]:
             problems.append(f"{entry['file']}: sha256 {got} does not match the manifest's {entry['sha256']}")
     return problems
@@ -197,11 +266,12 @@ def _dynamic(dim: Any) -> bool:
     return not isinstance(dim, int) or dim < 0
 
 
-def triton_batching(engine: EngineRecord) -> int:
+def triton_batching(engine: EngineRecord, io: list[dict[str, Any]] | None = None) -> int:
     """Triton's max_batch_size: the profile's max batch when every tensor's leading dim is dynamic
-    and every input's profile starts at batch 1; 0 (no implicit batch dim) otherwise."""
+    and every input's profile starts at batch 1; 0 (no implicit batch dim) otherwise. `io` defaults
+    to the engine's recorded IO."""
     profiles = engine.build_options.get("profiles", {})
-    io = engine.io
+    io = engine.io if io is None else io
     if not io or any(not t["shape"] or not _dynamic(t["shape"][0]) for t in io):
         return 0
     inputs = [t for t in io if t["mode"] == "input"]
@@ -215,14 +285,48 @@ def _tensor_block(tensor: dict[str, Any], batched: bool) -> str:
     if dtype is None:
         raise ExportError(f"tensor {tensor['name']}: type {tensor['dtype']} has no Triton data type")
     shape = list(tensor["shape"])[1:] if batched else list(tensor["shape"])
-    dims = [(-1 if _dynamic(d) else int(d)) for d in shape] or [1]
-    return (
-        "  {\n"
-        f"    name: {json.dumps(tensor['name'])}\n"
-        f"    data_type: {dtype}\n"
-        f"    dims: [ {', '.join(str(d) for d in dims)} ]\n"
-        "  }"
-    )
+    dims = [(-1 if _dynamic(d) else int(d)) for d in shape]
+    lines = ["  {", f"    name: {json.dumps(tensor['name'])}", f"    data_type: {dtype}"]
+    if dims:
+        lines.append(f"    dims: [ {', '.join(str(d) for d in dims)} ]")
+    else:  # a scalar (or [batch] once Triton owns the batch dim): Triton's dims cannot be empty
+        lines += ["    dims: [ 1 ]", "    reshape: { shape: [ ] }"]
+    return "\n".join([*lines, "  }"])
+
+
+def _cc_number(key: str) -> tuple[int, ...]:
+    """A `cc_model_filenames` key ('8.6', '12.0') as numbers, so 8.0 sorts before 12.0."""
+    return tuple(int(part) for part in key.split("."))
+
+
+def _merge_shape(recorded: list[Any], inferred: tuple[int | str, ...]) -> list[Any]:
+    """The inferred shape, keeping a recorded dim only where inference left that dim unknown."""
+    if len(recorded) != len(inferred):
+        return list(inferred)
+    return [old if new == "?" else new for old, new in zip(recorded, inferred, strict=True)]
+
+
+def triton_io(app: AppContext, engine: EngineRecord) -> list[dict[str, Any]]:
+    """The IO an export writes: the engine's, with output shapes from a shape inference of the graph
+    it was built from where its backend keeps the model's declared output shapes (ONNX Runtime)."""
+    if not get_backend(engine.backend).triton.infer_output_shapes:
+        return list(engine.io)
+    with app.catalog.read() as session:
+        source = session.get(ModelRecord, engine.variant_model_id or engine.model_id)
+    if source is None:
+        return list(engine.io)
+    inferred = infer_output_shapes(model_path(app, source))
+    io = []
+    for tensor in engine.io:
+        if tensor["mode"] == "output" and tensor["name"] in inferred:
+            shape = _merge_shape(list(tensor["shape"]), inferred[tensor["name"]])
+            if shape != list(tensor["shape"]):
+                logger.info(
+                    "output %s: shape %s as the graph computes it (recorded %s)", tensor["name"], shape, tensor["shape"]
+                )
+            tensor = {**tensor, "shape": shape}
+        io.append(tensor)
+    return io
 
 
 def _io_signature(engine: EngineRecord) -> list[tuple[str, str, str]]:
@@ -235,21 +339,25 @@ def render_triton_config(
     *,
     default_file: str,
     cc_files: dict[str, str] | None = None,
+    io: list[dict[str, Any]] | None = None,
 ) -> str:
-    """config.pbtxt text for one model built from `engine`'s IO and profile."""
-    max_batch = triton_batching(engine)
+    """config.pbtxt text for one model built from `engine`'s IO (or `io`, see `triton_io`) and
+    profile; the backend's Triton warning, if it has one, as a comment on top."""
+    io = engine.io if io is None else io
+    max_batch = triton_batching(engine, io)
     batched = max_batch > 0
     triton = get_backend(engine.backend).triton
-    lines = [f"name: {json.dumps(name)}", f"platform: {json.dumps(triton.platform)}"]
+    lines = [f"# WARNING: {triton.warning}"] if triton.warning else []
+    lines += [f"name: {json.dumps(name)}", f"platform: {json.dumps(triton.platform)}"]
     if triton.backend is not None:
         lines.append(f"backend: {json.dumps(triton.backend)}")
     lines.append(f"max_batch_size: {max_batch}")
     lines.append("version_policy: { latest: { num_versions: 1 } }")
     lines.append(f"default_model_filename: {json.dumps(default_file)}")
-    for cc, filename in sorted((cc_files or {}).items()):
+    for cc, filename in sorted((cc_files or {}).items(), key=lambda item: _cc_number(item[0])):
         lines.append(f"cc_model_filenames: {{ key: {json.dumps(cc)} value: {json.dumps(filename)} }}")
-    inputs = [t for t in engine.io if t["mode"] == "input"]
-    outputs = [t for t in engine.io if t["mode"] == "output"]
+    inputs = [t for t in io if t["mode"] == "input"]
+    outputs = [t for t in io if t["mode"] == "output"]
     lines.append("input [\n" + ",\n".join(_tensor_block(t, batched) for t in inputs) + "\n]")
     lines.append("output [\n" + ",\n".join(_tensor_block(t, batched) for t in outputs) + "\n]")
     lines.append(f"instance_group [ {{ count: 1 kind: {triton.instance_kind} }} ]")
@@ -302,10 +410,11 @@ def export_triton(
     version_dir.mkdir(parents=True, exist_ok=True)
     files: list[Path] = []
     suffix = chosen.triton.file_suffix
+    io = triton_io(app, base)
     if not chosen.triton_cc_keys(engine_targets(base)):  # one model file whatever the hardware
         default_file = f"model{suffix}"
         files.append(_copy_verified(app, base, version_dir / default_file))
-        text = render_triton_config(name, base, default_file=default_file)
+        text = render_triton_config(name, base, default_file=default_file, io=io)
     else:
         cc_files: dict[str, str] = {}
         for engine in engines:  # newest first: the newest plan for each compute capability wins
@@ -320,12 +429,16 @@ def export_triton(
             files.append(_copy_verified(app, engine, version_dir / filename))
             for key in free:
                 cc_files[key] = filename
-        default_file = cc_files[min(cc_files)]
-        text = render_triton_config(name, base, default_file=default_file, cc_files=cc_files)
+        default_file = cc_files[min(cc_files, key=_cc_number)]  # the lowest compute capability
+        text = render_triton_config(name, base, default_file=default_file, cc_files=cc_files, io=io)
     config_path = root / "config.pbtxt"
     config_path.write_text(text)
     parsed = validate_triton_config(text, version_dir)
-    return ExportResult(root, (config_path, *sorted(files)), {"config": parsed or text})
+    warnings = (chosen.triton.warning,) if chosen.triton.warning else ()
+    for warning in warnings:
+        logger.warning("export of %s: %s", model.name, warning)
+    manifest = {"config": parsed or text, "warnings": list(warnings)}
+    return ExportResult(root, (config_path, *sorted(files)), manifest, warnings)
 
 
 def _filter_text(backend: str | None, precision: str | None) -> str:

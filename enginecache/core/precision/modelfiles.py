@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
+import io
+import logging
+import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import onnx
 from google.protobuf.message import DecodeError
 
+from enginecache.core.onnx_graph import external_refs, normalise_location, quantization
 from enginecache.errors import PrecisionError
+
+logger = logging.getLogger(__name__)
 
 # A serialized ModelProto cannot exceed 2 GiB; leave headroom for the graph itself.
 EXTERNAL_DATA_THRESHOLD = 1_800_000_000
@@ -76,3 +84,53 @@ def remove_model(path: Path) -> None:
 def trim(text: str, limit: int = MAX_MESSAGE) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def source_quantization(source: Path) -> str | None:
+    """How `source` is already quantized (see `onnx_graph.quantization`), read without its weights."""
+    try:
+        model = onnx.load(str(source), load_external_data=False)
+    except (OSError, ValueError, DecodeError) as err:
+        raise PrecisionError(f"cannot load {source}: {err}") from err
+    return quantization(model)
+
+
+def stage_source(source: Path, folder: Path) -> Path:
+    """Copy `source` and its external data files into `folder`; the staged model's path.
+
+    Converters write beside their input and even over it: ModelOpt's PTQ runs
+    `onnx.shape_inference.infer_shapes_path(onnx_path)`, which rewrites the model in place, and
+    onnxruntime.quantization writes `<model>-inferred.onnx` beside it. The source lives in the
+    content-addressed artifact store, where a rewrite would break its digest, so converters get a
+    copy in the job's work folder. A copy, never a hard or symbolic link: either would let that
+    in-place rewrite reach the stored file.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    header = onnx.load(str(source), load_external_data=False)
+    names = {source.name: source}
+    for _, location, _ in external_refs(header):
+        relative = normalise_location(location)
+        names[relative] = source.parent / relative
+    try:
+        for relative, original in names.items():
+            staged = folder / relative
+            staged.parent.mkdir(parents=True, exist_ok=True)
+            staged.unlink(missing_ok=True)
+            shutil.copyfile(original, staged)
+    except OSError as err:
+        raise PrecisionError(f"cannot copy {source.name} into the work folder {folder}: {err}") from err
+    return folder / source.name
+
+
+@contextlib.contextmanager
+def captured_output(tool: str) -> Iterator[io.StringIO]:
+    """Keep a converter's prints and progress bars (stdout and stderr) out of our output, which may
+    be JSON; they go to the debug log instead."""
+    buffer = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(buffer):
+            yield buffer
+    finally:
+        text = buffer.getvalue().strip()
+        if text:
+            logger.debug("%s said:\n%s", tool, text[-20_000:])

@@ -1,7 +1,9 @@
-"""int8 and fp8: explicit Q/DQ through onnxruntime.quantization, calibrated from an .npz or random inputs."""
+"""int8 and fp8 for the ONNX Runtime backend: explicit Q/DQ through onnxruntime.quantization,
+calibrated from an .npz or generated inputs (TensorRT backends quantize with ModelOpt: `ptq`)."""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -19,6 +21,7 @@ from enginecache.core.precision.modelfiles import (
     needs_external_data,
     recipe_record,
     remove_model,
+    stage_source,
     tool_version,
     trim,
 )
@@ -26,7 +29,7 @@ from enginecache.core.precision.spec import TOOL_ORT_QUANT, PrecisionSpec
 from enginecache.errors import PrecisionError
 
 
-def quantize(
+def quantize_ort(
     source: Path,
     spec: PrecisionSpec,
     target: Path,
@@ -49,7 +52,7 @@ def quantize(
         digest: str | None = sha256_file(spec.calibration)
         options = {}
     else:
-        feeds = random_batches(inputs, input_shapes)
+        feeds = random_batches(inputs, input_shapes, model=source)
         calibration = "random"
         digest = None
         shapes = resolve_shapes(inputs, input_shapes)
@@ -88,9 +91,10 @@ def quantize(
         }
     )
 
+    staged = stage_source(source, target.parent / f"{target.stem}.quant-source")
     try:
         quantize_static(
-            str(source),
+            str(staged),
             str(target),
             BatchReader(feeds),
             quant_format=QuantFormat.QDQ,
@@ -108,6 +112,8 @@ def quantize(
             f"onnxruntime.quantization failed to quantize {source.name} to {spec.precision}: "
             f"{type(err).__name__}: {trim(str(err))}"
         ) from err
+    finally:
+        shutil.rmtree(staged.parent, ignore_errors=True)
 
     recipe = recipe_record(spec.precision, TOOL_ORT_QUANT, tool_version("onnxruntime"), options)
     recipe["calibration"] = calibration

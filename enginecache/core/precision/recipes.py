@@ -1,4 +1,10 @@
-"""Run a precision recipe (`convert_precision`) and name it before running (`plan_recipe`)."""
+"""Run a precision recipe (`convert_precision`) and name it before running (`plan_recipe`).
+
+Which recipe runs depends on the precision and, for int8/fp8, on the backend family
+(`PrecisionSpec.backend_family`): TensorRT backends quantize with NVIDIA ModelOpt's ONNX PTQ
+(`ptq`), the ONNX Runtime backend with onnxruntime.quantization (`quantize`). fp16/bf16 recipes
+are the same for every backend (`floatcast`), so one converted variant serves them all.
+"""
 
 from __future__ import annotations
 
@@ -9,17 +15,22 @@ from pathlib import Path
 
 from enginecache.core.hashing import sha256_file
 from enginecache.core.precision import availability
-from enginecache.core.precision.check import validate_model
-from enginecache.core.precision.floatcast import convert_float
-from enginecache.core.precision.modelfiles import recipe_record, remove_model, tool_version
-from enginecache.core.precision.quantize import quantize
+from enginecache.core.precision.check import run_check, validate_model
+from enginecache.core.precision.floatcast import convert_float, float_converters
+from enginecache.core.precision.modelfiles import recipe_record, remove_model, source_quantization, tool_version
+from enginecache.core.precision.ptq import ptq_unavailable, quantize_modelopt
+from enginecache.core.precision.quantize import quantize_ort
 from enginecache.core.precision.spec import (
+    AUTOCAST_RULES,
+    LIGHT_FP16_RULES,
     TOOL_AUTOCAST,
+    TOOL_MODELOPT_PTQ,
     TOOL_NONE,
     TOOL_ONNXCONVERTER,
     TOOL_ORT_QUANT,
     PrecisionResult,
     PrecisionSpec,
+    quantized_refusal,
 )
 from enginecache.errors import PrecisionError
 
@@ -35,27 +46,38 @@ def convert_precision(
 ) -> PrecisionResult:
     """Convert `source` to `spec.precision`, writing `<stem>.<precision>.onnx` into `workdir`.
 
-    `input_shapes` (the optimization profile's opt shapes) size the random calibration feeds
-    when int8/fp8 runs without a calibration file. Raises `PrecisionError` (or its subclass
-    `CalibrationError`) when the conversion fails or its result does not validate.
+    `input_shapes` (the optimization profile's opt shapes) size the generated calibration feeds
+    when int8/fp8 runs without a calibration file, and AutoCast's reference inputs. Raises
+    `PrecisionError` (or its subclass `CalibrationError`) when the source is already quantized,
+    when the conversion fails, or when its result does not validate.
     """
     source = Path(source)
     if not source.is_file():
         raise PrecisionError(f"source model {source} does not exist")
     if spec.precision == "fp32":
         return PrecisionResult(path=source, converted=False, recipe=recipe_record("fp32", TOOL_NONE, None, {}))
+    how = spec.source_quantized or source_quantization(source)
+    if how:
+        raise PrecisionError(f"{source.name}: {quantized_refusal(spec.precision, how)}")
     workdir.mkdir(parents=True, exist_ok=True)
     target = workdir / f"{source.stem}.{spec.precision}.onnx"
     started = time.perf_counter()
     if spec.precision in ("fp16", "bf16"):
-        recipe, notes, hint = convert_float(source, spec, target)
+        recipe, notes = convert_float(source, spec, target, input_shapes)
     else:
-        recipe, notes, hint = quantize(source, spec, target, input_shapes)
-    try:
-        notes += validate_model(target, converter_hint=hint)
-    except PrecisionError:
-        remove_model(target)
-        raise
+        if spec.backend_family == "tensorrt":
+            recipe, notes, hint = quantize_modelopt(source, spec, target, input_shapes)
+            made_by = "NVIDIA ModelOpt's ONNX PTQ"
+        else:
+            recipe, notes, hint = quantize_ort(source, spec, target, input_shapes)
+            made_by = "onnxruntime.quantization"
+        recipe["backend_family"] = spec.backend_family
+        try:
+            notes += validate_model(target, converter_hint=hint, converter=made_by)
+            notes += run_check(source, target, input_shapes, converter_hint=hint, converter=made_by)
+        except PrecisionError:
+            remove_model(target)
+            raise
     seconds = time.perf_counter() - started
     logger.info(
         "%s -> %s with %s in %.2f s (%d bytes)",
@@ -77,23 +99,53 @@ def convert_precision(
 def plan_recipe(spec: PrecisionSpec, *, input_shapes: Mapping[str, Sequence[int]] | None = None) -> dict[str, object]:
     """The identity of a conversion, known before running it: what goes into the cache key.
 
-    A conversion is a function of the source model and of this identity (precision, tool and
-    exact version, calibration data digest, random-calibration shapes), so a cache hit needs
-    no conversion. The converted model's own digest is recorded on its catalog row.
+    A conversion is a function of the source model and of this identity, so a cache hit needs
+    no conversion:
+
+    - fp32: no tool.
+    - fp16/bf16: the converters tried, in order, each with its exact version and rules revision;
+      AutoCast also with the shapes of its reference inputs (the profile's opt shapes). The same
+      for every backend.
+    - int8/fp8: the backend family ("tensorrt": ModelOpt's ONNX PTQ, "ort":
+      onnxruntime.quantization), the tool and exact version, and the calibration (the .npz's
+      digest, or "random" with the shapes of the generated feeds).
+
+    The converted model's own digest is recorded on its catalog row.
     """
     identity: dict[str, object] = {"name": spec.precision, "calibration": None, "calibration_digest": None}
+    shapes = {name: list(shape) for name, shape in sorted((input_shapes or {}).items())}
     if spec.precision == "fp32":
         return {**identity, "tool": TOOL_NONE, "tool_version": None}
     if spec.precision in ("fp16", "bf16"):
-        converter = spec.converter or (
-            "modelopt" if availability.modelopt_available() or spec.precision == "bf16" else "onnxconverter"
-        )
-        if converter == "modelopt":
-            return {**identity, "tool": TOOL_AUTOCAST, "tool_version": tool_version("nvidia-modelopt")}
-        return {**identity, "tool": TOOL_ONNXCONVERTER, "tool_version": tool_version("onnxconverter-common")}
+        converters: list[dict[str, object]] = []
+        for converter in float_converters(spec):
+            if converter == "modelopt":
+                converters.append(
+                    {
+                        "tool": TOOL_AUTOCAST,
+                        "tool_version": tool_version("nvidia-modelopt"),
+                        "rules": AUTOCAST_RULES,
+                        "reference_shapes": shapes,
+                    }
+                )
+            else:
+                converters.append(
+                    {
+                        "tool": TOOL_ONNXCONVERTER,
+                        "tool_version": tool_version("onnxconverter-common"),
+                        "rules": LIGHT_FP16_RULES,
+                    }
+                )
+        first = converters[0]
+        return {**identity, "tool": first["tool"], "tool_version": first["tool_version"], "converters": converters}
     if spec.calibration is not None:
         identity.update(calibration="npz", calibration_digest=sha256_file(spec.calibration))
     else:
-        shapes = {name: list(shape) for name, shape in sorted((input_shapes or {}).items())}
         identity.update(calibration="random", random_shapes=shapes)
-    return {**identity, "tool": TOOL_ORT_QUANT, "tool_version": tool_version("onnxruntime")}
+    if spec.backend_family == "tensorrt":
+        if not availability.modelopt_available():
+            raise ptq_unavailable(spec.precision)
+        tool, version = TOOL_MODELOPT_PTQ, tool_version("nvidia-modelopt")
+    else:
+        tool, version = TOOL_ORT_QUANT, tool_version("onnxruntime")
+    return {**identity, "backend_family": spec.backend_family, "tool": tool, "tool_version": version}

@@ -1,0 +1,196 @@
+"""int8 and fp8 for TensorRT: NVIDIA ModelOpt's ONNX post-training quantization.
+
+`modelopt.onnx.quantization.quantize` places Q/DQ the way strongly typed TensorRT expects it
+(weights quantized by a DequantizeLinear of an initializer, activations by Q/DQ pairs on the
+inputs of the ops TensorRT runs in int8/fp8, ops TensorRT keeps in float left alone). On published
+float models TensorRT for RTX built its graphs where the graphs of onnxruntime.quantization were
+refused ("Quantized constant ... is only allowed before DQ", a Myelin reshape error).
+
+Calibration: the user's `.npz` (checked and batched by `core.calibration`), else generated feeds at
+the build's profile opt shapes with the "uncalibrated" warning. Calibration runs on ONNX Runtime's
+CPU provider; the rest of the graph stays fp32 (`high_precision_dtype="fp32"`). ModelOpt imports
+torch, so this is the `modelopt` extra.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import shutil
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import onnx
+
+from enginecache.core.calibration import (
+    BatchReader,
+    batch_arrays,
+    count_samples,
+    load_calibration,
+    random_batches,
+    read_model_inputs,
+    resolve_shapes,
+)
+from enginecache.core.hashing import sha256_file
+from enginecache.core.precision import availability
+from enginecache.core.precision.modelfiles import (
+    captured_output,
+    needs_external_data,
+    recipe_record,
+    remove_model,
+    stage_source,
+    tool_version,
+    trim,
+)
+from enginecache.core.precision.spec import MODELOPT_EXTRA, TOOL_MODELOPT_PTQ, PrecisionSpec
+from enginecache.errors import PrecisionError
+
+logger = logging.getLogger(__name__)
+
+CALIBRATION_METHOD = "entropy"
+"""ModelOpt's default for int8 and fp8 (the other choice is "max")."""
+
+
+def ptq_unavailable(precision: str) -> PrecisionError:
+    return PrecisionError(
+        f"{precision} for a TensorRT backend quantizes with NVIDIA ModelOpt's ONNX PTQ "
+        f"(modelopt.onnx.quantization, which imports torch), not installed here: {MODELOPT_EXTRA}"
+    )
+
+
+def quantize_modelopt(
+    source: Path,
+    spec: PrecisionSpec,
+    target: Path,
+    input_shapes: Mapping[str, Sequence[int]] | None,
+) -> tuple[dict[str, object], list[str], str]:
+    """Quantize `source` into `target`; (recipe, notes, hint for a validation failure)."""
+    notes: list[str] = []
+    inputs = read_model_inputs(source)
+    options: dict[str, object] = {}
+    if spec.calibration is not None:
+        feeds = batch_arrays(load_calibration(spec.calibration, inputs), inputs)
+        calibration, digest = "npz", sha256_file(spec.calibration)
+    else:
+        feeds = random_batches(inputs, input_shapes, model=source)
+        calibration, digest = "random", None
+        shapes = resolve_shapes(inputs, input_shapes)
+        options["random_shapes"] = {name: list(shape) for name, shape in shapes.items()}
+        notes.append(f"uncalibrated: {spec.precision} scales come from random inputs; pass --calib FILE.npz")
+
+    if not availability.modelopt_available():
+        raise ptq_unavailable(spec.precision)
+    quantize = _import_quantize(spec.precision)
+    external = needs_external_data(source, None)
+    options.update(
+        {
+            "quantize_mode": spec.precision,
+            "calibration_method": CALIBRATION_METHOD,
+            "calibration_eps": ["cpu"],
+            "high_precision_dtype": "fp32",
+            "batches": len(feeds),
+        }
+    )
+    # The source lives in the artifact store: ModelOpt writes intermediate files beside its input.
+    staged = stage_source(source, target.parent / f"{target.stem}.ptq-source")
+    remove_model(target)
+    try:
+        with captured_output("ModelOpt PTQ"), ort_quantization_restored():
+            quantize(
+                str(staged),
+                quantize_mode=spec.precision,
+                calibration_data_reader=BatchReader(feeds),
+                calibration_method=CALIBRATION_METHOD,
+                calibration_eps=["cpu"],
+                high_precision_dtype="fp32",
+                use_external_data_format=external,
+                output_path=str(target),
+                log_level="WARNING",
+            )
+    except Exception as err:  # ModelOpt raises asserts, ORT, onnx and graphsurgeon errors alike
+        remove_model(target)
+        raise PrecisionError(
+            f"NVIDIA ModelOpt's ONNX PTQ failed to quantize {source.name} to {spec.precision}: "
+            f"{type(err).__name__}: {trim(str(err))}"
+        ) from err
+    finally:
+        shutil.rmtree(staged.parent, ignore_errors=True)
+    if not target.is_file():
+        raise PrecisionError(f"NVIDIA ModelOpt's ONNX PTQ wrote no model for {source.name} ({spec.precision})")
+
+    pairs = _count_qdq(target)
+    if pairs == 0:
+        notes.append(
+            f"{spec.precision}: ModelOpt placed no Q/DQ nodes in {source.name} (no op it quantizes for TensorRT "
+            "qualifies, e.g. convolutions with few channels or GEMMs smaller than 16); the engine runs in fp32"
+        )
+    options["qdq_nodes"] = pairs
+    recipe = recipe_record(spec.precision, TOOL_MODELOPT_PTQ, tool_version("nvidia-modelopt"), options)
+    recipe["calibration"] = calibration
+    recipe["calibration_digest"] = digest
+    recipe["calibration_samples"] = count_samples(feeds)
+    hint = (
+        "ModelOpt's quantized graph does not validate; build this model at fp32 or fp16, "
+        "or pass --calib with real inputs"
+    )
+    return recipe, notes, hint
+
+
+def _import_quantize(precision: str) -> Callable[..., Any]:
+    try:
+        with captured_output("ModelOpt import"):
+            from modelopt.onnx.quantization import quantize
+    except ImportError as err:
+        raise PrecisionError(f"{ptq_unavailable(precision)} ({err})") from err
+    return quantize  # type: ignore[no-any-return]
+
+
+def _count_qdq(path: Path) -> int:
+    model = onnx.load(str(path), load_external_data=False)
+    return sum(1 for node in model.graph.node if node.op_type in ("QuantizeLinear", "DequantizeLinear"))
+
+
+@contextlib.contextmanager
+def ort_quantization_restored() -> Iterator[None]:
+    """Undo what ModelOpt's PTQ changes in onnxruntime.quantization: it patches calibrator and
+    quantizer methods and adds ops to the QDQ registry process-wide (`ort_patching.patch_ort_modules`,
+    `ort_utils.configure_ort`), after which `quantize_static` for the ONNX Runtime backend fails in
+    the same process ("Quantization parameters are not specified for param ...")."""
+    modules = [m for name, m in sorted(sys.modules.items()) if name.startswith("onnxruntime.quantization") and m]
+    saved = [(module, _snapshot(module)) for module in modules]
+    try:
+        yield
+    finally:
+        for module, (attributes, dicts, classes) in saved:
+            for name, value in attributes.items():
+                if module.__dict__.get(name) is not value:
+                    setattr(module, name, value)
+            for table, items in dicts:
+                table.clear()
+                table.update(items)
+            for cls, members in classes:
+                for name in set(vars(cls)) - set(members):
+                    with contextlib.suppress(AttributeError, TypeError):
+                        delattr(cls, name)
+                for name, value in members.items():
+                    if vars(cls).get(name) is not value:
+                        with contextlib.suppress(AttributeError, TypeError):
+                            setattr(cls, name, value)
+
+
+_Tables = list[tuple[dict[object, object], dict[object, object]]]
+_Snapshot = tuple[dict[str, object], _Tables, list[tuple[type, dict[str, object]]]]
+
+
+def _snapshot(module: ModuleType) -> _Snapshot:
+    attributes = dict(vars(module))
+    dicts = [(value, dict(value)) for value in attributes.values() if type(value) is dict]
+    classes = [
+        (value, dict(vars(value)))
+        for value in attributes.values()
+        if isinstance(value, type) and value.__module__ == module.__name__
+    ]
+    return attributes, dicts, classes
