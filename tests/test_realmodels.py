@@ -33,7 +33,9 @@ from tests.conftest import skip_or_fail
 from tests.corpus import BY_NAME, corpus_dir, missing
 from tests.realmodelkit import CELLS, CODE_BEGIN, CODE_END, DOCS, Bench, docs_verdicts
 
-pytestmark = pytest.mark.realmodels
+# Both marks: `shared` means "needs model files from outside the repository", so the fast lane
+# (-m "not postgres and not shared") leaves the corpus out too.
+pytestmark = [pytest.mark.realmodels, pytest.mark.shared]
 
 # What inspection says: inputs and outputs (name: dtype[dims]), the default-domain opset, and
 # whether ModelInfo.quantized calls the model already quantized.
