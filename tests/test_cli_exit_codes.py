@@ -226,11 +226,24 @@ def _no_fork_server() -> None:
     raise AssertionError("the one-shot worker started the fork server")
 
 
+def _stop_tqdm_monitor(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Earlier tests in this process ran ModelOpt, whose tqdm leaves a monitor thread behind; a CLI
+    process has none. Stop it (and start no new one) so this process is single-threaded again."""
+    tqdm = sys.modules.get("tqdm")
+    if tqdm is None:
+        return
+    monkeypatch.setattr(tqdm.tqdm, "monitor_interval", 0)
+    monitor = getattr(tqdm.tqdm, "monitor", None)
+    if monitor is not None:
+        monitor.exit()
+
+
 @pytest.mark.usefixtures("test_kinds")
 def test_a_one_shot_attempt_runs_in_a_fork_of_this_process(
     app_ctx: AppContext, monkeypatch: pytest.MonkeyPatch, zygotes: list[Zygote]
 ) -> None:
-    assert threading.active_count() == 1
+    _stop_tqdm_monitor(monkeypatch)
+    assert threading.active_count() == 1, [t.name for t in threading.enumerate()]
     monkeypatch.setattr(worker_module, "_child_context", _no_fork_server)
     job = queue.enqueue(app_ctx.catalog, kind="sleep", payload={"seconds": 0}, requirements=ANY_WORKER).job
     done = run_and_wait(app_ctx, job, timeout_seconds=60)

@@ -223,7 +223,9 @@ def test_filters_and_a_model_that_is_not_there(seeded: AppContext, capsys: pytes
     queued = _json(cli(capsys, seeded, "jobs", "--json", "--status", "queued"))
     assert queued and all(row["status"] == "QUEUED" for row in queued)
     missing = cli(capsys, seeded, "engine", "list", "--json", "--model", "nope")
-    assert missing.code == 2 and missing.out == "", "an unknown model fails before anything is written"
+    assert missing.code == 2, "an unknown model fails before anything is written"
+    document = json.loads(missing.out)  # with --json the one document is the error object, no rows before it
+    assert set(document) == {"error", "kind", "exit_code"} and document["kind"] == "not_found"
     assert "no model 'nope'" in missing.err
     assert cli(capsys, seeded, "engine", "show", "999999").code == 2
     assert cli(capsys, seeded, "job", "show", "999999").code == 2

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from enginecache.core.fingerprint import cpu_target, host_fingerprint, parse_cpuinfo
+from enginecache.core import fingerprint
+from enginecache.core.fingerprint import GpuInfo, cpu_target, host_fingerprint, parse_cpuinfo
+from enginecache.service.localhost import forget_local_host, local_host
+from tests.servingkit import run_python
 
 X86 = """processor\t: 0
 vendor_id\t: AuthenticAMD
@@ -59,3 +64,103 @@ def test_fingerprinting_spawns_no_process() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert done.stdout.strip() == "[]", done.stdout + done.stderr
     assert host_fingerprint().cpu_target.startswith(host_fingerprint().machine)
+
+
+# -- library versions, NVML once, and its answer kept per host state ---------------------------
+
+
+def test_distribution_versions_are_what_importlib_metadata_says() -> None:
+    from importlib import metadata
+
+    from enginecache.core.fingerprint import distribution_version
+
+    names = {dist.metadata["Name"] for dist in metadata.distributions()}
+    assert len(names) > 10
+    for name in sorted(names):
+        assert distribution_version(name) == metadata.version(name), name
+    assert distribution_version("surely-not-installed-enginecache-test") is None
+
+
+FAKE_GPU = GpuInfo(index=0, name="NVIDIA A10", uuid="GPU-1", compute_capability="sm86", memory_total_bytes=24 << 30)
+
+
+@pytest.fixture
+def counted_nvml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
+    """NVML replaced by a fake A10 that counts its calls; the disk cache in tmp_path; every
+    in-process cache cleared before and after, so no other test sees the fake GPU."""
+    calls: list[int] = []
+
+    def fake_nvml() -> tuple[str, tuple[GpuInfo, ...], str | None, str | None]:
+        calls.append(1)
+        return "ok", (FAKE_GPU,), "580.1", "13.0"
+
+    monkeypatch.setattr(fingerprint, "_nvml_gpus", fake_nvml)
+    monkeypatch.setenv(fingerprint.HOST_GPUS_CACHE_ENV, str(tmp_path / "host-gpus.json"))
+    fingerprint.gpu_facts.cache_clear()
+    forget_local_host()
+    yield calls
+    fingerprint.gpu_facts.cache_clear()
+    forget_local_host()
+
+
+@pytest.mark.skipif(not fingerprint.BOOT_ID.is_file(), reason="needs a boot id (Linux)")
+def test_nvml_is_asked_once_and_its_answer_kept_while_the_host_state_stands(
+    counted_nvml: list[int], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert host_fingerprint().gpus == (FAKE_GPU,) and host_fingerprint().driver_version == "580.1"
+    assert len(counted_nvml) == 1, "NVML once per process"
+    fingerprint.gpu_facts.cache_clear()  # a new process: answered from the disk cache
+    assert host_fingerprint().gpus == (FAKE_GPU,) and len(counted_nvml) == 1
+    driver = tmp_path / "nvidia-version"
+    driver.write_text("NVRM version: 580.1\n")
+    monkeypatch.setattr(fingerprint, "NVIDIA_DRIVER_VERSION", driver)
+    fingerprint.gpu_facts.cache_clear()
+    host_fingerprint()
+    assert len(counted_nvml) == 2, "a (re)loaded driver asks NVML again"
+    fingerprint.gpu_facts.cache_clear()
+    host_fingerprint()
+    assert len(counted_nvml) == 2
+    driver.write_text("NVRM version: 590.2\n")
+    fingerprint.gpu_facts.cache_clear()
+    host_fingerprint()
+    assert len(counted_nvml) == 3, "another driver version"
+    monkeypatch.setattr(fingerprint, "read_boot_id", lambda: "another-boot")
+    fingerprint.gpu_facts.cache_clear()
+    host_fingerprint()
+    assert len(counted_nvml) == 4, "a reboot"
+    monkeypatch.setenv("NVIDIA_VISIBLE_DEVICES", "1")
+    fingerprint.gpu_facts.cache_clear()
+    host_fingerprint()
+    assert len(counted_nvml) == 5, "another share of the GPUs"
+
+
+def test_a_transient_nvml_error_is_not_kept(counted_nvml: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fingerprint, "_nvml_gpus", lambda: ("error: GPU is lost", (), None, None))
+    assert host_fingerprint().nvml == "error: GPU is lost"
+    monkeypatch.setattr(fingerprint, "_nvml_gpus", lambda: ("ok", (FAKE_GPU,), "580.1", "13.0"))
+    fingerprint.gpu_facts.cache_clear()
+    assert host_fingerprint().gpus == (FAKE_GPU,)
+
+
+def test_a_cpu_backend_lookup_skips_nvml(counted_nvml: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
+    cpu_only = host_fingerprint(probe_gpus=False)
+    assert counted_nvml == [] and cpu_only.gpus == () and cpu_only.nvml.startswith("not probed")
+    assert local_host(probe_gpus=False).gpus == () and counted_nvml == []
+    assert local_host().gpus == (FAKE_GPU,) and local_host(probe_gpus=False).gpus == (FAKE_GPU,)
+    monkeypatch.setenv(fingerprint.HOST_GPUS_CACHE_ENV, "off")
+    assert fingerprint.host_gpus_cache_path() is None
+
+
+def test_a_new_process_with_a_kept_answer_does_not_load_nvml(tmp_path: Path) -> None:
+    code = (
+        "import json, sys, time\n"
+        "started = time.perf_counter()\n"
+        "from enginecache.core.fingerprint import host_fingerprint\n"
+        "host = host_fingerprint()\n"
+        "print(json.dumps({'nvml': host.nvml, 'pynvml': 'pynvml' in sys.modules,"
+        " 'metadata': 'importlib.metadata' in sys.modules, 'seconds': time.perf_counter() - started}))\n"
+    )
+    env = {fingerprint.HOST_GPUS_CACHE_ENV: str(tmp_path / "host-gpus.json")}
+    first = run_python(code, env=env)
+    second = run_python(code, env=env)
+    assert second["nvml"] == first["nvml"] and second["pynvml"] is False and second["metadata"] is False

@@ -1,5 +1,5 @@
 """`python -m enginecache.cli`."""
 
-from enginecache.cli.app import main
+from enginecache.cli.entry import main
 
 main()

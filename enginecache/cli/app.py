@@ -13,17 +13,21 @@ the catalog) is made when a command first asks for it (`cli.common.app_context`)
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from typer.core import TyperCommand, TyperGroup
 
-from enginecache.cli.common import CliSettings
-from enginecache.errors import EngineCacheError, exit_code_for
+from enginecache.cli.common import KIND_BY_EXIT_CODE, CliSettings, error_document, json_stdout
+from enginecache.errors import EXIT_FAILED, EngineCacheError, exit_code_for
 
 EXIT_INTERRUPTED = 130
 
@@ -106,31 +110,82 @@ def main_callback(
     ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at INFO.")] = False,
 ) -> None:
-    logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    logging.basicConfig(  # every library's logging on stderr: stdout is the command's output
+        level=logging.INFO if verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
     )
     ctx.obj = CliSettings(home, db)
 
 
 def main() -> None:
-    """Entry point: map typed errors to a message and their kind's exit code, never a traceback."""
+    """Entry point: map typed errors to a message and their kind's exit code, never a traceback.
+
+    With --json, stdout carries exactly one JSON document, on failure too: the error as
+    `{"error": message, "kind": kind, "exit_code": code}` (`cli.common.json_stdout`). SIGTERM ends
+    the command as ^C does, through its cleanup (a one-shot worker hands its job back and goes offline).
+    """
+    with sigterm_exits(), json_stdout(wants_json(sys.argv[1:])):
+        code = _run()
+    sys.exit(code)
+
+
+def wants_json(args: list[str]) -> bool:
+    """Whether the command line asks for JSON output (a `--json` before any `--`)."""
+    return "--json" in (args[: args.index("--")] if "--" in args else args)
+
+
+def _run() -> int:
     try:
-        code = app(standalone_mode=False)
+        result = app(standalone_mode=False)
+        code = result if isinstance(result, int) else 0
     except typer.Exit as done:
-        sys.exit(done.exit_code)
+        code = done.exit_code
     except EngineCacheError as err:
         typer.echo(f"error: {err}", err=True)
-        sys.exit(exit_code_for(err))
+        code = exit_code_for(err)
+        error_document(str(err), err.kind, code)
     except typer.Abort:
-        sys.exit(EXIT_INTERRUPTED)
+        code = EXIT_INTERRUPTED
+        error_document("interrupted", "interrupted", code)
     except typer.TyperException as err:  # usage errors: Typer's own Click raises them
         show = getattr(err, "show", None)
         if callable(show):
             show()
         else:
             typer.echo(f"error: {err.format_message()}", err=True)
-        sys.exit(err.exit_code)
-    sys.exit(code if isinstance(code, int) else 0)
+        code = err.exit_code
+        error_document(err.format_message(), "usage", code)
+    except SystemExit as done:  # SIGTERM (see sigterm_exits)
+        code = done.code if isinstance(done.code, int) else EXIT_FAILED
+        error_document(f"stopped (exit status {code})", "interrupted", code)
+    except Exception as err:  # a bug: its traceback on stderr, and still one document on stdout
+        error_document(f"{type(err).__name__}: {err}", "internal", EXIT_FAILED)
+        raise
+    if code != 0:
+        error_document(f"exit status {code}", KIND_BY_EXIT_CODE.get(code, "failed"), code)
+    return code
+
+
+@contextlib.contextmanager
+def sigterm_exits() -> Iterator[None]:
+    """SIGTERM raises SystemExit(143) in the main thread, so `finally` blocks run (where nobody
+    else has claimed the signal)."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) not in (
+        signal.SIG_DFL,
+        None,
+    ):
+        yield
+        return
+
+    def stop(signum: int, _frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 if __name__ == "__main__":

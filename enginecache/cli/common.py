@@ -8,9 +8,12 @@ calls when it runs).
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import os
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TextIO
@@ -32,9 +35,12 @@ __all__ = [
     "LimitOption",
     "OffsetOption",
     "app_context",
+    "document_stream",
     "emit",
+    "error_document",
     "fail",
     "job_progress_printer",
+    "json_stdout",
     "stream_rows",
 ]
 
@@ -49,6 +55,7 @@ OffsetOption = Annotated[
 ]
 
 WRITE_BATCH = 500  # rows joined into one write to stdout
+KIND_BY_EXIT_CODE = {EXIT_FAILED: "failed", EXIT_BAD_INPUT: "bad_input", EXIT_UNAVAILABLE: "unavailable"}
 
 
 @dataclass
@@ -75,8 +82,75 @@ def app_context(ctx: typer.Context) -> AppContext:
     return settings.app
 
 
+@dataclass
+class _JsonOut:
+    """While a `--json` command runs: where its one document goes, and whether it has been written."""
+
+    document: TextIO
+    written: bool = False
+
+
+_json_out: _JsonOut | None = None
+
+
+@contextlib.contextmanager
+def json_stdout(enabled: bool) -> Iterator[None]:
+    """With `enabled` (the command line has --json): stdout carries the command's one JSON document
+    and nothing else. Meanwhile Python's `sys.stdout` is stderr (a library's print or a logging
+    handler made now), and so is file descriptor 1 (what C code and child processes write there,
+    ModelOpt's and TensorRT's lines); the document goes to the real stdout, through `emit`,
+    `stream_rows` or `error_document`. Everything is put back on leaving."""
+    global _json_out
+    if not enabled or _json_out is not None:
+        yield
+        return
+    original = sys.stdout
+    saved_fd: int | None = None
+    document: TextIO = original
+    try:
+        out_fd, err_fd = original.fileno(), sys.stderr.fileno()
+    except (AttributeError, OSError, io.UnsupportedOperation):  # not a file (a test's capture): Python level only
+        out_fd = err_fd = -1
+    if out_fd >= 0 and err_fd >= 0 and out_fd != err_fd:
+        original.flush()
+        saved_fd = os.dup(out_fd)
+        os.dup2(err_fd, out_fd)
+        document = open(saved_fd, "w", encoding="utf-8", closefd=False)  # noqa: SIM115 (closed below)
+    _json_out = _JsonOut(document)
+    sys.stdout = sys.stderr
+    try:
+        yield
+    finally:
+        _json_out = None
+        sys.stdout = original
+        document.flush()
+        if saved_fd is not None:
+            sys.stderr.flush()
+            os.dup2(saved_fd, out_fd)
+            document.close()
+            os.close(saved_fd)
+
+
+def document_stream() -> TextIO:
+    """Where a command's output goes: the real stdout (see `json_stdout`)."""
+    if _json_out is not None:
+        _json_out.written = True
+        return _json_out.document
+    return sys.stdout
+
+
+def error_document(message: str, kind: str, code: int) -> None:
+    """With --json and nothing printed yet: the error as the command's one document,
+    `{"error": message, "kind": kind, "exit_code": code}`."""
+    if _json_out is None or _json_out.written:
+        return
+    stream = document_stream()
+    stream.write(json.dumps({"error": message, "kind": kind, "exit_code": code}, indent=2) + "\n")
+    stream.flush()
+
+
 def emit(data: Any, as_json: bool, text: str) -> None:
-    typer.echo(json.dumps(data, indent=2, default=str) if as_json else text)
+    typer.echo(json.dumps(data, indent=2, default=str) if as_json else text, file=document_stream())
 
 
 def stream_rows(
@@ -92,7 +166,7 @@ def stream_rows(
 
     Memory stays at one batch of rows whatever the count. Output that stops early (an error from the
     database midway) is cut short, not wrapped up: the exit status says it failed."""
-    stream = out if out is not None else sys.stdout
+    stream = out if out is not None else document_stream()
     encode = json.JSONEncoder(default=str).encode
     count = 0
     batch: list[str] = []
@@ -116,6 +190,7 @@ def stream_rows(
 
 def fail(message: str, code: int) -> NoReturn:
     typer.echo(f"error: {message}", err=True)
+    error_document(message, KIND_BY_EXIT_CODE.get(code, "failed"), code)
     raise typer.Exit(code)
 
 

@@ -7,14 +7,23 @@ from typing import Annotated, Any
 
 import typer
 
-from enginecache.cli.common import EXIT_FAILED, JsonOption, app_context, emit, fail, job_progress_printer
+from enginecache.cli.common import (
+    EXIT_BAD_INPUT,
+    EXIT_FAILED,
+    JsonOption,
+    app_context,
+    emit,
+    fail,
+    job_progress_printer,
+)
 from enginecache.db.models import JobStatus
 from enginecache.errors import JobWaitError
 from enginecache.service.exports import export_model
 from enginecache.service.jobs import waiting_reason
 from enginecache.service.loadruns import list_load_runs, load_run_to_dict
 from enginecache.service.readiness import check_ready
-from enginecache.service.runtime import RuntimeSpec
+from enginecache.service.runtimetypes import RuntimeSpec
+from enginecache.service.servestate import check_state
 from enginecache.service.submitwait import run_and_wait
 from enginecache.service.testload import run_test_load, submit_test_load
 
@@ -124,7 +133,11 @@ def _spec(
 
 def ready_command(
     ctx: typer.Context,
-    model: Annotated[str, typer.Option("--model", help="Model name, id or digest.")],
+    model: Annotated[str | None, typer.Option("--model", help="Model name, id or digest (the catalog check).")] = None,
+    state: Annotated[
+        Path | None,
+        typer.Option("--state", help="A serving process's state file (load_or_build state_file=): the cheap probe."),
+    ] = None,
     backend: Annotated[str, typer.Option(help="rtx | trt | ort")] = "rtx",
     precision: Annotated[str, typer.Option(help="fp32 | fp16 | bf16 | int8 | fp8")] = "fp32",
     target: Annotated[list[str] | None, typer.Option("--target", help="As for build.")] = None,
@@ -132,7 +145,22 @@ def ready_command(
     calib: Annotated[Path | None, typer.Option("--calib", help="As for build (int8/fp8).")] = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Readiness probe: exit 0 once this host's engine for MODEL is verified and compatible; else say why, exit 1."""
+    """Readiness probe: exit 0 when ready, else say why and exit 1.
+
+    --state FILE: the serving process that wrote FILE (load_or_build with state_file=) is alive and
+    still holds the engine it verified at load (same boot, same process, blob unchanged); nothing
+    is re-hashed or opened, for a probe run every few seconds. --model M: this host's engine for M is
+    in the catalog, verified (its blob re-hashed) and compatible, for a startup probe.
+    """
+    if (model is None) == (state is None):
+        fail("give --model (the catalog check) or --state (a serving process's state file)", EXIT_BAD_INPUT)
+    if state is not None:
+        probed = check_state(state)
+        emit(probed.to_dict(), as_json, ("ready: " if probed.ready else "not ready: ") + probed.reason)
+        if not probed.ready:
+            raise typer.Exit(EXIT_FAILED)
+        return
+    assert model is not None
     result = check_ready(app_context(ctx), model, _spec(backend, precision, target, profile, calib))
     emit(result.to_dict(), as_json, ("ready: " if result.ready else "not ready: ") + result.reason)
     if not result.ready:

@@ -1,21 +1,32 @@
 """The host fingerprint: OS, CPU and ISA, GPUs via NVML, driver, CUDA runtime, library versions.
 
-Nothing here imports a GPU library at module import time. Versions of backend libraries come
-from package metadata (no import); NVML and the CUDA runtime are asked lazily and their absence
-is reported, not raised.
+It runs in every serving start, so it is cheap in a new process (docs/runtime.md, "Host fingerprint"):
+
+- CPU model and flags from the first block of /proc/cpuinfo (py-cpuinfo spent 1.2-1.4 s re-running
+  Python and spawning `lscpu`, `dmesg`).
+- Library versions from the `*.dist-info` folders on `sys.path`, read directly (what
+  `importlib.metadata` finds, without importing it: that import alone costs ~35 ms).
+- NVML is asked once per process, and its answer is kept on disk (`host_gpus_cache_path()`) keyed
+  by everything that changes it without a reboot being noticed: the boot id, the loaded NVIDIA
+  driver (/proc/driver/nvidia/version), the NVIDIA device nodes, the visible-devices variables, the
+  host name, and the nvidia-ml-py version. A changed host is never served a stale answer; a
+  reboot, a driver reload or another container asks NVML again.
+- A CPU backend's cache hit needs no GPU facts: `host_fingerprint(probe_gpus=False)` skips NVML.
+
+Nothing here imports a GPU library at module import time; NVML and the CUDA runtime are asked
+lazily and their absence is reported, not raised.
 """
 
 from __future__ import annotations
 
 import functools
-import logging
-import platform
+import json
+import os
+import stat
+import sys
 from dataclasses import asdict, dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any
-
-logger = logging.getLogger(__name__)
 
 # Distribution names whose versions matter to engine compatibility, keyed by the name we report.
 _PACKAGES: dict[str, tuple[str, ...]] = {
@@ -77,19 +88,112 @@ class HostFingerprint:
         return cpu_target(self.machine, self.cpu_isa)
 
 
+def _logger() -> Any:
+    """This module's logger, on first use: `logging` costs a new process ~3 ms it rarely needs here."""
+    import logging
+
+    return logging.getLogger(__name__)
+
+
 def cpu_target(machine: str, isa: tuple[str, ...] | list[str]) -> str:
     flags = set(isa)
     best = next((level for level in _ISA_LEVELS if level in flags), "base")
     return f"{machine}-{best}"
 
 
-def package_version(name: str) -> str | None:
+PathIndex = tuple[list[tuple[str, dict[str, tuple[str, ...]]]], bool]
+
+
+def package_version(name: str, *, index: PathIndex | None = None) -> str | None:
     """The installed version of a backend library, by its reported name, without importing it."""
+    index = index or path_index()
     for dist in _PACKAGES.get(name, (name,)):
+        version = distribution_version(dist, index=index)
+        if version is not None:
+            return version
+    return None
+
+
+_SEPARATORS = str.maketrans("-.", "__")
+
+
+def _normalize(name: str) -> str:
+    """PEP 503's normalized name with `_` for the separator (what a `.dist-info` folder is named by):
+    runs of `-`, `_`, `.` become one `_`, lower case (str methods: a regex per entry costs ~1 ms here)."""
+    normal = name.translate(_SEPARATORS).lower()
+    while "__" in normal:
+        normal = normal.replace("__", "_")
+    return normal
+
+
+@functools.lru_cache(maxsize=64)
+def _listing(folder: str, _mtime_ns: int) -> dict[str, tuple[str, ...]]:
+    """Distribution metadata entries of one sys.path folder by normalized name (cached while the
+    folder's mtime stands: installing or removing a distribution adds or removes an entry)."""
+    found: dict[str, list[str]] = {}
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return {}
+    for entry in names:
+        stem, dot, suffix = entry.rpartition(".")
+        if dot and suffix in ("dist-info", "egg-info"):
+            found.setdefault(_normalize(stem.split("-", 1)[0]), []).append(entry)
+    return {k: tuple(v) for k, v in found.items()}
+
+
+def _metadata_version(path: str) -> str | None:
+    """The `Version:` header of a METADATA / PKG-INFO file (headers end at the first blank line)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as stream:
+            for line in stream:
+                if not line.strip():
+                    break
+                if line[:8].lower() == "version:":
+                    return line[8:].strip() or None
+    except OSError:
+        return None
+    return None
+
+
+def path_index() -> PathIndex:
+    """The distribution metadata entries of each folder on `sys.path` (one stat per folder; listings
+    cached while a folder's mtime stands), and whether any path entry is an archive."""
+    folders: list[tuple[str, dict[str, tuple[str, ...]]]] = []
+    archives = False
+    for entry in sys.path:
+        folder = entry or "."
+        try:
+            st = os.stat(folder)
+        except OSError:
+            continue
+        if not stat.S_ISDIR(st.st_mode):
+            archives = True
+            continue
+        folders.append((folder, _listing(folder, st.st_mtime_ns)))
+    return folders, archives
+
+
+def distribution_version(dist: str, *, index: PathIndex | None = None) -> str | None:
+    """`importlib.metadata.version(dist)`, or None where it is not installed, from the `.dist-info` /
+    `.egg-info` entries of the folders on `sys.path` (first match in path order, as importlib.metadata
+    finds it). Only where a path entry is an archive (a zip) is importlib.metadata itself asked."""
+    wanted = _normalize(dist)
+    folders, archives = index or path_index()
+    for folder, listing in folders:
+        for meta in listing.get(wanted, ()):
+            full = os.path.join(folder, meta)
+            header = "METADATA" if meta.endswith("dist-info") else "PKG-INFO"
+            version = _metadata_version(os.path.join(full, header) if os.path.isdir(full) else full)
+            if version is not None:
+                return version
+    if archives:
+        from importlib import metadata
+
         try:
             return metadata.version(dist)
         except metadata.PackageNotFoundError:
-            continue
+            return None
     return None
 
 
@@ -100,7 +204,29 @@ CPUINFO = Path("/proc/cpuinfo")
 def _cpu() -> tuple[str, tuple[str, ...]]:
     """CPU model and ISA flags. On Linux from /proc/cpuinfo (microseconds; py-cpuinfo spent 1.2-1.4 s
     here re-running Python and spawning `lscpu`, `dmesg` ...); elsewhere the platform's name, no flags."""
-    return parse_cpuinfo(CPUINFO.read_text()) if CPUINFO.is_file() else (platform.processor() or "unknown", ())
+    try:
+        text = _first_block(CPUINFO)
+    except OSError:
+        return _processor() or "unknown", ()
+    return parse_cpuinfo(text)
+
+
+def _processor() -> str:
+    import platform
+
+    return platform.processor()
+
+
+def _first_block(path: Path) -> str:
+    """The file up to its first blank line: one processor's block (the kernel writes /proc/cpuinfo
+    one processor at a time, so a 128-core host is not read whole)."""
+    parts: list[str] = []
+    with open(path, encoding="utf-8", errors="replace") as stream:
+        while chunk := stream.read(4096):
+            parts.append(chunk)
+            if "\n\n" in chunk or "\n\n" in "".join(parts[-2:]):
+                break
+    return "".join(parts)
 
 
 def parse_cpuinfo(text: str) -> tuple[str, tuple[str, ...]]:
@@ -111,7 +237,7 @@ def parse_cpuinfo(text: str) -> tuple[str, tuple[str, ...]]:
         key, sep, value = line.partition(":")
         if sep:
             fields.setdefault(key.strip().lower(), value.strip())
-    model = fields.get("model name") or fields.get("hardware") or fields.get("processor") or platform.processor()
+    model = fields.get("model name") or fields.get("hardware") or fields.get("processor") or _processor()
     flags = (fields.get("flags") or fields.get("features") or "").split()
     return model or "unknown", tuple(sorted(set(flags)))
 
@@ -162,27 +288,164 @@ def _cuda_runtime_version() -> str | None:
         return None
     err, version = runtime.cudaRuntimeGetVersion()
     if int(err) != 0:
-        logger.debug("cudaRuntimeGetVersion failed: %s", err)
+        _logger().debug("cudaRuntimeGetVersion failed: %s", err)
         return None
     return f"{version // 1000}.{(version % 1000) // 10}"
 
 
-def host_fingerprint(*, probe_cuda_runtime: bool = False) -> HostFingerprint:
-    """Fingerprint this host. `probe_cuda_runtime` imports cuda-python (a GPU library) to ask it."""
+# -- GPUs: NVML once per process, its answer kept on disk per host state ------------------------
+
+HOST_GPUS_CACHE_ENV = "ENGINECACHE_HOST_CACHE"  # a file path, or "off"
+BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+NVIDIA_DRIVER_VERSION = Path("/proc/driver/nvidia/version")
+_VISIBLE_DEVICE_VARIABLES = ("NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
+_GPU_CACHE_SCHEMA = 1
+
+
+@dataclass(frozen=True)
+class GpuFacts:
+    """What NVML said: status ("ok", or why not), GPUs, driver and CUDA driver version."""
+
+    nvml: str
+    gpus: tuple[GpuInfo, ...] = ()
+    driver_version: str | None = None
+    cuda_driver_version: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "gpus": [asdict(g) for g in self.gpus]}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> GpuFacts:
+        return cls(
+            nvml=str(data["nvml"]),
+            gpus=tuple(GpuInfo(**g) for g in data.get("gpus") or ()),
+            driver_version=data.get("driver_version"),
+            cuda_driver_version=data.get("cuda_driver_version"),
+        )
+
+
+def read_boot_id() -> str | None:
+    """This boot's id (/proc/sys/kernel/random/boot_id), or None where the OS has none."""
+    try:
+        return BOOT_ID.read_text().strip() or None
+    except OSError:
+        return None
+
+
+def _nvidia_devices() -> list[str]:
+    try:
+        return sorted(name for name in os.listdir("/dev") if name.startswith("nvidia"))
+    except OSError:
+        return []
+
+
+def gpu_state_key(index: PathIndex | None = None) -> dict[str, Any] | None:
+    """Everything that changes NVML's answer on a running host without a reboot id telling: the
+    loaded driver (its /proc version text), the device nodes this process sees (a container's
+    share of the GPUs), the visible-devices variables, the host name, the NVML bindings' version.
+    None where there is no boot id to anchor it (nothing is cached then)."""
+    boot = read_boot_id()
+    if boot is None:
+        return None
+    try:
+        driver: str | None = NVIDIA_DRIVER_VERSION.read_text().strip()
+    except OSError:
+        driver = None
+    return {
+        "schema": _GPU_CACHE_SCHEMA,
+        "boot_id": boot,
+        "driver": driver,
+        "devices": _nvidia_devices(),
+        "env": {name: os.environ.get(name) for name in _VISIBLE_DEVICE_VARIABLES},
+        "hostname": os.uname().nodename,
+        "nvidia_ml_py": package_version("nvidia_ml_py", index=index),
+    }
+
+
+def host_gpus_cache_path() -> Path | None:
+    """Where NVML's answer is kept: $ENGINECACHE_HOST_CACHE ("off": nowhere), else
+    $XDG_CACHE_HOME/enginecache/host-gpus-<uid>.json (~/.cache by default)."""
+    configured = os.environ.get(HOST_GPUS_CACHE_ENV)
+    if configured is not None:
+        return None if configured.strip().lower() in ("", "off", "0", "none") else Path(configured)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    uid = os.getuid() if hasattr(os, "getuid") else 0
+    return Path(base) / "enginecache" / f"host-gpus-{uid}.json"
+
+
+def _read_cached_gpus(path: Path, key: dict[str, Any]) -> GpuFacts | None:
+    try:
+        data = json.loads(path.read_text())
+        if data.get("key") != key:
+            return None
+        return GpuFacts.from_dict(data["facts"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _write_cached_gpus(path: Path, key: dict[str, Any], facts: GpuFacts) -> None:
+    """Atomically (temp file, rename); a cache that cannot be written is skipped."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        try:
+            with open(temp, "w", encoding="utf-8") as stream:
+                json.dump({"key": key, "facts": facts.to_dict()}, stream)
+            os.replace(temp, path)
+        except BaseException:
+            temp.unlink(missing_ok=True)
+            raise
+    except OSError as err:
+        _logger().debug("host GPU facts not cached at %s: %s", path, err)
+
+
+@functools.lru_cache(maxsize=1)
+def gpu_facts() -> GpuFacts:
+    """NVML's answer for this host: asked once per process, and kept on disk while the host state
+    (`gpu_state_key`) stands. A transient NVML error is not kept."""
+    key = gpu_state_key(path_index())
+    path = host_gpus_cache_path() if key is not None else None
+    if path is not None and key is not None:
+        cached = _read_cached_gpus(path, key)
+        if cached is not None:
+            return cached
+    status, gpus, driver, cuda = _nvml_gpus()
+    facts = GpuFacts(status, gpus, driver, cuda)
+    if path is not None and key is not None and not status.startswith("error"):
+        _write_cached_gpus(path, key, facts)
+    return facts
+
+
+def _system() -> tuple[str, str, str, str]:
+    """(host name, OS, release, machine): os.uname() on POSIX (what platform.node/system/release/
+    machine return there, without importing platform), platform's answers elsewhere."""
+    if hasattr(os, "uname"):
+        u = os.uname()
+        return u.nodename, u.sysname, u.release, u.machine
+    import platform
+
+    return platform.node(), platform.system(), platform.release(), platform.machine()
+
+
+def host_fingerprint(*, probe_cuda_runtime: bool = False, probe_gpus: bool = True) -> HostFingerprint:
+    """Fingerprint this host. `probe_cuda_runtime` imports cuda-python (a GPU library) to ask it;
+    `probe_gpus=False` leaves NVML out (no GPUs, `nvml` says so): for a CPU backend's cache hit."""
     cpu_model, isa = _cpu()
-    nvml_status, gpus, driver, cuda_driver = _nvml_gpus()
+    index = path_index()
+    gpus = gpu_facts() if probe_gpus else GpuFacts("not probed (a CPU backend's lookup)")
+    hostname, os_name, release, machine = _system()
     return HostFingerprint(
-        hostname=platform.node(),
-        os=platform.system(),
-        os_release=platform.release(),
-        machine=platform.machine(),
-        python=platform.python_version(),
+        hostname=hostname,
+        os=os_name,
+        os_release=release,
+        machine=machine,
+        python=sys.version.split()[0],  # platform.python_version()
         cpu_model=cpu_model,
         cpu_isa=isa,
-        gpus=gpus,
-        driver_version=driver,
-        cuda_driver_version=cuda_driver,
+        gpus=gpus.gpus,
+        driver_version=gpus.driver_version,
+        cuda_driver_version=gpus.cuda_driver_version,
         cuda_runtime_version=_cuda_runtime_version() if probe_cuda_runtime else None,
-        nvml=nvml_status,
-        packages={name: package_version(name) for name in _PACKAGES},
+        nvml=gpus.nvml,
+        packages={name: package_version(name, index=index) for name in _PACKAGES},
     )

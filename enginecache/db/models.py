@@ -66,6 +66,19 @@ class EngineRecord(SQLModel, table=True):
         sa.Index("ix_engines_key_status", "cache_key", "status"),
         sa.Index("ix_engines_status_created", "status", "created_at"),
         sa.Index("ix_engines_model_backend_precision", "model_id", "backend", "precision", "targets"),
+        # Timings' build-time groups read only this index, in group order (migration 0008)
+        sa.Index(
+            "ix_engines_build_groups",
+            "model_id",
+            "backend",
+            "targets",
+            "precision",
+            "status",
+            "build_seconds",
+            "size_bytes",
+        ),
+        # Overview's build jobs answered by another job's engine: an index-only anti-join (migration 0008)
+        sa.Index("ix_engines_job_engine", "job_id", "id"),
     )
 
     id: int | None = Field(default=None, primary_key=True)
@@ -121,6 +134,8 @@ class JobRecord(SQLModel, table=True):
         sa.Index("ix_jobs_status_run_after", "status", "run_after"),
         sa.Index("ix_jobs_status_created", "status", "created_at"),
         sa.Index("ix_jobs_finished_at", "finished_at"),
+        # Overview's build-job hits per day (migration 0008)
+        sa.Index("ix_jobs_kind_status_finished", "kind", "status", "finished_at", "result_engine_id"),
         sa.Index(
             "ux_jobs_active_key",
             "idempotency_key",
@@ -248,6 +263,18 @@ class LoadEventRecord(SQLModel, table=True):
     __table_args__ = (
         sa.Index("ix_load_events_model_host_created", "model_name", "hostname", "created_at"),
         sa.Index("ix_load_events_outcome_created", "outcome", "created_at"),
+        # Overview's lookups and hits per day, Timings' hit rates per model and host (migration 0008)
+        sa.Index("ix_load_events_source_created", "source", "created_at"),
+        sa.Index("ix_load_events_source_outcome_created", "source", "outcome", "created_at"),
+        sa.Index(
+            "ix_load_events_model_host_source",
+            "model_name",
+            "hostname",
+            "source",
+            "created_at",
+            "outcome",
+            "total_s",
+        ),
     )
 
     id: int | None = Field(default=None, primary_key=True)
@@ -269,3 +296,26 @@ class LoadEventRecord(SQLModel, table=True):
     stat_cache_hit: bool | None = None
     phases: dict[str, Any] = _json()
     created_at: datetime = _tz_time(index=True)
+
+
+class EngineMemoRecord(SQLModel, table=True):
+    """A serving lookup's answer, remembered (`enginecache.service.memo`): the engine `load_or_build`
+    found for one request (the model digest, the RuntimeSpec, the backend and precision-tool
+    versions, the host facts and the code that planned it, all in `memo_key`) and the model's READY
+    engines at the time. The stdlib cache hit (`service.hitpath`) serves it only while that set of
+    READY engines is unchanged and the engine is still READY; anything else is a miss of the memo,
+    answered by the full lookup, which writes the memo anew."""
+
+    __tablename__ = "engine_memos"
+    __table_args__ = (sa.UniqueConstraint("memo_key", name="ux_engine_memos_key"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    memo_key: str = Field(sa_column=sa.Column(sa.String(64), nullable=False))
+    model_id: int = Field(foreign_key="models.id", index=True)
+    engine_id: int = Field(foreign_key="engines.id", index=True)
+    cache_key: str = Field(sa_column=sa.Column(sa.String(64), nullable=False))
+    ready_engines: str = Field(sa_column=sa.Column(sa.Text, nullable=False))  # "1,4,7": ids in order
+    host_target: str
+    hostname: str
+    request: dict[str, Any] = _json()
+    created_at: datetime = _tz_time()

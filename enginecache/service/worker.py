@@ -38,7 +38,7 @@ from enginecache.errors import StaleLeaseError
 from enginecache.service.context import AppContext
 from enginecache.service.jobattempt import CHILD_ERROR_FILE, EXIT_LEASE_LOST, EXIT_RECORDED, ChildSpec
 from enginecache.service.jobchild import run_child
-from enginecache.service.routing import can_run, worker_capabilities
+from enginecache.service.routing import SCOPE_JOB, SCOPE_QUEUE, can_run, worker_capabilities
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +46,7 @@ logger = logging.getLogger(__name__)
 # created by importing them; CUDA initializes in the child when a build needs it).
 CANCEL_POLL_SECONDS = 0.5
 STOP_POLL_SECONDS = 0.1  # how soon the worker's row says "stopping" after a stop request
+OFFLINE_ATTEMPTS = 5  # tries to record "offline" as the worker ends
 WARM_MODULES = ("enginecache.service.jobchild", "onnx", "onnxruntime", "tensorrt_rtx", "onnxconverter_common")
 
 
@@ -125,7 +126,9 @@ class Worker:
         self.config = config
         self.clock = clock  # the queue's clock: leases, the attempt's start, backoff
         self.host = host or host_fingerprint()
-        self.capabilities = worker_capabilities(self.host)
+        # A one-shot worker (`job_id`) says so: it is no worker for any other job (routing.takes_queued_jobs).
+        scope = {"scope": SCOPE_QUEUE} if config.job_id is None else {"scope": SCOPE_JOB, "job_id": config.job_id}
+        self.capabilities = {**worker_capabilities(self.host), **scope}
         self._stop = threading.Event()
         self._hard_stop = threading.Event()
         self._slots_done = threading.Event()
@@ -160,22 +163,36 @@ class Worker:
             clock=self.clock,
         )
         beat = threading.Thread(target=self._heartbeat_loop, name="worker-heartbeat", daemon=True)
-        beat.start()
-        slots = [
-            threading.Thread(target=self._slot_loop, args=(i,), name=f"slot-{i}")
-            for i in range(self.config.concurrency)
-        ]
-        for slot in slots:
-            slot.start()
-        for slot in slots:
-            slot.join()
-        self._stop.set()
-        self._slots_done.set()
-        beat.join(timeout=self.config.heartbeat_seconds + 1)
-        queue.worker_heartbeat(
-            self.app.catalog, self.config.name, current_job_id=None, status="offline", clock=self.clock
-        )
+        try:
+            beat.start()
+            slots = [
+                threading.Thread(target=self._slot_loop, args=(i,), name=f"slot-{i}")
+                for i in range(self.config.concurrency)
+            ]
+            for slot in slots:
+                slot.start()
+            for slot in slots:
+                slot.join()
+        finally:  # the row's lease ends with the worker, however it ends
+            self._stop.set()
+            self._slots_done.set()
+            if beat.is_alive():
+                beat.join(timeout=self.config.heartbeat_seconds + 1)
+            self._mark_offline()
         return self.jobs_run
+
+    def _mark_offline(self) -> None:
+        """Record that this worker has ended (retried while the catalog is busy; if it never gets
+        through, the row's heartbeat lease runs out by itself)."""
+        for attempt in range(OFFLINE_ATTEMPTS):
+            try:
+                queue.worker_heartbeat(
+                    self.app.catalog, self.config.name, current_job_id=None, status="offline", clock=self.clock
+                )
+                return
+            except sa.exc.OperationalError as err:
+                logger.warning("worker %s: offline not recorded (try %d): %s", self.config.name, attempt + 1, err.orig)
+                time.sleep(self.config.poll_seconds)
 
     def _heartbeat_loop(self) -> None:
         """Beat every `heartbeat_seconds` until the slots are done, and at once when a stop is

@@ -18,14 +18,19 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Protocol
 
 from enginecache.core.fingerprint import HostFingerprint
-from enginecache.core.profiles import ProfileResult
 
-Feeds = Mapping[str, np.ndarray]
+if TYPE_CHECKING:  # numpy and the profiles (which import onnx) stay out of a serving process's cache hit
+    import numpy as np
+
+    from enginecache.core.profiles import ProfileResult
+
+Feeds = Mapping[str, "np.ndarray"]
+# What `Backend.check_header` is given: an engine's first bytes (TensorRT's header is 64 bytes; an
+# ORT-format model's identifier is at bytes 4..8).
+ENGINE_HEADER_BYTES = 4096
 Requirements = dict[str, Any]
 
 
@@ -113,6 +118,10 @@ class TritonInfo:
     instance_kind: str  # "KIND_GPU" | "KIND_CPU"
     file_suffix: str  # the model file's suffix in the version folder (".plan", ".ort")
     rank: int  # preference when an export names no backend: the lowest rank present is exported
+    warning: str | None = None  # said with every Triton export of these engines (in its result and config.pbtxt)
+    # Its engines keep the model's declared output shapes (ONNX Runtime merges them with its own
+    # inference, leniently): an export takes output shapes from a shape inference of the graph instead.
+    infer_output_shapes: bool = False
 
 
 @dataclass
@@ -160,6 +169,8 @@ class EngineSession(Protocol):
 
 def numpy_dtype(name: str) -> np.dtype[Any]:
     """The numpy dtype for one of our dtype names (`float32`, `float16`, `int64`, `bool`, ...)."""
+    import numpy as np
+
     return np.dtype("bool" if name == "bool" else name)
 
 
@@ -170,6 +181,7 @@ class Backend(Protocol):
     label: str  # "TensorRT-RTX"
     module: str  # the Python module of its library ("tensorrt_rtx")
     device: str  # "gpu" | "cpu": what its engines run on
+    precision_family: str  # "tensorrt" | "ort": which int8/fp8 recipe its graphs need (core.precision)
 
     def version(self) -> str:
         """The exact library version; raises BackendUnavailableError when not installed."""
@@ -268,6 +280,12 @@ class Backend(Protocol):
         self, spec: BuildSpec, output: Path, progress: ProgressCallback | None = None, log: LogCallback | None = None
     ) -> BuildOutput:
         """Build into `output`; phases go to `progress`, builder log lines to `log` as they come."""
+        ...
+
+    def check_header(self, header: bytes, spec: LoadSpec, timer: PhaseTimer | None = None) -> None:
+        """The validity test `load` starts with, on the engine's first `ENGINE_HEADER_BYTES` bytes
+        (all of it when shorter): raises IncompatibleEngineError with the library's diagnostic (phase
+        `validity`). A caller refuses an engine this host cannot run before reading all of it."""
         ...
 
     def load(

@@ -6,13 +6,13 @@ to the CPU it was optimized on, so its target is the CPU architecture and ISA le
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from enginecache.core.backends.base import (
+    ENGINE_HEADER_BYTES,
     BuildOutput,
     BuildSpec,
     CompatibilityResult,
@@ -29,12 +29,9 @@ from enginecache.core.backends.base import (
     verdict,
 )
 from enginecache.core.backends.ort.dtypes import ort_dtype
-from enginecache.core.backends.ort.session import OrtEngineSession, session_io
 from enginecache.core.fingerprint import HostFingerprint, package_version
 from enginecache.core.lazyimport import import_backend
 from enginecache.errors import BuildFailedError, IncompatibleEngineError, TargetError
-
-logger = logging.getLogger(__name__)
 
 # An ORT-format model is a flatbuffer whose file identifier (bytes 4..8) is "ORTM".
 ORT_FORMAT_IDENTIFIER = b"ORTM"
@@ -45,9 +42,15 @@ class OnnxRuntimeBackend:
     label = "ONNX Runtime"
     module = "onnxruntime"
     device = "cpu"
+    precision_family = "ort"  # int8/fp8 through onnxruntime.quantization
     # Triton's onnxruntime backend loads the ORT-format model; last choice when an export names no backend.
     triton = TritonInfo(
-        platform="onnxruntime_onnx", backend="onnxruntime", instance_kind="KIND_CPU", file_suffix=".ort", rank=2
+        platform="onnxruntime_onnx",
+        backend="onnxruntime",
+        instance_kind="KIND_CPU",
+        file_suffix=".ort",
+        rank=2,
+        infer_output_shapes=True,
     )
 
     def _ort(self) -> ModuleType:
@@ -84,6 +87,8 @@ class OnnxRuntimeBackend:
             session = ort.InferenceSession(str(spec.onnx_path), options, providers=["CPUExecutionProvider"])
         except (RuntimeError, ValueError) as err:  # ORT raises its own subclasses of these
             raise BuildFailedError(f"ONNX Runtime could not optimize {spec.onnx_path.name}: {err}") from err
+        from enginecache.core.backends.ort.session import session_io  # numpy: imported where it runs
+
         io = session_io(session)
         if not output.is_file():
             raise BuildFailedError(f"ONNX Runtime wrote no optimized model for {spec.onnx_path.name}")
@@ -156,26 +161,32 @@ class OnnxRuntimeBackend:
     def hardware_names(self, targets: tuple[str, ...], target_info: Mapping[str, Any]) -> tuple[str, ...]:
         return targets
 
-    def load(
-        self, engine: bytes | bytearray | memoryview, spec: LoadSpec, timer: PhaseTimer | None = None
-    ) -> EngineSession:
-        """An `OrtEngineSession` on the CPU. Validity: the ORT-format identifier, and the ONNX Runtime
-        version (ORT-format models are tied to the version that wrote them)."""
-        timer = timer or PhaseTimer()
-        ort = self._ort()
-        installed = self.version()
-        with timer.phase("validity"):
-            identifier = bytes(memoryview(engine)[4:8])
+    def check_header(self, header: bytes, spec: LoadSpec, timer: PhaseTimer | None = None) -> None:
+        """The ORT-format identifier, and the ONNX Runtime version (ORT-format models are tied to the
+        version that wrote them); reads the version from package metadata, imports nothing."""
+        with (timer or PhaseTimer()).phase("validity"):
+            identifier = bytes(header[4:8])
             if identifier != ORT_FORMAT_IDENTIFIER:
                 raise IncompatibleEngineError(
                     f"{spec.label} is not an ORT-format model (file identifier {identifier!r}, expected 'ORTM')",
                     {"validity": "INVALID", "identifier": identifier.hex()},
                 )
+            installed = self.version()
             if spec.backend_version is not None and spec.backend_version != installed:
                 raise IncompatibleEngineError(
                     f"{spec.label} was written by ONNX Runtime {spec.backend_version}; this host has {installed}",
                     {"validity": "INVALID", "installed_version": installed},
                 )
+
+    def load(
+        self, engine: bytes | bytearray | memoryview, spec: LoadSpec, timer: PhaseTimer | None = None
+    ) -> EngineSession:
+        """An `OrtEngineSession` on the CPU, after `check_header` on the engine's first bytes."""
+        from enginecache.core.backends.ort.session import OrtEngineSession  # numpy: imported where it runs
+
+        timer = timer or PhaseTimer()
+        ort = self._ort()
+        self.check_header(bytes(memoryview(engine)[:ENGINE_HEADER_BYTES]), spec, timer)
         return OrtEngineSession(ort, engine, spec, timer)
 
 

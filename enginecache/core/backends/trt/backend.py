@@ -16,7 +16,6 @@ FP16/INT8 builder flags are used (TensorRT 11 removed them).
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from pathlib import Path
 from types import ModuleType
@@ -39,7 +38,6 @@ from enginecache.core.backends.base import (
     verdict,
 )
 from enginecache.core.backends.trt.dtypes import dtype_name
-from enginecache.core.backends.trt.session import TensorRTEngineSession
 from enginecache.core.backends.trt.targets import (
     RTX_COMPUTE_CAPABILITIES,
     RTX_DEFAULT_TARGETS,
@@ -51,8 +49,6 @@ from enginecache.core.backends.trt.trtlog import captured, capturing_logger, pro
 from enginecache.core.fingerprint import HostFingerprint, package_version
 from enginecache.core.lazyimport import import_backend
 from enginecache.errors import BackendUnavailableError, BuildFailedError, IncompatibleEngineError, TargetError
-
-logger = logging.getLogger(__name__)
 
 # EngineInvalidityDiagnostics bits, with the words we report for each.
 _DIAGNOSTICS = {
@@ -74,6 +70,7 @@ class TensorRTBackend:
     """`rtx` (module tensorrt_rtx) or `trt` (module tensorrt)."""
 
     device = "gpu"
+    precision_family = "tensorrt"  # strongly typed: int8/fp8 Q/DQ through NVIDIA ModelOpt's ONNX PTQ
 
     def __init__(self, name: str, module: str, label: str) -> None:
         self.name = name
@@ -87,6 +84,7 @@ class TensorRTBackend:
             instance_kind="KIND_GPU",
             file_suffix=".plan",
             rank=1 if self.aot_targets else 0,
+            warning=RTX_TRITON_WARNING if self.aot_targets else None,
         )
 
     def _trt(self) -> ModuleType:
@@ -315,35 +313,49 @@ class TensorRTBackend:
 
     # -- load ---------------------------------------------------------------------------
 
+    def check_header(self, header: bytes, spec: LoadSpec, timer: PhaseTimer | None = None) -> None:
+        """TensorRT-RTX's `get_engine_validity` on the header (64 bytes): INVALID raises
+        IncompatibleEngineError with the library's diagnostic bits and its own log lines. TensorRT
+        has no header check: nothing to refuse before deserializing."""
+        trt = self._trt()
+        with captured(trt) as (trt_logger, sink), (timer or PhaseTimer()).phase("validity"):
+            runtime = trt.Runtime(trt_logger)
+            self._refuse_invalid(runtime, bytes(header[: _header_size(runtime)]), spec, sink)
+
+    def _refuse_invalid(self, runtime: Any, header: bytes, spec: LoadSpec, sink: list[str]) -> None:
+        validity, mask = _header_validity(runtime, header)
+        if validity == "INVALID":
+            library = [line for line in sink if "VERBOSE" not in line]
+            reasons = describe_diagnostics(mask) or [f"{self.label} gives no diagnostic bit (mask 0)"]
+            raise IncompatibleEngineError(
+                f"{self.label} reports {spec.label} INVALID on this host: "
+                + "; ".join(reasons)
+                + (f" [{self.label}: {' | '.join(library)}]" if library else ""),
+                {
+                    "validity": validity,
+                    "diagnostics_mask": mask,
+                    "diagnostics": describe_diagnostics(mask),
+                    "library_log": library,
+                },
+            )
+
     def load(
         self, engine: bytes | bytearray | memoryview, spec: LoadSpec, timer: PhaseTimer | None = None
     ) -> EngineSession:
         """A `TensorRTEngineSession` on this host's GPU, from the verified bytes.
 
-        TensorRT-RTX first checks the header (`get_engine_validity`); INVALID raises
+        TensorRT-RTX first checks the header (`get_engine_validity`, as `check_header`); INVALID raises
         IncompatibleEngineError carrying the library's diagnostic bits and its own log lines
         (on a host without a GPU: the CUDA error it met reading the GPU's properties).
         """
+        from enginecache.core.backends.trt.session import TensorRTEngineSession  # numpy: imported where it runs
+
         timer = timer or PhaseTimer()
         trt = self._trt()
         with captured(trt) as (trt_logger, sink):  # the process-wide logger's sink is ours while we load
             with timer.phase("validity"):
                 runtime = trt.Runtime(trt_logger)
-                validity, mask = _header_validity(runtime, bytes(memoryview(engine)[: _header_size(runtime)]))
-            if validity == "INVALID":
-                library = [line for line in sink if "VERBOSE" not in line]
-                reasons = describe_diagnostics(mask) or [f"{self.label} gives no diagnostic bit (mask 0)"]
-                raise IncompatibleEngineError(
-                    f"{self.label} reports {spec.label} INVALID on this host: "
-                    + "; ".join(reasons)
-                    + (f" [{self.label}: {' | '.join(library)}]" if library else ""),
-                    {
-                        "validity": validity,
-                        "diagnostics_mask": mask,
-                        "diagnostics": describe_diagnostics(mask),
-                        "library_log": library,
-                    },
-                )
+                self._refuse_invalid(runtime, bytes(memoryview(engine)[: _header_size(runtime)]), spec, sink)
             return TensorRTEngineSession(trt, runtime, engine, spec, timer, sink, self.name)
 
 
@@ -382,6 +394,13 @@ def _errors(sink: list[str]) -> list[str]:
     found = [line for line in sink if line.startswith(("[ERROR]", "[INTERNAL_ERROR]"))]
     return found or ["no error message from the library (see the builder log)"]
 
+
+# TensorRT-RTX plans are not TensorRT plans: Triton's stock `tensorrt` backend links TensorRT.
+RTX_TRITON_WARNING = (
+    "these are TensorRT-RTX plans: stock Triton Inference Server cannot load them (its tensorrt_plan "
+    "backend runs TensorRT, not TensorRT-RTX); serve them with a Triton build whose TensorRT backend "
+    "is built against TensorRT-RTX, or export the ONNX Runtime engine (--backend ort)"
+)
 
 RTX_BACKEND = TensorRTBackend("rtx", "tensorrt_rtx", "TensorRT-RTX")
 TRT_BACKEND = TensorRTBackend("trt", "tensorrt", "TensorRT")

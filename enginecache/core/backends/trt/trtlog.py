@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import contextlib
-import logging
+import sys
 import threading
 from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
 
 from enginecache.core.backends.base import LogCallback, ProgressCallback, ProgressEvent
-
-logger = logging.getLogger(__name__)
 
 _BUILD_LOCK = threading.Lock()  # TensorRT keeps one process-wide logger: one build at a time
 _LOGGERS: dict[str, Any] = {}
@@ -35,8 +33,9 @@ def capturing_logger(trt: ModuleType) -> Any:
             self.sink.append(line)
             if self.listener is not None:
                 self.listener(line)
-            if name in ("ERROR", "INTERNAL_ERROR"):
-                logger.debug("%s: %s", trt.__name__, msg)
+            logging = sys.modules.get("logging")  # not imported: nothing is configured to show it
+            if logging is not None and name in ("ERROR", "INTERNAL_ERROR"):
+                logging.getLogger(__name__).debug("%s: %s", trt.__name__, msg)
 
     instance = CapturingLogger()
     _LOGGERS[trt.__name__] = instance

@@ -1,0 +1,129 @@
+"""Loading one engine from the store: header check, verified read, the backend's load.
+
+No catalog here (both `load_or_build` paths use it: the ORM one through `service.loading`, the
+stdlib-sqlite cache hit through `service.hitpath`); what the catalog must do about a corrupt blob
+is the caller's `on_corrupt`.
+
+Order: the runtime's import, then the backend's own validity test on the engine's first bytes (`Backend.check_header`:
+TensorRT-RTX's `get_engine_validity`, the ORT-format identifier and version), so an engine this host
+cannot run is refused without reading all of it; then one pass that reads the blob into the buffer
+the runtime gets while hashing it (BLAKE3 where recorded, else sha256); then `Backend.load`, which
+repeats the header check on the verified bytes and deserializes them. (Reading on a thread beside the
+runtime's import was tried: on 2 busy cores it was no faster, 1.00-1.09x.) A blob whose header is
+damaged is therefore refused as INCOMPATIBLE (its header is what the library judged), not CORRUPT;
+`enginecache verify` re-hashes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from enginecache.core.backends.base import ENGINE_HEADER_BYTES, EngineSession, LoadSpec, PhaseTimer
+from enginecache.core.backends.registry import get_backend
+from enginecache.core.lazyimport import import_backend
+from enginecache.errors import EngineRejectedError, IncompatibleEngineError, IntegrityCheckError, LoadFailedError
+
+
+@dataclass(frozen=True)
+class EngineFacts:
+    """What loading an engine needs from its catalog row (and what a serving state file records)."""
+
+    id: int
+    backend: str
+    backend_version: str
+    precision: str
+    targets: tuple[str, ...]
+    blob: Path
+    sha256: str | None
+    blake3: str | None
+    input_shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+
+    @classmethod
+    def from_row(cls, home: Path, row: Mapping[str, Any]) -> EngineFacts:
+        """From an engines row's columns (build_options already decoded from JSON)."""
+        profiles = (row.get("build_options") or {}).get("profiles") or {}
+        return cls(
+            id=int(row["id"]),
+            backend=str(row["backend"]),
+            backend_version=str(row["backend_version"]),
+            precision=str(row.get("precision") or ""),
+            targets=tuple(t for t in str(row.get("targets") or "").split(",") if t),
+            blob=home / str(row.get("blob_path") or ""),
+            sha256=row.get("sha256"),
+            blake3=row.get("blake3"),
+            input_shapes={name: tuple(p["opt"]) for name, p in profiles.items()},
+        )
+
+    @property
+    def verified_digest(self) -> dict[str, str]:
+        """The digest a load checks: {"blake3": ...} where recorded, else {"sha256": ...}."""
+        return {"blake3": self.blake3} if self.blake3 else {"sha256": self.sha256 or ""}
+
+    def load_spec(self) -> LoadSpec:
+        return LoadSpec(
+            input_shapes=dict(self.input_shapes),
+            label=f"engine {self.id}",
+            backend_version=self.backend_version,
+            targets=self.targets,
+        )
+
+
+def _corrupt(facts: EngineFacts, err: BaseException, on_corrupt: Callable[[], None]) -> EngineRejectedError:
+    on_corrupt()
+    return EngineRejectedError(
+        f"engine {facts.id} is CORRUPT and was refused (now marked CORRUPT): {err}",
+        engine_id=facts.id,
+        verdict="CORRUPT",
+    )
+
+
+def read_blob(facts: EngineFacts, timer: PhaseTimer, on_corrupt: Callable[[], None]) -> bytes:
+    """The engine's blob, verified in the pass that reads it (phase `read_verify`). A mismatch or a
+    missing blob calls `on_corrupt` and raises EngineRejectedError (verdict CORRUPT)."""
+    from enginecache.core.hashing import (
+        read_verified,
+    )  # not before the header passed: an INCOMPATIBLE verdict needs none
+
+    try:
+        with timer.phase("read_verify"):
+            if facts.blake3:
+                return read_verified(facts.blob, blake3_digest=facts.blake3, as_bytes=True)
+            return read_verified(facts.blob, sha256=facts.sha256 or "", as_bytes=True)
+    except (IntegrityCheckError, OSError) as err:
+        raise _corrupt(facts, err, on_corrupt) from err
+
+
+def check_engine_header(facts: EngineFacts, timer: PhaseTimer, on_corrupt: Callable[[], None]) -> None:
+    """The backend's validity test on the blob's first bytes; INCOMPATIBLE without reading the rest."""
+    try:
+        with open(facts.blob, "rb") as stream:
+            header = stream.read(ENGINE_HEADER_BYTES)
+    except OSError as err:
+        raise _corrupt(facts, err, on_corrupt) from err
+    try:
+        get_backend(facts.backend).check_header(header, facts.load_spec(), timer)
+    except IncompatibleEngineError as err:
+        raise EngineRejectedError(str(err), engine_id=facts.id, verdict="INCOMPATIBLE", details=err.details) from err
+
+
+def load_engine(facts: EngineFacts, timer: PhaseTimer, *, on_corrupt: Callable[[], None]) -> EngineSession:
+    """The runtime's import (phase `import_runtime`: a missing library fails before anything is read),
+    the backend's header check, the verified read, then the backend's load of the verified bytes.
+
+    Raises EngineRejectedError: CORRUPT (bytes do not match, or the blob is gone; `on_corrupt` ran),
+    INCOMPATIBLE (the backend's validity test) or ERROR (the runtime could not load it).
+    """
+    backend = get_backend(facts.backend)
+    with timer.phase("import_runtime"):
+        import_backend(backend.module)
+    check_engine_header(facts, timer, on_corrupt)
+    buffer = read_blob(facts, timer, on_corrupt)
+    try:
+        return backend.load(buffer, facts.load_spec(), timer)
+    except IncompatibleEngineError as err:
+        raise EngineRejectedError(str(err), engine_id=facts.id, verdict="INCOMPATIBLE", details=err.details) from err
+    except LoadFailedError as err:
+        raise EngineRejectedError(str(err), engine_id=facts.id, verdict="ERROR") from err

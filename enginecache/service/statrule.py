@@ -1,0 +1,34 @@
+"""When a cached ONNX digest may be trusted: the stat cache's rule, stdlib only.
+
+The digest of a model (model file plus external data) is cached per (host, path) with the
+`[name, size, mtime_ns, ctime_ns, inode]` of each file (`stat_entry`). It is trusted only while
+every one of them still matches and the entry is not racy (`service.statcache` explains both); the
+ORM path (`service.statcache`) and the stdlib cache hit (`service.hitpath`) apply this same rule.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+# Filesystems with coarse timestamps: a file modified within this long after it was hashed could
+# keep the same mtime, so such an entry is "racy" (git's term) and re-hashed on the next lookup.
+RACY_WINDOW_NS = 2_000_000_000
+
+
+def stat_entry(path: Path) -> list[Any]:
+    st = os.stat(path)
+    return [path.name, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+
+
+def cached_files_match(model: Path, model_stat: list[Any], files: list[list[Any]] | None, racy: bool) -> bool:
+    """Whether a cache entry's `files` still describe the model (`model_stat`, its current stat) and
+    each external data file beside it; a racy entry never does."""
+    if racy or not files or files[0] != model_stat:
+        return False
+    try:
+        current = [model_stat] + [stat_entry(model.parent / str(entry[0])) for entry in files[1:]]
+    except OSError:
+        return False
+    return current == files

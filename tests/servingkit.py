@@ -1,0 +1,82 @@
+"""Helpers for the serving tests: a model with its ORT engine served once (stat cache and memo
+written), aged files, the load events, and running code in a new Python process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlmodel import col, select
+
+from enginecache.db.models import EngineRecord, LoadEventRecord
+from enginecache.errors import EngineRejectedError
+from enginecache.service.builds import BuildRequest, build_engine
+from enginecache.service.context import AppContext
+from enginecache.service.models import register_model
+from enginecache.service.runtime import RuntimeSpec, load_or_build
+from tests.modelfactory import make_mlp
+
+ROOT = Path(__file__).resolve().parents[1]
+ORT = RuntimeSpec(backend="ort")
+
+
+def age(*paths: Path) -> None:
+    """Set mtimes a minute back: a file hashed right after it was written is racy (re-hashed)."""
+    past = time.time() - 60
+    for path in paths:
+        os.utime(path, (past, past))
+
+
+def events(app: AppContext) -> list[LoadEventRecord]:
+    """The serving lookups recorded, oldest first."""
+    query = select(LoadEventRecord).where(LoadEventRecord.source == "load_or_build").order_by(col(LoadEventRecord.id))
+    with app.catalog.read() as session:
+        return list(session.exec(query).all())
+
+
+@dataclass(frozen=True)
+class Served:
+    app: AppContext
+    onnx_path: Path
+    engine: EngineRecord
+
+    @property
+    def blob(self) -> Path:
+        return self.app.home / (self.engine.blob_path or "")
+
+
+def serve_mlp(app: AppContext, folder: Path, spec: RuntimeSpec = ORT, *, name: str = "mlp") -> Served:
+    """Register an aged MLP, build its engine for `spec`, and load it once through the full path (which
+    writes the stat cache entry and the memo the hit path reads)."""
+    onnx_path = make_mlp(folder / f"{name}.onnx")
+    age(onnx_path)
+    register_model(app, onnx_path, name=name)
+    engine = build_engine(app, BuildRequest(model=name, backend=spec.backend, targets=spec.targets)).engine
+    try:
+        first = load_or_build(onnx_path, spec=spec, app=app, on_miss="fail")
+    except EngineRejectedError:  # an engine this host cannot load still leaves its memo
+        pass
+    else:
+        assert first.via == "fullpath"
+        first.close()
+    return Served(app, onnx_path, engine)
+
+
+def run_python(code: str, *, env: dict[str, str] | None = None, timeout: float = 120) -> Any:
+    """Run `code` in a new interpreter from the checkout; it prints one JSON line last, returned decoded."""
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+        timeout=timeout,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])

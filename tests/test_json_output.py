@@ -1,0 +1,200 @@
+"""`--json` is JSON: with it, stdout carries exactly one JSON document, on failure too (the error
+object `{"error", "kind", "exit_code"}`), and every library's output (logging, print, C code, child
+processes: ModelOpt's lines) goes to stderr.
+
+Every command that takes --json is enumerated from the Typer app and run in a success and a failure
+case on a small catalog; `RECIPES` must cover each one, so a new --json command fails here until it
+has its cases."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+
+from enginecache.cli.app import app
+from tests.clirunner import run_cli
+from tests.modelfactory import make_mlp
+
+TIMEOUT = 300
+
+
+def json_commands() -> list[str]:
+    """Every command of the app (subcommands of groups too) that has a --json option, as 'job show'."""
+    from typer import _click as click  # Typer's own Click
+
+    root = typer.main.get_command(app)
+    context = click.Context(root)
+    found: list[str] = []
+
+    def walk(group: Any, path: list[str]) -> None:
+        for name in group.list_commands(context):
+            command = group.get_command(context, name)
+            if hasattr(command, "list_commands"):
+                walk(command, [*path, name])
+            elif any("--json" in param.opts for param in command.params):
+                found.append(" ".join([*path, name]))
+
+    walk(root, [])
+    return found
+
+
+@dataclass(frozen=True)
+class Catalog:
+    home: Path
+    db: str
+    model: str
+    engine_id: int
+    job_id: int
+    model_path: Path
+    tmp: Path
+
+    def argv(self, *args: str) -> list[str]:
+        return ["--home", str(self.home), "--db", self.db, *args]
+
+
+# command -> (success args, failure args, the failure's kind); `{...}` fields come from Catalog
+RECIPES: dict[str, tuple[list[str], list[str], str]] = {
+    "fingerprint": (["fingerprint"], ["fingerprint", "--no-such-option"], "usage"),
+    "verify": (["verify", "--all"], ["verify", "999999"], "not_found"),
+    "check": (["check", "{engine_id}"], ["check", "999999"], "not_found"),
+    "build": (["build", "{model}", "--backend", "ort"], ["build", "no-such-model", "--backend", "ort"], "not_found"),
+    "jobs": (["jobs"], ["jobs", "--limit", "0"], "usage"),
+    "test-load": (["test-load", "{engine_id}"], ["test-load", "999999"], "not_found"),
+    "ready": (["ready", "--model", "{model}", "--backend", "ort"], ["ready", "--model", "no-such-model"], "not_found"),
+    "export": (
+        ["export", "{tmp}/export", "--model", "{model}"],
+        ["export", "{tmp}/export-missing", "--model", "no-such-model"],
+        "not_found",
+    ),
+    "model add": (["model", "add", "{model_path}"], ["model", "add", "{tmp}/missing.onnx"], "bad_input"),
+    "model list": (["model", "list"], ["model", "list", "--limit", "0"], "usage"),
+    "model show": (["model", "show", "{model}"], ["model", "show", "no-such-model"], "not_found"),
+    "engine list": (["engine", "list"], ["engine", "list", "--limit", "0"], "usage"),
+    "engine show": (["engine", "show", "{engine_id}"], ["engine", "show", "999999"], "not_found"),
+    "job show": (["job", "show", "{job_id}"], ["job", "show", "999999"], "not_found"),
+    "job cancel": (["job", "cancel", "{job_id}"], ["job", "cancel", "999999"], "not_found"),
+}
+
+
+def _cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "enginecache.cli", "--home", str(home), *args],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def small_catalog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Catalog]:
+    """A SQLite catalog with one model, its ort engine and the job that built it (made through the CLI)."""
+    tmp = tmp_path_factory.mktemp("json")
+    home = tmp / "home"
+    model_path = make_mlp(tmp / "mlp.onnx")
+    added = _cli(home, "model", "add", str(model_path), "--json")
+    assert added.returncode == 0, added.stderr
+    built = _cli(home, "build", "mlp", "--backend", "ort", "--json")
+    assert built.returncode == 0, built.stderr
+    engine = json.loads(built.stdout)
+    jobs = json.loads(_cli(home, "jobs", "--json").stdout)
+    yield Catalog(
+        home=home,
+        db=f"sqlite:///{home / 'catalog.db'}",
+        model="mlp",
+        engine_id=engine["id"],
+        job_id=jobs[0]["id"],
+        model_path=model_path,
+        tmp=tmp,
+    )
+
+
+def _args(catalog: Catalog, template: list[str]) -> list[str]:
+    fields = {k: str(v) for k, v in vars(catalog).items()}
+    return catalog.argv(*(word.format(**fields) for word in template), "--json")
+
+
+def test_recipes_cover_every_json_command() -> None:
+    commands = json_commands()
+    assert len(commands) >= 10  # the enumeration found the app's commands, groups included
+    assert sorted(commands) == sorted(RECIPES), "a --json command without its cases here (or a stale one)"
+
+
+@pytest.mark.parametrize("command", sorted(RECIPES))
+def test_success_prints_one_json_document(
+    command: str, small_catalog: Catalog, capsys: pytest.CaptureFixture[str]
+) -> None:
+    success, _, _ = RECIPES[command]
+    result = run_cli(capsys, *_args(small_catalog, success))
+    document = json.loads(result.out)  # exactly one document: anything more fails to parse
+    if result.code != 0:  # a verdict that exits 1 (a probe saying "not ready") is still one document
+        assert isinstance(document, dict) and result.code == 1, (result.code, result.out, result.err)
+    assert not (isinstance(document, dict) and set(document) == {"error", "kind", "exit_code"}), result.out
+
+
+@pytest.mark.parametrize("command", sorted(RECIPES))
+def test_failure_prints_the_error_object(
+    command: str, small_catalog: Catalog, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, failure, kind = RECIPES[command]
+    result = run_cli(capsys, *_args(small_catalog, failure))
+    assert result.code != 0
+    document = json.loads(result.out)
+    assert set(document) == {"error", "kind", "exit_code"}, result.out
+    assert document["kind"] == kind and document["exit_code"] == result.code
+    assert document["error"]
+
+
+def test_a_failed_build_prints_the_error_object_from_a_real_process(tmp_path: Path) -> None:
+    """The build runs (through a one-shot worker and its child) and fails: stdout is the error object."""
+    home = tmp_path / "home"
+    assert _cli(home, "model", "add", str(make_mlp(tmp_path / "m.onnx")), "--json").returncode == 0
+    for blob in (home / "models").rglob("*.onnx"):
+        blob.write_bytes(b"not an onnx model")  # the build's child cannot load it
+    done = _cli(home, "build", "m", "--backend", "ort", "--json")
+    assert done.returncode == 1, done.stderr
+    document = json.loads(done.stdout)
+    assert document["kind"] == "build_failed" and document["exit_code"] == 1
+    assert document["error"].startswith("job 1 ") and f"error: {document['error']}" in done.stderr
+
+
+def test_library_output_goes_to_stderr_in_a_real_process(tmp_path: Path) -> None:
+    """print(), a logging handler made meanwhile, C-level writes to fd 1 and a child's stdout all
+    land on stderr; stdout is the one document."""
+    code = """
+import logging, os, subprocess, sys
+from enginecache.cli.common import emit, json_stdout
+with json_stdout(True):
+    print("print noise")
+    logging.getLogger("lib").addHandler(logging.StreamHandler(sys.stdout))
+    logging.getLogger("lib").warning("logging noise")
+    os.write(1, b"fd noise\\n")
+    subprocess.run([sys.executable, "-c", "print('child noise')"], check=True)
+    emit({"ok": True}, True, "")
+print("after")
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=TIMEOUT, check=True)
+    first, after = done.stdout.rsplit("}", 1)
+    assert json.loads(first + "}") == {"ok": True} and after.strip() == "after"
+    for noise in ("print noise", "logging noise", "fd noise", "child noise"):
+        assert noise in done.stderr
+
+
+def test_modelopt_build_json_is_only_json(tmp_path: Path) -> None:
+    """ModelOpt (fp16 autocast) logs while it converts; with --json those lines are on stderr."""
+    pytest.importorskip("modelopt.onnx.autocast")
+    home = tmp_path / "home"
+    assert _cli(home, "model", "add", str(make_mlp(tmp_path / "m.onnx")), "--json").returncode == 0
+    args = ["build", "m", "--backend", "ort", "--precision", "fp16", "--converter", "modelopt", "--json"]
+    done = _cli(home, "-v", *args)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["status"] == "READY"
+    assert "modelopt" in done.stderr

@@ -1,0 +1,222 @@
+"""No command waits forever: worker liveness is a lease its process renews while it runs and that
+ends with it, and a one-shot CLI worker (it claims only its own job) is no worker for any other job.
+
+Real processes on SQLite and PostgreSQL: concurrent plain builds with no worker running all finish;
+a waiter killed with SIGKILL leaves no row counted as live once its lease is past, and its job is
+taken over by the next waiter; a waiter whose capable worker goes away runs the job itself."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from enginecache.db import queue
+from enginecache.db.models import JobRecord, JobStatus
+from enginecache.service import testkinds
+from enginecache.service.builds import BuildRequest
+from enginecache.service.context import AppContext
+from enginecache.service.jobs import capable_workers, live_workers, submit_build
+from enginecache.service.models import register_model
+from enginecache.service.routing import WORKER_ALIVE_SECONDS, takes_queued_jobs, worker_capabilities
+from enginecache.service.submitwait import run_and_wait
+from tests.conftest import FakeClock
+from tests.modelfactory import make_mlp
+
+ROOT = Path(__file__).resolve().parents[1]
+BOUND = 300  # seconds: generous; a hang shows as running past it
+CONCURRENT_BUILDS = 8
+
+# What `enginecache build` does once its job is submitted, for a test-kind job (a child that sleeps).
+WAITER = """
+import sys
+from pathlib import Path
+
+import pytest
+from enginecache.db import queue
+from enginecache.service.context import AppContext
+from enginecache.service.submitwait import run_and_wait
+app = AppContext.from_settings(Path(sys.argv[1]), sys.argv[2])
+from enginecache.cli.app import sigterm_exits
+with sigterm_exits():  # as the CLI's main(): SIGTERM ends the wait through its cleanup
+    job = run_and_wait(app, queue.get_job(app.catalog, int(sys.argv[3])), timeout_seconds=float(sys.argv[4]))
+print(job.status)
+"""
+
+
+def _wait(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, testkinds.ENABLE_ENV: "1"}
+
+
+def test_concurrent_plain_builds_with_no_worker_all_finish(catalog_ctx: AppContext, tmp_path: Path) -> None:
+    app = catalog_ctx
+    for i in range(CONCURRENT_BUILDS):
+        model = make_mlp(tmp_path / f"m{i}.onnx", features=8 + i, hidden=16 + 2 * i, seed=i)
+        register_model(app, model, name=f"m{i}")
+    runs: list[tuple[subprocess.Popen[bytes], Path, Path]] = []
+    for i in range(CONCURRENT_BUILDS):
+        out, err = tmp_path / f"build{i}.out", tmp_path / f"build{i}.err"
+        with open(out, "wb") as stdout, open(err, "wb") as stderr:  # files: a child holding a pipe blocks no reader
+            command = [sys.executable, "-m", "enginecache.cli", "--home", str(app.home), "--db", app.db_url]
+            runs.append(
+                (
+                    subprocess.Popen(
+                        [*command, "build", f"m{i}", "--backend", "ort", "--json"],
+                        cwd=ROOT,
+                        stdout=stdout,
+                        stderr=stderr,
+                    ),
+                    out,
+                    err,
+                )
+            )
+    deadline = time.monotonic() + BOUND
+    codes = []
+    try:
+        for process, _, _ in runs:
+            codes.append(process.wait(timeout=max(1.0, deadline - time.monotonic())))
+    finally:
+        for process, _, _ in runs:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    for (_, out, err), code in zip(runs, codes, strict=True):
+        assert code == 0, err.read_text()
+        assert json.loads(out.read_text())["status"] == "READY"
+    workers = queue.list_workers(app.catalog)
+    assert len(workers) == CONCURRENT_BUILDS
+    assert all(w.status == "offline" and not takes_queued_jobs(w.capabilities) for w in workers)
+    assert live_workers(app) == []
+
+
+def test_waiter_killed_with_sigkill_leaves_no_live_worker_and_its_job_is_taken_over(
+    catalog_ctx: AppContext, clock: FakeClock, tmp_path: Path
+) -> None:
+    app = catalog_ctx
+    job = queue.enqueue(app.catalog, kind="sleep", payload={"seconds": 5}, requirements={"backend": "ort"}).job
+    job_id = job.id or 0
+    args = [sys.executable, "-c", WAITER, str(app.home), app.db_url, str(job_id)]
+    log = tmp_path / "killed.log"
+    with open(log, "wb") as sink:
+        killed = subprocess.Popen(
+            [*args, str(BOUND)], cwd=ROOT, stdout=sink, stderr=sink, env=_env(), start_new_session=True
+        )
+    try:
+        _wait(
+            lambda: queue.get_job(app.catalog, job_id).phase == "sleeping" or killed.poll() is not None,
+            BOUND,
+            "the waiter's one-shot worker to run the job",
+        )
+        assert killed.poll() is None, log.read_text()
+    finally:
+        os.killpg(killed.pid, signal.SIGKILL)  # the waiter, its zygote and the job's child: no cleanup runs
+        killed.wait()
+    (row,) = queue.list_workers(app.catalog)
+    assert row.status == "online" and row.name.startswith("oneshot-")  # it never got to say otherwise
+    assert capable_workers(app, job) == []  # a one-shot worker never counts for other waiters
+    clock.now = row.heartbeat_at  # the queue's clock at its last beat, then past its lease
+    clock.advance(WORKER_ALIVE_SECONDS + 1)
+    assert live_workers(app, clock=clock) == []  # its liveness lease is past: not live at all
+
+    rescued = subprocess.run(
+        [*args, str(BOUND)], cwd=ROOT, capture_output=True, text=True, env=_env(), timeout=BOUND, check=False
+    )
+    assert rescued.returncode == 0, rescued.stderr
+    assert rescued.stdout.strip() == JobStatus.SUCCEEDED
+    done = queue.get_job(app.catalog, job_id)
+    assert done.status == JobStatus.SUCCEEDED and done.attempts == 2
+
+
+def test_waiter_runs_the_job_itself_when_its_capable_worker_goes_away(catalog_ctx: AppContext, tmp_path: Path) -> None:
+    """Waiting on a live queue worker that can run the job, then that worker's row goes offline
+    (it never claimed the job): the wait re-asks, starts this host's one-shot worker, finishes."""
+    app = catalog_ctx
+    register_model(app, make_mlp(tmp_path / "m.onnx"), name="m")
+    submitted = submit_build(app, BuildRequest(model="m", backend="ort"))
+    assert submitted.job is not None
+    job: JobRecord = submitted.job
+    from enginecache.core.fingerprint import host_fingerprint
+
+    host = host_fingerprint()
+    queue.register_worker(
+        app.catalog,
+        name="queue-worker",
+        hostname=host.hostname,
+        pid=1,
+        fingerprint=host.to_dict(),
+        capabilities={**worker_capabilities(host), "scope": "queue"},
+    )
+    assert [w.name for w in capable_workers(app, job)] == ["queue-worker"]
+    result: list[JobRecord | Exception] = []
+
+    def wait() -> None:
+        try:
+            result.append(run_and_wait(app, job, timeout_seconds=BOUND))
+        except Exception as err:  # noqa: BLE001 (handed to the test thread)
+            result.append(err)
+
+    waiter = threading.Thread(target=wait, daemon=True)
+    waiter.start()
+    time.sleep(1.0)  # the waiter polls meanwhile; the job stays queued for the worker it counts on
+    assert queue.get_job(app.catalog, job.id or 0).status == JobStatus.QUEUED
+    queue.worker_heartbeat(app.catalog, "queue-worker", current_job_id=None, status="offline")
+    waiter.join(BOUND)
+    assert not waiter.is_alive(), "the wait did not notice its worker had gone"
+    (done,) = result
+    assert isinstance(done, JobRecord), done
+    assert done.status == JobStatus.SUCCEEDED and (done.lease_owner or "").startswith("oneshot-")
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
+def test_waiter_stopped_by_a_signal_hands_the_job_back_and_goes_offline(
+    catalog_ctx: AppContext, tmp_path: Path, stop: signal.Signals
+) -> None:
+    app = catalog_ctx
+    job = queue.enqueue(app.catalog, kind="sleep", payload={"seconds": 120}, requirements={"backend": "ort"}).job
+    job_id = job.id or 0
+    log = tmp_path / "waiter.log"
+    with open(log, "wb") as sink:
+        waiter = subprocess.Popen(
+            [sys.executable, "-c", WAITER, str(app.home), app.db_url, str(job_id), str(BOUND)],
+            cwd=ROOT,
+            stdout=sink,
+            stderr=sink,
+            env=_env(),
+            start_new_session=True,
+        )
+    try:
+        _wait(
+            lambda: queue.get_job(app.catalog, job_id).phase == "sleeping" or waiter.poll() is not None,
+            BOUND,
+            "the waiter's one-shot worker to run the job",
+        )
+        assert waiter.poll() is None, log.read_text()
+        waiter.send_signal(stop)
+        code = waiter.wait(timeout=BOUND)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(waiter.pid, signal.SIGKILL)
+        waiter.wait()
+    assert code != 0, log.read_text()
+    (row,) = queue.list_workers(app.catalog)
+    assert row.status == "offline", log.read_text()
+    back = queue.get_job(app.catalog, job_id)
+    assert back.status == JobStatus.QUEUED and back.phase == "handed back" and back.attempts == 0
