@@ -1,206 +1,95 @@
-"""Dashboard at scale: every view's server-side run time with 10,000 engines and 100,000 jobs.
+"""Dashboard at scale: every view's server-side run on SQLite and PostgreSQL, and the first view of a
+fresh server process.
 
-Seeds a temp SQLite catalog through SQLModel bulk inserts (50 models, 10,000 engines, 100,000
-jobs, 3 workers), then runs each view with Streamlit's AppTest: once to import and warm up, then
-with `st.cache_data` cleared (every query runs: "cold"), then again within the TTLs ("cached").
-Prints seconds per view and writes bench/results/dashboard.json.
+Seeds a catalog per database through bench/bench_catalog.py (`seed_catalog`: bulk inserts; full
+scale 100,000 engines, 100,000 jobs, 1,000,000 load events, 5,000 test-loads, 3 workers; --quick
+10,000 / 10,000 / 100,000), then runs each view with Streamlit's AppTest: once to import and warm
+up ("first"), then `repeat` times with `st.cache_data` cleared (every query runs: "cold"), then
+within the TTLs ("cached"). Two times per run:
 
-    .venv/bin/python bench/bench_dashboard.py [--engines 10000] [--jobs 100000] [--repeat 3]
+- script: the view's `render()` inside the script run (its queries, frames, figures and Streamlit
+  calls), timed in the script: what the server spends on a page view;
+- apptest: the whole `AppTest.run()`, which on every run also scans every installed distribution
+  for Streamlit components (`discover_and_register_components`; a server does that once, at start)
+  and waits on its script thread: a constant of a few hundred ms on this machine.
+
+The first view of a new process: `app.py` (the router; Overview is its default page) run once by
+AppTest in a NEW PROCESS, against the floor of a new process that imports Streamlit and runs a
+script of one `st.title` the same way (bench/harness.py: interleaved pairs, wall clock spawn to ready). The
+child reports its own split (import Streamlit; the first run) too.
+
+    .venv/bin/python bench/bench_dashboard.py [--quick] [--db sqlite|postgresql|both] [--repeat 3] [--pairs 5]
+
+Or through bench/run_all.py (`run(report)`; `report.options["dashboard_db"]` picks the databases).
+Writes bench/results/dashboard.json when run alone.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
-import platform
-import random
+import statistics
 import sys
 import tempfile
 import time
-from datetime import UTC, datetime, timedelta
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-import sqlalchemy as sa  # noqa: E402
-import streamlit as st  # noqa: E402
-from streamlit.testing.v1 import AppTest  # noqa: E402
-
-from enginecache.core.backends.registry import get_backend  # noqa: E402
-from enginecache.core.cachekey import KEY_SCHEMA, compute_cache_key  # noqa: E402
-from enginecache.core.fingerprint import host_fingerprint  # noqa: E402
-from enginecache.core.onnx_info import inspect_model  # noqa: E402
-from enginecache.core.precision.spec import PRECISIONS  # noqa: E402
-from enginecache.db import queue  # noqa: E402
-from enginecache.db.models import EngineRecord, JobRecord, ModelRecord  # noqa: E402
-from enginecache.service.context import DB_URL_ENV, HOME_ENV, AppContext  # noqa: E402
-from enginecache.service.routing import worker_capabilities  # noqa: E402
-from tests.modelfactory import make_conv  # noqa: E402
+BENCH = Path(__file__).resolve().parent
+for _path in (str(ROOT), str(BENCH)):
+    if _path not in sys.path:
+        sys.path.insert(0, _path)
 
 VIEWS = ("overview", "models", "build", "engines", "timings", "hosts")
-TARGETS = get_backend("rtx").known_targets()
-BATCH = 5000
+SECTION = "Dashboard at scale: server-side view runs"
+FIRST_SECTION = "Dashboard: the first view of a new server process"
+APP = ROOT / "enginecache" / "dashboard" / "app.py"
+GOALS = {"view_s": 1.0, "first_view_s": 1.5}
+SCRIPT_S = "_bench_script_s"
 
 
-def seed(app: AppContext, *, models: int, engines: int, jobs: int, rng: random.Random) -> dict[str, float]:
-    timings: dict[str, float] = {}
+# -- in a child process: the first view of a fresh server, or its floor -------------------------
+
+
+def child(kind: str) -> int:
+    """`--child first-view`: import Streamlit (a server has before its first script run), then run
+    app.py once (Overview); `--child floor`: the same with a script of one title."""
     started = time.perf_counter()
-    info = inspect_model(make_conv(app.home / "seed" / "convnet.onnx")).to_dict()
-    now = datetime.now(UTC)
-    model_rows = []
-    for i in range(models):
-        digest = f"{i:064x}"
-        model_rows.append(
-            {
-                "name": f"model_{i:03d}",
-                "digest": digest,
-                "filename": "model.onnx",
-                "store_path": f"models/{digest}/model.onnx",
-                "size_bytes": rng.randint(1, 500) * 2**20,
-                "info": {**info, "digest": digest},
-                "parent_id": None,
-                "recipe": {},
-                "recipe_key": None,
-                "created_at": now - timedelta(days=90, minutes=i),
-            }
-        )
-    with app.catalog.write() as session:
-        session.execute(sa.insert(ModelRecord), model_rows)
-    timings["models"] = time.perf_counter() - started
+    from streamlit.testing.v1 import AppTest
 
-    started = time.perf_counter()
-    statuses = ["READY"] * 88 + ["FAILED"] * 6 + ["RETIRED"] * 3 + ["CORRUPT"] + ["PENDING"] * 2
-    host = host_fingerprint().to_dict()
-    rows: list[dict[str, Any]] = []
-    for i in range(engines):
-        model_id = rng.randint(1, models)
-        precision = rng.choice(PRECISIONS)
-        target = rng.choice(TARGETS)
-        status = rng.choice(statuses)
-        ingredients = {
-            "schema": KEY_SCHEMA,
-            "onnx_digest": f"{model_id - 1:064x}",
-            "precision": {"name": precision, "tool": "none", "tool_version": None, "calibration_digest": None},
-            "build_options": {
-                "profiles": {"input": {"min": [1, 3, 32, 32], "opt": [1, 3, 32, 32], "max": [8, 3, 32, 32]}}
-            },
-            "backend": "rtx",
-            "backend_version": "1.7.1.116",
-            "target": {"compute_capabilities": [target]},
-            "os": "Linux",
-        }
-        ingredients["build_options"]["opt_level"] = i  # every engine its own key
-        created = now - timedelta(seconds=rng.randint(0, 60 * 86400))
-        ready = status in ("READY", "RETIRED", "CORRUPT")
-        sha = f"{i:064x}" if ready else None
-        rows.append(
-            {
-                "model_id": model_id,
-                "variant_model_id": None,
-                "backend": "rtx",
-                "backend_version": "1.7.1.116",
-                "precision": precision,
-                "targets": target,
-                "cache_key": compute_cache_key(ingredients),
-                "status": status,
-                "onnx_digest": ingredients["onnx_digest"],
-                "key_ingredients": ingredients,
-                "precision_recipe": ingredients["precision"],
-                "build_options": ingredients["build_options"],
-                "target_info": ingredients["target"],
-                "os": "Linux",
-                "host": host,
-                "io": [{"name": "input", "mode": "input", "dtype": "float32", "shape": [-1, 3, 32, 32]}],
-                "warnings": [],
-                "sha256": sha,
-                "blake3": sha,
-                "size_bytes": rng.randint(1, 400) * 2**20 if ready else None,
-                "blob_path": f"objects/sha256/{sha[:2]}/{sha}" if sha else None,
-                "build_seconds": rng.uniform(0.5, 600.0) if ready else None,
-                "builder_log": "[phase] Building engine\n" * 20,
-                "error": "TensorRT: network has dynamic shapes but no profile" if status == "FAILED" else None,
-                "created_at": created,
-                "finished_at": created + timedelta(seconds=30),
-                "verified_at": None,
-                "job_id": i + 1,
-                "job_attempt": 1,
-            }
-        )
-        if len(rows) == BATCH:
-            with app.catalog.write() as session:
-                session.execute(sa.insert(EngineRecord), rows)
-            rows = []
-    if rows:
-        with app.catalog.write() as session:
-            session.execute(sa.insert(EngineRecord), rows)
-    timings["engines"] = time.perf_counter() - started
-
-    started = time.perf_counter()
-    job_statuses = ["SUCCEEDED"] * 90 + ["FAILED"] * 4 + ["DEAD"] + ["CANCELLED"] * 5
-    rows = []
-    for i in range(jobs):
-        status = ("QUEUED" if i < jobs - 5 else "RUNNING") if i >= jobs - 25 else rng.choice(job_statuses)
-        created = now - timedelta(seconds=rng.randint(0, 60 * 86400))
-        terminal = status not in ("QUEUED", "RUNNING")
-        rows.append(
-            {
-                "kind": "build",
-                "status": status,
-                "idempotency_key": f"{i:064x}" if not terminal else None,
-                "payload": {
-                    "model": str(rng.randint(1, models)),
-                    "backend": "rtx",
-                    "precision": rng.choice(PRECISIONS),
-                    "targets": [rng.choice(TARGETS)],
-                    "profiles": [],
-                },
-                "requirements": {"backend": "rtx"},
-                "attempts": 1,
-                "max_attempts": 3,
-                "timeout_seconds": 3600.0,
-                "lease_owner": "worker-0" if status == "RUNNING" else None,
-                "cancel_requested": False,
-                "progress": rng.random() if status == "RUNNING" else (1.0 if status == "SUCCEEDED" else 0.0),
-                "phase": "Building engine" if status == "RUNNING" else None,
-                "log_tail": "",
-                "error": "attempt 1 failed: child killed by SIGKILL" if status in ("FAILED", "DEAD") else None,
-                "result_engine_id": rng.randint(1, engines) if status == "SUCCEEDED" else None,
-                "run_after": created,
-                "created_at": created,
-                "started_at": created if status != "QUEUED" else None,
-                "finished_at": created + timedelta(seconds=rng.randint(1, 900)) if terminal else None,
-                "updated_at": created,
-            }
-        )
-        if len(rows) == BATCH:
-            with app.catalog.write() as session:
-                session.execute(sa.insert(JobRecord), rows)
-            rows = []
-    if rows:
-        with app.catalog.write() as session:
-            session.execute(sa.insert(JobRecord), rows)
-    timings["jobs"] = time.perf_counter() - started
-
-    fp = host_fingerprint()
-    for w in range(3):
-        queue.register_worker(
-            app.catalog,
-            name=f"worker-{w}",
-            hostname=f"host-{w}",
-            pid=1000 + w,
-            fingerprint=fp.to_dict(),
-            capabilities=worker_capabilities(fp),
-        )
-    with app.catalog.write() as session:
-        session.execute(sa.text("ANALYZE"))
-    return timings
+    imported = time.perf_counter()
+    if kind == "first-view":
+        at = AppTest.from_file(str(APP), default_timeout=120)
+    else:  # one element: Streamlit's first one in a process costs (its REPL check walks the stack)
+        at = AppTest.from_string("import streamlit as st\nst.title('floor')\n")
+    at.run()
+    done = time.perf_counter()
+    if at.exception:
+        print(f"the first view raised: {at.exception[0].message}", file=sys.stderr)
+        return 1
+    print(json.dumps({"import_streamlit_s": imported - started, "first_run_s": done - imported}))
+    print(f"BENCH_READY {done}", flush=True)
+    return 0
 
 
-def run_view(name: str) -> tuple[float, AppTest]:
-    at = AppTest.from_string(f"from enginecache.dashboard.views import {name}\n{name}.render()\n", default_timeout=120)
+# -- views, in this process ---------------------------------------------------------------------
+
+
+def run_view(name: str) -> tuple[float, float]:
+    """(script seconds, AppTest seconds) of one run of view `name`; raises where it failed."""
+    from streamlit.testing.v1 import AppTest
+
+    script = (
+        "import time\nimport streamlit as st\nstarted = time.perf_counter()\n"
+        f"from enginecache.dashboard.views import {name}\n{name}.render()\n"
+        f"st.session_state[{SCRIPT_S!r}] = time.perf_counter() - started\n"
+    )
+    at = AppTest.from_string(script, default_timeout=120)
     started = time.perf_counter()
     at.run()
     seconds = time.perf_counter() - started
@@ -208,58 +97,209 @@ def run_view(name: str) -> tuple[float, AppTest]:
         raise RuntimeError(f"view {name} raised: {at.exception[0].message}")
     if at.error:
         raise RuntimeError(f"view {name} showed an error: {at.error[0].value}")
-    return seconds, at
+    return float(at.session_state[SCRIPT_S]), seconds
+
+
+@contextlib.contextmanager
+def serving(app: Any) -> Iterator[dict[str, str]]:
+    """ENGINECACHE_HOME / ENGINECACHE_DB_URL of `app` for this process (the views read them) and
+    for children; restored afterwards."""
+    from enginecache.service.context import DB_URL_ENV, HOME_ENV
+
+    env = {HOME_ENV: str(app.home), DB_URL_ENV: app.db_url}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield env
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def time_views(app: Any, *, repeat: int, log: Any) -> dict[str, dict[str, float]]:
+    """Each view: first run, `repeat` runs with the query cache cleared, one within the TTLs."""
+    import streamlit as st
+
+    db = "sqlite" if app.catalog.is_sqlite else "postgresql"
+    results: dict[str, dict[str, float]] = {}
+    with serving(app):
+        for name in VIEWS:
+            first = run_view(name)  # imports; the first plan_build's host probe (Build)
+            cold = []
+            for _ in range(repeat):
+                st.cache_data.clear()
+                cold.append(run_view(name))
+            cached = run_view(name)
+            script = [c[0] for c in cold]
+            whole = [c[1] for c in cold]
+            results[name] = {
+                "first_script_s": round(first[0], 4),
+                "first_apptest_s": round(first[1], 4),
+                "cold_script_s": round(statistics.median(script), 4),
+                "cold_script_max_s": round(max(script), 4),
+                "cold_apptest_s": round(statistics.median(whole), 4),
+                "cold_apptest_max_s": round(max(whole), 4),
+                "cached_script_s": round(cached[0], 4),
+                "cached_apptest_s": round(cached[1], 4),
+                "load1": round(os.getloadavg()[0], 2),
+            }
+            r = results[name]
+            log(
+                f"[{db}] {name:<9} cold {r['cold_script_s']:.3f} s (max {r['cold_script_max_s']:.3f}; AppTest "
+                f"{r['cold_apptest_s']:.3f}), cached {r['cached_script_s']:.3f} s, first {r['first_script_s']:.3f} s, "
+                f"load {r['load1']}"
+            )
+    return results
+
+
+def first_view(app: Any, report: Any, db: str, log: Any) -> dict[str, Any]:
+    """The first view in a new process, against its floor (bench/harness.py `compare`)."""
+    from harness import Command
+
+    with serving(app) as env:
+        argv = [sys.executable, str(Path(__file__).resolve()), "--child"]
+        ours = Command("app.py first run (Overview)", [*argv, "first-view"], env=env)
+        floor = Command("streamlit import + a one-title script", [*argv, "floor"], env=env)
+        figure = report.compare(
+            ours,
+            floor,
+            section=FIRST_SECTION,
+            name=f"first view, {db}",
+            params={"database": db},
+            notes="spawn to the end of the first AppTest run",
+        )
+        splits = [_child_split(ours) for _ in range(3)]
+        floor_splits = [_child_split(floor) for _ in range(3)]
+    first_run = [s["first_run_s"] for s in splits]
+    floor_run = statistics.median(s["first_run_s"] for s in floor_splits)
+    summary = figure.summary
+    out = {
+        "ours_wall_s": summary["a"][figure.metric],
+        "floor_wall_s": summary["b"][figure.metric],
+        "ratio": summary["ratio"],
+        "child_first_run_s": {"median": statistics.median(first_run), "max": max(first_run)},
+        "child_import_streamlit_s": statistics.median(s["import_streamlit_s"] for s in splits),
+        # AppTest's own first run of a one-title script (its component scan, runtime and thread start,
+        # Streamlit's first element): part of first_run_s; under `streamlit run` the scan is paid at start
+        "floor_child_first_run_s": floor_run,
+        "loadavg": figure.loadavg,
+    }
+    log(
+        f"[{db}] first view in a new process: first run {out['child_first_run_s']['median']:.3f} s "
+        f"(a one-title script's {floor_run:.3f} s; import Streamlit {out['child_import_streamlit_s']:.3f} s before "
+        "it); spawn to ready "
+        f"{out['ours_wall_s']['median']:.3f} s against the floor's {out['floor_wall_s']['median']:.3f} s"
+    )
+    return out
+
+
+def _child_split(command: Any) -> dict[str, float]:
+    """One more child, for its own split of the time (the harness keeps no child output), in the
+    harness's child environment."""
+    import subprocess
+
+    from harness import child_env
+
+    out = subprocess.run(list(command.argv), env=child_env(command.env), cwd=str(ROOT), capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"{command.name}: exit status {out.returncode}\n{out.stderr[-2000:]}")
+    return dict(json.loads(out.stdout.splitlines()[0]))
+
+
+# -- the benchmark ------------------------------------------------------------------------------
+
+
+def goals_met(results: Mapping[str, Any]) -> dict[str, bool]:
+    met = {}
+    for db, r in results.items():
+        worst = max(v["cold_script_max_s"] for v in r["views"].values())
+        slowest = max(r["views"], key=lambda name: r["views"][name]["cold_script_max_s"])
+        met[f"{db}: slowest view (cold, script) {slowest} {worst:.3f} s < {GOALS['view_s']:g} s"] = (
+            worst < GOALS["view_s"]
+        )
+        first = r["first_view"]["child_first_run_s"]["max"]
+        met[f"{db}: first view of a new process {first:.3f} s < {GOALS['first_view_s']:g} s"] = (
+            first < GOALS["first_view_s"]
+        )
+    return met
+
+
+def run(report: Any, *, databases: Sequence[str] | None = None, repeat: int = 3) -> dict[str, Any]:
+    """bench/run_all.py's entry point (a bench/harness.py Report: `quick`, `pairs`, `scratch`,
+    `options["dashboard_db"]`). The first-view figures go to the report as harness figures; the
+    per-view times as the section's `results` (in-process), with `goals_met`. Returns the results."""
+    import bench_catalog as catalog
+
+    scale = catalog.QUICK if report.quick else catalog.FULL
+    databases = tuple(databases or report.options.get("dashboard_db") or catalog.DATABASES)
+    report.section(
+        FIRST_SECTION,
+        "A new process runs `enginecache/dashboard/app.py` once with Streamlit's AppTest (the router's "
+        "default page, Overview, on the seeded catalog) against a new process that imports Streamlit and "
+        "runs a script of one title. Goal: the first run itself under 1.5 s (`results.child_first_run_s`).",
+    )
+    results: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="enginecache-bench-dash-", dir=report.scratch) as tmp:
+        for db in databases:
+            with catalog.bench_catalog(db, Path(tmp)) as app:
+                seeded = catalog.seed_catalog(app, scale)
+                results[db] = {
+                    "server": catalog.server_version(app),
+                    "seed_seconds": seeded.seconds,
+                    "catalog": seeded.counts,
+                    "views": time_views(app, repeat=repeat, log=catalog.log),
+                    "first_view": first_view(app, report, db, catalog.log),
+                }
+    out = {
+        "what": "server-side run of each dashboard view (AppTest), query cache cleared (cold) and not (cached)",
+        "scale": asdict(scale),
+        "repeat": repeat,
+        "goals": GOALS,
+        "results": results,
+        "goals_met": goals_met(results),
+    }
+    report.section(
+        SECTION,
+        f"Each view's `render()` in an AppTest run on a catalog of {scale.engines:,} engines, {scale.jobs:,} jobs "
+        f"and {scale.events:,} load events (bench/bench_dashboard.py), with `st.cache_data` cleared before each "
+        f"of {repeat} runs; on " + " and ".join(r["server"] for r in results.values()) + ". Goal: under 1 s.",
+        notes="`apptest` times add AppTest's own per-run scan of installed packages for components (a server "
+        "does it once at start).",
+    )
+    report.sections[SECTION]["results"] = out
+    report.sections[FIRST_SECTION]["results"] = {
+        "results": {db: r["first_view"] for db, r in results.items()},
+        "goals_met": {k: v for k, v in out["goals_met"].items() if "first view" in k},
+    }
+    return out
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", type=int, default=50)
-    parser.add_argument("--engines", type=int, default=10_000)
-    parser.add_argument("--jobs", type=int, default=100_000)
+    parser = argparse.ArgumentParser(description=str(__doc__).splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--db", choices=("sqlite", "postgresql", "both"), default="both")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "dashboard.json")
+    parser.add_argument("--child", choices=("first-view", "floor"), help=argparse.SUPPRESS)
     args = parser.parse_args()
-    rng = random.Random(7)
-    with tempfile.TemporaryDirectory(prefix="enginecache-bench-dash-") as tmp:
-        home = Path(tmp) / "home"
-        os.environ[HOME_ENV] = str(home)
-        os.environ.pop(DB_URL_ENV, None)
-        app = AppContext.from_settings(home)
-        seeding = seed(app, models=args.models, engines=args.engines, jobs=args.jobs, rng=rng)
-        print(f"seeded in {sum(seeding.values()):.1f} s: " + ", ".join(f"{k} {v:.1f} s" for k, v in seeding.items()))
-        results: dict[str, dict[str, float]] = {}
-        for name in VIEWS:
-            warmup, _ = run_view(name)  # imports, first plan_build's host fingerprint
-            cold, cached = [], []
-            for _ in range(args.repeat):
-                st.cache_data.clear()
-                cold.append(run_view(name)[0])
-                cached.append(run_view(name)[0])
-            results[name] = {
-                "first_run_s": round(warmup, 4),
-                "cold_cache_s": round(min(cold), 4),
-                "cold_cache_max_s": round(max(cold), 4),
-                "cached_s": round(min(cached), 4),
-            }
-            r = results[name]
-            print(
-                f"{name:<9} first {r['first_run_s']:.3f} s   cold cache {r['cold_cache_s']:.3f} s "
-                f"(max {r['cold_cache_max_s']:.3f})   cached {r['cached_s']:.3f} s"
-            )
-        app.close()
-    report = {
-        "what": "server-side run of each dashboard view (AppTest), SQLite catalog",
-        "catalog": {"models": args.models, "engines": args.engines, "jobs": args.jobs, "workers": 3},
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
-        "seed_seconds": {k: round(v, 2) for k, v in seeding.items()},
-        "views": results,
-        "slowest_cold_s": max(r["cold_cache_max_s"] for r in results.values()),
-        "budget_s": 1.0,
-    }
+    if args.child:
+        return child(args.child)
+    from bench_catalog import DATABASES, log
+    from harness import Report
+
+    report = Report(quick=args.quick, pairs=args.pairs, scratch=Path(tempfile.gettempdir()))
+    out = run(report, databases=DATABASES if args.db == "both" else (args.db,), repeat=args.repeat)
+    out["first_view_figures"] = [f.to_dict() for f in report.figures]
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"slowest view with a cold cache: {report['slowest_cold_s']:.3f} s (budget 1 s); wrote {args.out}")
-    return 0 if report["slowest_cold_s"] < 1.0 else 1
+    args.out.write_text(json.dumps(out, indent=2) + "\n")
+    for goal, met in out["goals_met"].items():
+        log(f"{'met' if met else 'NOT MET'}: {goal}")
+    log(f"wrote {args.out}")
+    return 0 if all(out["goals_met"].values()) else 1
 
 
 if __name__ == "__main__":

@@ -127,9 +127,9 @@ def load_phase_stats(key: CatalogKey) -> list[dict[str, Any]]:
 
 
 @st.cache_data(ttl=CHART_TTL, show_spinner=False)
-def load_event_stats(key: CatalogKey) -> list[dict[str, Any]]:
-    """`load_or_build` outcomes and hit rate by model, host and day."""
-    return loadruns.load_event_stats(_open_app(*key))
+def serving_hit_rates(key: CatalogKey, days: int, pairs: int) -> timings.HitRates:
+    """`load_or_build` calls and hit rate per day of the busiest (model, host) pairs."""
+    return timings.serving_hit_rates(_open_app(*key), days=days, pairs=pairs)
 
 
 @st.cache_data(ttl=LIST_TTL, show_spinner=False)

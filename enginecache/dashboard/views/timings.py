@@ -1,16 +1,28 @@
 """Timings: plotly charts from SQL aggregates (one row per model x backend x targets x
 precision, never one per engine): build time, engine size against build time, load-phase
-timings once test-loads exist, and cold start (build) against warm start (load) per model."""
+timings once test-loads exist, cold start (build) against warm start (load) per model, and the
+`load_or_build` hit rate of the busiest model and host pairs.
+
+The charts are plotly graph objects, one trace per colour, built from the aggregate rows: plotly
+express builds the same figures through a data frame per trace and a figure update per property,
+which cost seconds here for a catalog's 500 groups (and importing it costs a few hundred ms)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import pandas as pd
-import plotly.express as px
+import plotly.graph_objects as go
 import streamlit as st
 
 from enginecache.dashboard import data
+from enginecache.service.readmodels.timings import BuildTimeGroup, HitRates
+
+HIT_RATE_DAYS = 30
+HIT_RATE_PAIRS = 10
+SIZE_MAX = 28  # the largest marker's diameter (px), as plotly express's size_max
 
 
 def render() -> None:
@@ -20,57 +32,116 @@ def render() -> None:
     if not groups:
         st.info("No engines built yet: timings appear once a build is READY.")
         return
-    frame = pd.DataFrame(
-        [
-            {
-                "model": g.model,
-                "backend": g.backend,
-                "target": f"{g.backend} {g.targets}",
-                "precision": g.precision,
-                "engines": g.engines,
-                "mean build s": g.mean_seconds,
-                "min build s": g.min_seconds,
-                "max build s": g.max_seconds,
-                "mean size MiB": g.mean_size_bytes / 2**20,
-            }
-            for g in groups
-        ]
-    )
     st.subheader("Build time by model, target and precision")
-    fig = px.bar(
-        frame,
-        x="model",
-        y="mean build s",
-        color="precision",
-        facet_col="target" if frame["target"].nunique() <= 6 else None,
-        barmode="group",
-        error_y=frame["max build s"] - frame["mean build s"],
-        error_y_minus=frame["mean build s"] - frame["min build s"],
-        hover_data=["engines", "min build s", "max build s"],
-        height=380,
-    )
-    st.plotly_chart(fig, key="timings_build_chart")
+    st.plotly_chart(_build_time_chart(groups), key="timings_build_chart")
 
     st.subheader("Engine size against build time")
-    fig = px.scatter(
-        frame,
-        x="mean build s",
-        y="mean size MiB",
-        color="precision",
-        symbol="backend",
-        size="engines",
-        size_max=28,
-        hover_data=["model", "target"],
-        height=380,
-    )
-    st.plotly_chart(fig, key="timings_size_chart")
+    st.plotly_chart(_size_chart(groups), key="timings_size_chart")
     st.caption("Each point is one model x target x precision; its size is how many engines it averages.")
 
     _load_charts(data.load_phase_stats(key))
-    _hit_rate_chart(data.load_event_stats(key))
+    _hit_rate_chart(data.serving_hit_rates(key, HIT_RATE_DAYS, HIT_RATE_PAIRS))
 
     with st.expander("Aggregates"):
-        st.dataframe(frame.round(3), hide_index=True, key="timings_table")
+        st.dataframe(
+            pd.DataFrame(
+                [
+                    {
+                        "model": g.model,
+                        "backend": g.backend,
+                        "target": _target(g),
+                        "precision": g.precision,
+                        "engines": g.engines,
+                        "mean build s": g.mean_seconds,
+                        "min build s": g.min_seconds,
+                        "max build s": g.max_seconds,
+                        "mean size MiB": g.mean_size_bytes / 2**20,
+                    }
+                    for g in groups
+                ]
+            ).round(3),
+            hide_index=True,
+            key="timings_table",
+        )
+
+
+def _target(g: BuildTimeGroup) -> str:
+    return f"{g.backend} {g.targets}"
+
+
+def _by(rows: Sequence[Any], key: Any) -> dict[Any, list[Any]]:
+    """Rows per colour, in order of first appearance (as plotly express orders its traces)."""
+    out: dict[Any, list[Any]] = {}
+    for row in rows:
+        out.setdefault(key(row), []).append(row)
+    return out
+
+
+def _numbers(values: Sequence[float | None]) -> np.ndarray[Any, Any]:
+    """A float array (None as NaN): plotly validates an array in one pass, a list item by item."""
+    return np.array([np.nan if v is None else v for v in values], dtype=float)
+
+
+def _figure(traces: list[dict[str, Any]], layout: dict[str, Any]) -> go.Figure:
+    """A figure from trace dicts, validated once (trace objects would be validated, then copied)."""
+    return go.Figure({"data": traces, "layout": {"margin": {"t": 30}, **layout}})
+
+
+def _build_time_chart(groups: list[BuildTimeGroup]) -> go.Figure:
+    """Mean build time per model and target (a two-level category axis), one bar per precision,
+    min to max as error bars."""
+    traces = []
+    for precision, rows in _by(groups, lambda g: g.precision).items():
+        mean = _numbers([g.mean_seconds for g in rows])
+        traces.append(
+            {
+                "type": "bar",
+                "name": precision,
+                "x": [[g.model for g in rows], [_target(g) for g in rows]],
+                "y": mean,
+                "error_y": {
+                    "type": "data",
+                    "symmetric": False,
+                    "array": _numbers([g.max_seconds for g in rows]) - mean,
+                    "arrayminus": mean - _numbers([g.min_seconds for g in rows]),
+                },
+                "hovertext": [
+                    f"{g.model} {_target(g)} {precision}: mean {g.mean_seconds:.2f} s (min {g.min_seconds:.2f}, "
+                    f"max {g.max_seconds:.2f}) over {g.engines} engine(s)"
+                    for g in rows
+                ],
+                "hoverinfo": "text",
+            }
+        )
+    return _figure(traces, {"barmode": "group", "height": 380, "yaxis": {"title": {"text": "mean build s"}}})
+
+
+def _size_chart(groups: list[BuildTimeGroup]) -> go.Figure:
+    """Mean engine size against mean build time, a point per group sized by its engines (area, like
+    plotly express's `size`), coloured by precision with a symbol per backend."""
+    largest = max(g.engines for g in groups)
+    symbols = ("circle", "diamond", "square", "x", "cross", "triangle-up")
+    backends = {b: symbols[i % len(symbols)] for i, b in enumerate(dict.fromkeys(g.backend for g in groups))}
+    traces = []
+    for (precision, backend), rows in _by(groups, lambda g: (g.precision, g.backend)).items():
+        traces.append(
+            {
+                "type": "scatter",
+                "name": f"{precision}, {backend}",
+                "mode": "markers",
+                "x": _numbers([g.mean_seconds for g in rows]),
+                "y": _numbers([g.mean_size_bytes / 2**20 for g in rows]),
+                "marker": {
+                    "size": _numbers([g.engines for g in rows]),
+                    "sizemode": "area",
+                    "sizeref": 2.0 * largest / SIZE_MAX**2,
+                    "symbol": backends[backend],
+                },
+                "hovertext": [f"{g.model} {_target(g)} {precision}: {g.engines} engine(s)" for g in rows],
+            }
+        )
+    axes = {"xaxis": {"title": {"text": "mean build s"}}, "yaxis": {"title": {"text": "mean size MiB"}}}
+    return _figure(traces, {"height": 380, **axes})
 
 
 LOAD_PHASES = {
@@ -83,27 +154,36 @@ LOAD_PHASES = {
 }
 
 
-def _hit_rate_chart(rows: list[dict[str, Any]]) -> None:
-    """Serving processes' cache hit rate (`load_or_build`) per model and host, by day."""
-    if not rows:
+def _hit_rate_chart(rates: HitRates) -> None:
+    """Serving processes' cache hit rate (`load_or_build`) by day, for the busiest model and host pairs."""
+    if not rates.rows:
         st.info("Cache hit rates appear here once serving processes call load_or_build.")
         return
-    frame = pd.DataFrame(rows)
-    frame["model @ host"] = frame["model"] + " @ " + frame["host"]
     st.subheader("Cache hit rate of load_or_build, per model and host")
-    st.plotly_chart(
-        px.line(
-            frame,
-            x="day",
-            y="hit_rate",
-            color="model @ host",
-            markers=True,
-            hover_data=["calls", "hits"],
-            range_y=[0, 1.05],
-            height=320,
-        ),
-        key="timings_hit_rate_chart",
+    traces = [
+        {
+            "type": "scatter",
+            "name": name,
+            "mode": "lines+markers",
+            "x": [r["day"] for r in rows],
+            "y": _numbers([r["hit_rate"] for r in rows]),
+            "hovertext": [f"{name} {r['day']}: {r['hits']} of {r['calls']} calls" for r in rows],
+        }
+        for name, rows in _by(rates.rows, lambda r: f"{r['model']} @ {r['host']}").items()
+    ]
+    layout = {"height": 320, "yaxis": {"range": [0, 1.05], "title": {"text": "hit rate"}}}
+    figure = _figure(traces, {**layout, "legend": {"title": {"text": "model @ host"}}})
+    st.plotly_chart(figure, key="timings_hit_rate_chart")
+    shown = (
+        f"all {rates.pairs_total} model and host pairs"
+        if rates.pairs_shown == rates.pairs_total
+        else f"the {rates.pairs_shown} of {rates.pairs_total:,} model and host pairs with the most calls"
     )
+    st.caption(f"Last {rates.days} days, {shown}.")
+
+
+def _engine_label(row: dict[str, Any]) -> str:
+    return f"{row['model']} {row['backend']} {row['precision']} {row['targets']}"
 
 
 def _load_charts(rows: list[dict[str, Any]] | None) -> None:
@@ -111,24 +191,33 @@ def _load_charts(rows: list[dict[str, Any]] | None) -> None:
     if not rows:
         st.info("Load-phase timings appear here once engines have been test-loaded (Engines, Test-load).")
         return
-    frame = pd.DataFrame(rows)
-    frame["engine"] = frame["model"] + " " + frame["backend"] + " " + frame["precision"] + " " + frame["targets"]
+    labels = [_engine_label(r) for r in rows]
     st.subheader("Load-phase timings (test-loads)")
-    phases = [c for c in LOAD_PHASES if c in frame.columns]
-    long = frame.melt(id_vars=["engine", "runs"], value_vars=phases, var_name="phase", value_name="seconds")
-    long["phase"] = long["phase"].map(LOAD_PHASES)
-    st.plotly_chart(
-        px.bar(long, x="engine", y="seconds", color="phase", hover_data=["runs"], height=380),
-        key="timings_load_chart",
+    phases = [p for p in LOAD_PHASES if p in rows[0]]
+    runs = [f"{label}: {r.get('runs')} run(s)" for label, r in zip(labels, rows, strict=True)]
+    figure = _figure(
+        [
+            {"type": "bar", "name": LOAD_PHASES[p], "x": labels, "y": _numbers([r.get(p) for r in rows])}
+            | {"hovertext": runs}
+            for p in phases
+        ],
+        {"barmode": "relative", "height": 380, "yaxis": {"title": {"text": "seconds"}}},
     )
-    if {"build_s", "load_s"} <= set(frame.columns):
+    st.plotly_chart(figure, key="timings_load_chart")
+    if {"build_s", "load_s"} <= set(rows[0]):
         st.subheader("Cold start (build) against warm start (load)")
-        both = frame[["engine", "build_s", "load_s"]].rename(
-            columns={"build_s": "cold start: build", "load_s": "warm start: load"}
+        starts = (("cold start: build", "build_s"), ("warm start: load", "load_s"))
+        figure = _figure(
+            [
+                {
+                    "type": "bar",
+                    "name": name,
+                    "x": [label for label, r in zip(labels, rows, strict=True) if r.get(column) is not None],
+                    "y": _numbers([r[column] for r in rows if r.get(column) is not None]),
+                }
+                for name, column in starts
+            ],
+            {"barmode": "group", "height": 380, "yaxis": {"type": "log", "title": {"text": "seconds"}}},
         )
-        melted = both.melt(id_vars="engine", var_name="start", value_name="seconds").dropna()
-        st.plotly_chart(
-            px.bar(melted, x="engine", y="seconds", color="start", barmode="group", log_y=True, height=380),
-            key="timings_cold_warm_chart",
-        )
+        st.plotly_chart(figure, key="timings_cold_warm_chart")
         st.caption("Log scale: a warm start loads the cached engine; a cold start builds it first.")

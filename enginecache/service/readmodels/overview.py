@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -18,9 +18,9 @@ from enginecache.db.models import (
     LoadEventRecord,
     ModelRecord,
     WorkerRecord,
-    utcnow,
 )
 from enginecache.service.context import AppContext
+from enginecache.service.readmodels.days import DayBounds, counts_per_day, day_bounds
 from enginecache.service.readmodels.liveness import ONLINE, alive_since
 
 FAILED_JOB_STATUSES = (JobStatus.FAILED, JobStatus.DEAD)
@@ -74,68 +74,68 @@ def catalog_counts(app: AppContext) -> CatalogCounts:
 
 @dataclass(frozen=True)
 class CacheDay:
-    """One day of cache activity: builds run (misses) and jobs served by an existing engine (hits)."""
+    """One day of cache activity: builds run (misses) and build requests answered by an existing
+    engine (hits); serving processes' `load_or_build` lookups that found an engine and that did not."""
 
     day: str
     misses: int
     hits: int
-
-
-def _day(column: Any) -> Any:
-    return sa.func.date(column)
-
-
-def _day_text(value: Any) -> str:
-    return value.isoformat() if isinstance(value, date) else str(value)
+    serving_hits: int = 0
+    serving_misses: int = 0
 
 
 def cache_activity(app: AppContext, *, days: int = 30) -> list[CacheDay]:
     """Per day: engines built (a miss each; failed and unpublished attempts are not counted); hits
     are build requests answered from the cache at submission (load events of source
     "build_request") plus build jobs that ended with an engine another job had built (a hit found
-    at claim time)."""
-    since = utcnow() - timedelta(days=days)
+    at claim time); and serving processes' `load_or_build` lookups (load events of that source),
+    hits and the rest. Counted in SQL per day (`counts_per_day`) on the indexes of migration 0008."""
+    bounds = day_bounds(days)
+    event = LoadEventRecord
+    built = (EngineStatus.READY, EngineStatus.CORRUPT, EngineStatus.RETIRED)
+    hit = col(event.outcome) == "hit"
     with app.catalog.read() as session:
-        miss_day = _day(col(EngineRecord.created_at))
-        misses = session.execute(
-            sa.select(miss_day, sa.func.count())
-            .where(
-                col(EngineRecord.created_at) >= since,
-                col(EngineRecord.status).in_((EngineStatus.READY, EngineStatus.CORRUPT, EngineStatus.RETIRED)),
-            )
-            .group_by(miss_day)
-        ).all()
-        hit_day = _day(col(JobRecord.finished_at))
-        hits = session.execute(
-            sa.select(hit_day, sa.func.count())
-            .select_from(JobRecord)
-            .join(EngineRecord, col(EngineRecord.id) == col(JobRecord.result_engine_id))
-            .where(
-                col(JobRecord.finished_at) >= since,
-                col(JobRecord.kind) == "build",
-                col(JobRecord.status) == JobStatus.SUCCEEDED,
-                sa.or_(col(EngineRecord.job_id).is_(None), col(EngineRecord.job_id) != col(JobRecord.id)),
-            )
-            .group_by(hit_day)
-        ).all()
-        request_day = _day(col(LoadEventRecord.created_at))
-        request_hits = session.execute(
-            sa.select(request_day, sa.func.count())
-            .where(
-                col(LoadEventRecord.created_at) >= since,
-                col(LoadEventRecord.source) == "build_request",
-                col(LoadEventRecord.outcome) == "hit",
-            )
-            .group_by(request_day)
-        ).all()
-    by_day: dict[str, list[int]] = {}
-    for day, n in request_hits:
-        by_day.setdefault(_day_text(day), [0, 0])[1] += int(n)
-    for day, n in misses:
-        by_day.setdefault(_day_text(day), [0, 0])[0] = int(n)
-    for day, n in hits:
-        by_day.setdefault(_day_text(day), [0, 0])[1] += int(n)
-    return [CacheDay(day, m, h) for day, (m, h) in sorted(by_day.items())]
+        misses = counts_per_day(
+            session, col(EngineRecord.created_at), [col(EngineRecord.status).in_(built)], bounds, {"n": None}
+        )["n"]
+        requests = counts_per_day(
+            session, col(event.created_at), [col(event.source) == "build_request"], bounds, {"hits": hit}
+        )["hits"]
+        serving = counts_per_day(
+            session, col(event.created_at), [col(event.source) == "load_or_build"], bounds, {"calls": None, "hits": hit}
+        )
+        job_hits = _job_hits_per_day(session, bounds)
+    out = []
+    for day, _, _ in bounds:
+        calls, hits = serving["calls"].get(day, 0), serving["hits"].get(day, 0)
+        row = CacheDay(
+            day=day.isoformat(),
+            misses=misses.get(day, 0),
+            hits=requests.get(day, 0) + job_hits.get(day, 0),
+            serving_hits=hits,
+            serving_misses=calls - hits,
+        )
+        if row.misses or row.hits or row.serving_hits or row.serving_misses:
+            out.append(row)
+    return out
+
+
+def _job_hits_per_day(session: Any, bounds: DayBounds) -> dict[date, int]:
+    """Build jobs that SUCCEEDED with an engine another job built, per day they finished. The engine
+    is matched on `engines.job_id` (its index holds the id too), not read by id: an engine row is
+    large (its host fingerprint and builder log), and reading one per job dominated this count."""
+    job = JobRecord
+    own = sa.exists().where(
+        col(EngineRecord.job_id) == col(job.id),
+        (col(EngineRecord.id) + 0) == col(job.result_engine_id),  # `+ 0`: probe ix_engines_job_id, not the rowid
+    )
+    where = [
+        col(job.kind) == "build",
+        col(job.status) == JobStatus.SUCCEEDED,
+        col(job.result_engine_id).is_not(None),
+        ~own,
+    ]
+    return counts_per_day(session, col(job.finished_at), where, bounds, {"n": None})["n"]
 
 
 @dataclass(frozen=True)
