@@ -34,7 +34,6 @@ import contextlib
 import json
 import os
 import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -47,18 +46,17 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(BENCH))
 
 from harness import Command, Figure, Report  # noqa: E402
+from start_phases import RTX, draw_phases, median, phase_breakdown  # noqa: E402
 
 PY = sys.executable
 CHILD = str(BENCH / "start_child.py")
 SHARED = ROOT.parent / "shared" / "models"
 MODELS = ("mobilenet_v3_small", "resnet18", "bert_mini", "tiny_llama")
 HIT = "Serving start: cache hit"
-RTX = "Serving start: TensorRT-RTX validity verdict"
 FINGERPRINT = "Host fingerprint"
 PROBE = "Readiness probe"
 PHASES = "Serving start: where the time goes"
 # Phases load_or_build times, in the order they run
-HIT_PHASES = ("import_hitpath", "fingerprint", "lookup", "import_runtime", "validity", "read_verify", "deserialize")
 
 
 # -- setup --------------------------------------------------------------------------------------
@@ -242,87 +240,6 @@ def probe_figures(report: Report, states: dict[str, Path], sizes: dict[str, int]
     return figures
 
 
-# -- the phase breakdown ------------------------------------------------------------------------
-
-
-def _median(values: list[float]) -> float:
-    return statistics.median(values) if values else 0.0
-
-
-def phase_breakdown(figures: list[Figure]) -> dict[str, Any]:
-    """Median seconds per phase of each hit figure's samples (and of its floor's)."""
-    out: dict[str, Any] = {}
-    for f in figures:
-        ours: dict[str, list[float]] = {}
-        for s in f.samples_a:
-            x = s.extra
-            if not x or s.ready_s is None:
-                continue
-            inside = x["ready_at"] - x["t0"]
-            phases = x.get("phases") or {}
-            known = {"interpreter": s.ready_s - inside, "import_enginecache": x["import_s"]}
-            known.update({p: float(phases.get(p, 0.0)) for p in HIT_PHASES})
-            known["other"] = max(0.0, inside - x["import_s"] - sum(float(v) for v in phases.values()))
-            for k, v in known.items():
-                ours.setdefault(k, []).append(v)
-        floor: dict[str, list[float]] = {}
-        for s in f.samples_b:
-            x = s.extra
-            if not x or s.ready_s is None:
-                continue
-            inside = x["ready_at"] - x["t0"]
-            rest = "validity" if f.section == RTX else "session"  # the floor's work after its import
-            for k, v in (
-                ("interpreter", s.ready_s - inside),
-                ("import_runtime", x["import_s"]),
-                (rest, inside - x["import_s"]),
-            ):
-                floor.setdefault(k, []).append(v)
-        out[f"{'rtx' if f.section == RTX else 'ort'}: {f.name}"] = {
-            "ours_s": {k: _median(v) for k, v in ours.items()},
-            "floor_s": {k: _median(v) for k, v in floor.items()},
-            "via": sorted({s.extra.get("via", "?") for s in f.samples_a}),
-        }
-    return out
-
-
-def draw_phases(breakdown: dict[str, Any], path: Path) -> None:
-    """One pair of stacked bars per figure (ours above its floor), each as a share of the floor's
-    median time (so a 10 MB and a 1 GB engine read alike), if matplotlib is installed."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return
-    names = list(breakdown)
-    fig, ax = plt.subplots(figsize=(8, 0.8 * len(names) + 1.6), dpi=100)
-    colors: dict[str, Any] = {}
-    for row, name in enumerate(names):
-        floor_total = sum(breakdown[name]["floor_s"].values()) or 1.0
-        for offset, side in ((0.2, "ours_s"), (-0.2, "floor_s")):
-            left = 0.0
-            for phase, seconds in breakdown[name][side].items():
-                share = seconds / floor_total
-                color = colors.setdefault(phase, plt.get_cmap("tab20")(len(colors) % 20))
-                ax.barh(row + offset, share, left=left, height=0.36, color=color, label=phase)
-                left += share
-        ax.text(left + 0.01, row - 0.2, f"{floor_total * 1e3:,.0f} ms", va="center", fontsize=6)
-    handles, labels = ax.get_legend_handles_labels()
-    unique = dict(zip(labels, handles, strict=True))
-    ax.legend(unique.values(), unique.keys(), fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    ax.axvline(1.0, color="black", linewidth=0.8)
-    ax.axvline(1.25, color="grey", linewidth=0.8, linestyle="--")
-    ax.set_yticks(range(len(names)), [f"{n}\n(upper: ours, lower: floor)" for n in names], fontsize=7)
-    ax.set_xlabel("share of the floor's median time (1 = the floor; dashed: the 1.25x goal)")
-    ax.set_title("A new serving process's cache hit, phase by phase (medians)")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, metadata={"Date": None} if path.suffix == ".svg" else None)
-    plt.close(fig)
-
-
 # -- run ----------------------------------------------------------------------------------------
 
 
@@ -381,7 +298,7 @@ def run(report: Report) -> None:
             rtx_figures(report, {m: models[m] for m in ("mobilenet_v3_small", "resnet18") if m in models}, engines, env)
         if "fingerprint" in only:
             figures = fingerprint_figures(report, env)
-            own = {f.name: _median([s.extra["total_s"] for s in f.samples_a]) for f in figures}
+            own = {f.name: median([s.extra["total_s"] for s in f.samples_a]) for f in figures}
             report.section(
                 FINGERPRINT,
                 "`host_fingerprint()` in a new process against the interpreter alone. Goal: its own time (import and "

@@ -17,7 +17,7 @@ kept beside it.
 Reported per command: min / median / max of each metric; per pair: the ratio A/B with its min and
 median; the 1-minute load average sampled around every run (the machine is shared: a figure that
 ran at load 3 on 2 cores is not one that ran at load 0; our own child counts about 1); and the
-machine (`machine_info`).
+machine (`machine_info`, bench/hostinfo.py).
 
 Benchmark modules expose `run(report: Report) -> None` and call `report.compare(...)`; bench/run_all.py
 finds them, runs them, writes bench/results/<date>.json and docs/performance.md.
@@ -28,7 +28,6 @@ from __future__ import annotations
 import atexit
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -36,13 +35,13 @@ import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from hostinfo import machine_info as machine_info  # re-exported: bench modules import it from here
+
 READY_MARK = "BENCH_READY"
 JSON_MARK = "BENCH_JSON"  # a child's own figures (phases it timed inside), one JSON object per line
-KEY_LIBRARIES = ("blake3", "numpy", "onnxruntime", "tensorrt-rtx", "onnx", "matplotlib")
 
 
 @dataclass(frozen=True)
@@ -379,77 +378,3 @@ class Report:
         figures = compare_many(b, candidates, **kwargs)
         self.figures.extend(figures)
         return figures
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.lower().startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def _mem_total_bytes() -> int | None:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
-
-
-def _mount_of(path: Path) -> dict[str, str]:
-    """The /proc/mounts entry (device, mount point, file system type) that holds `path`."""
-    best: dict[str, str] = {}
-    target = str(path.resolve())
-    try:
-        lines = Path("/proc/mounts").read_text().splitlines()
-    except OSError:
-        return best
-    for line in lines:
-        parts = line.split()
-        if len(parts) < 3:
-            continue
-        device, point, fstype = parts[0], parts[1], parts[2]
-        inside = target == point or target.startswith(point.rstrip("/") + "/")
-        if inside and len(point) >= len(best.get("mount_point", "")):
-            best = {"device": device, "mount_point": point, "fs_type": fstype}
-    return best
-
-
-def _read_text(path: str) -> str | None:
-    try:
-        return Path(path).read_text().strip()
-    except OSError:
-        return None
-
-
-def machine_info(work_dir: Path) -> dict[str, Any]:
-    """The machine a figure ran on: CPU, cores, memory, the work dir's disk, kernel, Python, libraries."""
-    versions: dict[str, str | None] = {}
-    for name in KEY_LIBRARIES:
-        try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            versions[name] = None
-    usage = shutil.disk_usage(work_dir)
-    return {
-        "cpu_model": _cpu_model(),
-        "cores": os.cpu_count(),
-        "cores_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
-        "memory_bytes": _mem_total_bytes(),
-        "disk": {
-            **_mount_of(work_dir),
-            "work_dir": str(work_dir),
-            "total_bytes": usage.total,
-            "free_bytes": usage.free,
-        },
-        "kernel": platform.release(),
-        "transparent_hugepage": _read_text("/sys/kernel/mm/transparent_hugepage/enabled"),
-        "python": f"{platform.python_implementation()} {platform.python_version()}",
-        "libraries": versions,
-        "loadavg_at_start": list(os.getloadavg()),
-    }

@@ -35,7 +35,8 @@ BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 sys.path.insert(0, str(BENCH))
 
-from harness import Figure, Report, Sample, machine_info  # noqa: E402
+from harness import Figure, Report, Sample  # noqa: E402
+from hostinfo import machine_info  # noqa: E402
 
 RESULTS = BENCH / "results"
 DOCS = ROOT / "docs"

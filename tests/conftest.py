@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import os
 import stat
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
@@ -187,6 +188,16 @@ def corrupt_blob(path: Path, offset: int | None = None, *, mask: int = 0xFF) -> 
     finally:
         path.chmod(mode)
     return at
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    """Poll `predicate` every 50 ms until it holds; an AssertionError after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def files_under(root: Path) -> list[Path]:

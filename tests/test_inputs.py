@@ -1,5 +1,5 @@
-"""core.inputs: the one input generator (test-load and calibration) reads the model's graph, so real
-models accept what it feeds them; a declared shape too large to allocate is refused up front."""
+"""core.inputs and core.input_hints: the one input generator (test-load and calibration) reads the
+model's graph, so real models accept what it feeds them; a declared shape too large to allocate is refused up front."""
 
 from __future__ import annotations
 
@@ -13,14 +13,13 @@ from onnx import TensorProto, helper, numpy_helper
 
 from enginecache.core.backends.base import TensorIO
 from enginecache.core.calibration import random_batches, read_model_inputs
+from enginecache.core.input_hints import InputHint, read_input_hints
 from enginecache.core.inputs import (
     MAX_INPUT_BYTES,
-    InputHint,
     InputSlot,
     feed_rules,
     generate_feed,
     random_inputs,
-    read_input_hints,
 )
 from enginecache.errors import CalibrationError, TestInputError
 

@@ -15,7 +15,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -29,7 +28,7 @@ from enginecache.service.jobs import capable_workers, live_workers, submit_build
 from enginecache.service.models import register_model
 from enginecache.service.routing import WORKER_ALIVE_SECONDS, takes_queued_jobs, worker_capabilities
 from enginecache.service.submitwait import run_and_wait
-from tests.conftest import FakeClock
+from tests.conftest import FakeClock, wait_for
 from tests.modelfactory import make_mlp
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,15 +50,6 @@ with sigterm_exits():  # as the CLI's main(): SIGTERM ends the wait through its 
     job = run_and_wait(app, queue.get_job(app.catalog, int(sys.argv[3])), timeout_seconds=float(sys.argv[4]))
 print(job.status)
 """
-
-
-def _wait(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def _env() -> dict[str, str]:
@@ -120,7 +110,7 @@ def test_waiter_killed_with_sigkill_leaves_no_live_worker_and_its_job_is_taken_o
             [*args, str(BOUND)], cwd=ROOT, stdout=sink, stderr=sink, env=_env(), start_new_session=True
         )
     try:
-        _wait(
+        wait_for(
             lambda: queue.get_job(app.catalog, job_id).phase == "sleeping" or killed.poll() is not None,
             BOUND,
             "the waiter's one-shot worker to run the job",
@@ -203,7 +193,7 @@ def test_waiter_stopped_by_a_signal_hands_the_job_back_and_goes_offline(
             start_new_session=True,
         )
     try:
-        _wait(
+        wait_for(
             lambda: queue.get_job(app.catalog, job_id).phase == "sleeping" or waiter.poll() is not None,
             BOUND,
             "the waiter's one-shot worker to run the job",

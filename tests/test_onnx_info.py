@@ -16,6 +16,19 @@ from enginecache.errors import InvalidModelError
 from tests.modelfactory import file_sha256 as sha256
 from tests.modelfactory import make_conv, make_mlp, save_unchecked
 
+
+def _model(graph: onnx.GraphProto, *, opset: int, ir_version: int) -> onnx.ModelProto:
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = ir_version
+    return model
+
+
+def _save_checked(model: onnx.ModelProto, path: Path) -> Path:
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return path
+
+
 # --- factory models --------------------------------------------------------------------
 
 
@@ -99,11 +112,8 @@ def test_ir3_opset9_initializers_listed_as_inputs(tmp_path: Path) -> None:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
         initializer=[w, b],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 9)])
-    model.ir_version = 3
-    onnx.checker.check_model(model)
-    path = tmp_path / "old.onnx"
-    onnx.save(model, str(path))
+    model = _model(graph, opset=9, ir_version=3)
+    path = _save_checked(model, tmp_path / "old.onnx")
 
     info = inspect_model(path)
     assert [t.name for t in info.inputs] == ["x"]
@@ -139,11 +149,8 @@ def test_if_subgraph_ops_reported_apart(tmp_path: Path) -> None:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
         initializer=[numpy_helper.from_array(np.array(0.0, np.float32), "zero")],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    path = tmp_path / "if.onnx"
-    onnx.save(model, str(path))
+    model = _model(graph, opset=17, ir_version=8)
+    path = _save_checked(model, tmp_path / "if.onnx")
 
     info = inspect_model(path)
     assert info.op_histogram == {"Greater": 1, "If": 1, "ReduceSum": 1}  # the main graph only
@@ -190,8 +197,7 @@ def test_unknown_and_symbolic_dims(tmp_path: Path) -> None:
             helper.make_tensor_value_info("s", TensorProto.INT64, [5]),
         ],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
+    model = _model(graph, opset=17, ir_version=8)
     path = save_unchecked(model, tmp_path / "dims.onnx")
     info = inspect_model(path)
 
@@ -214,8 +220,7 @@ def test_main_graph_output_without_shape_is_rejected(tmp_path: Path) -> None:
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
+    model = _model(graph, opset=17, ir_version=8)
     path = save_unchecked(model, tmp_path / "norank.onnx")
     with pytest.raises(InvalidModelError, match=r"onnx\.checker.*'shape'"):
         inspect_model(path)
@@ -238,8 +243,7 @@ def test_dtype_names(tmp_path: Path, elem_type: int, name: str) -> None:
         [helper.make_tensor_value_info("x", elem_type, [3])],
         [helper.make_tensor_value_info("y", elem_type, [3])],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
-    model.ir_version = 10
+    model = _model(graph, opset=21, ir_version=10)
     info = inspect_model(save_unchecked(model, tmp_path / "dtype.onnx"))
     assert info.inputs[0].dtype == name
 
@@ -253,8 +257,7 @@ def test_sub_byte_parameter_bytes(tmp_path: Path) -> None:
         [helper.make_tensor_value_info("y", TensorProto.INT4, [5])],
         initializer=[w],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
-    model.ir_version = 10
+    model = _model(graph, opset=21, ir_version=10)
     info = inspect_model(save_unchecked(model, tmp_path / "int4.onnx"))
     assert info.parameter_count == 5
     assert info.parameter_bytes == 3  # five 4-bit values pack into three bytes

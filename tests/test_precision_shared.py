@@ -38,6 +38,15 @@ def test_shared_resnet18_fp16_both_converters_build(tmp_path: Path) -> None:
     assert cosine(ref, a) > 0.999 and cosine(ref, b) > 0.999
 
 
+def _assert_matches_and_builds(source: Path, converted: Path) -> None:
+    """The converted token model answers as the fp32 source does (cosine > 0.999) and TensorRT builds it."""
+    rng = np.random.default_rng(0)
+    feeds = {"input_ids": rng.integers(0, 100, (1, 16)).astype(np.int64), "attention_mask": np.ones((1, 16), np.int64)}
+    (ref,), (got,) = run_ort(source, feeds), run_ort(converted, feeds)
+    assert cosine(ref, got) > 0.999
+    assert trt_build(converted, TOKEN_PROFILE) > 0
+
+
 def test_shared_tiny_llama_light_fp16_matches_fp32(tmp_path: Path, no_modelopt: None) -> None:
     """onnxconverter-common alone leaves the rotary embedding's Cast(to=FLOAT) typed float16 (an
     invalid graph); with the repair the default install converts Llama and TRT-RTX builds it."""
@@ -47,11 +56,7 @@ def test_shared_tiny_llama_light_fp16_matches_fp32(tmp_path: Path, no_modelopt: 
     model = onnx.load(str(result.path))
     rotary = [n for n in model.graph.node if n.op_type == "Cast" and n.name.startswith("/model/model/rotary_emb/")]
     assert rotary and all(n.attribute[0].i == TensorProto.FLOAT16 for n in rotary)
-    rng = np.random.default_rng(0)
-    feeds = {"input_ids": rng.integers(0, 100, (1, 16)).astype(np.int64), "attention_mask": np.ones((1, 16), np.int64)}
-    (ref,), (got,) = run_ort(source, feeds), run_ort(result.path, feeds)
-    assert cosine(ref, got) > 0.999
-    assert trt_build(result.path, TOKEN_PROFILE) > 0
+    _assert_matches_and_builds(source, result.path)
 
 
 def test_shared_tiny_llama_autocast_fp16_matches_fp32(tmp_path: Path) -> None:
@@ -59,11 +64,7 @@ def test_shared_tiny_llama_autocast_fp16_matches_fp32(tmp_path: Path) -> None:
     need_modelopt()
     result = convert_precision(source, PrecisionSpec("fp16"), tmp_path / "work")
     assert result.recipe["tool"] == "modelopt.autocast"
-    rng = np.random.default_rng(0)
-    feeds = {"input_ids": rng.integers(0, 100, (1, 16)).astype(np.int64), "attention_mask": np.ones((1, 16), np.int64)}
-    (ref,), (got,) = run_ort(source, feeds), run_ort(result.path, feeds)
-    assert cosine(ref, got) > 0.999
-    assert trt_build(result.path, TOKEN_PROFILE) > 0
+    _assert_matches_and_builds(source, result.path)
 
 
 def test_shared_resnet18_bf16_autocast(tmp_path: Path) -> None:

@@ -120,6 +120,7 @@ def test_miss_explains_the_nearest_engine_and_the_differing_fields(app_ctx: AppC
     assert err.nearest is not None and err.nearest["id"] == engine.id
 
 
+@pytest.mark.usefixtures("requires_no_gpu")
 def test_rtx_hit_on_a_gpu_less_host_is_rejected_incompatible(app_ctx: AppContext, tmp_path: Path) -> None:
     onnx_path = make_mlp(tmp_path / "mlp.onnx")
     register_model(app_ctx, onnx_path, name="mlp")
@@ -167,6 +168,7 @@ def test_on_miss_policies(app_ctx: AppContext, tmp_path: Path) -> None:
     assert [e.outcome for e in _events(app_ctx)] == ["miss", "miss", "miss", "built", "hit"]
 
 
+@pytest.mark.usefixtures("requires_no_gpu")
 def test_ready_probe(capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     home = tmp_path / "home"
     monkeypatch.setenv("ENGINECACHE_HOME", str(home))

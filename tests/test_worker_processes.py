@@ -18,7 +18,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -36,7 +35,7 @@ from enginecache.service.engines import list_engines
 from enginecache.service.jobs import submit_build
 from enginecache.service.models import register_model
 from enginecache.service.worker import Worker, WorkerConfig
-from tests.conftest import files_under, shared_model
+from tests.conftest import files_under, shared_model, wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 ANY_WORKER = {"backend": "ort"}  # requirements every worker meets (ONNX Runtime is a base dependency)
@@ -79,15 +78,6 @@ def _start_worker(app: AppContext, name: str, *extra: str, test_kinds: bool = Tr
     return WorkerProcess(process, log)
 
 
-def _wait(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-
-
 def _job(app: AppContext, job_id: int) -> JobRecord:
     return queue.get_job(app.catalog, job_id)
 
@@ -123,7 +113,7 @@ def _worker_status(app: AppContext, name: str) -> str | None:
 
 def _sleeping_child(app: AppContext, job_id: int) -> int:
     """Wait until the job's child runs its sleep (its pid recorded, its first progress written)."""
-    _wait(
+    wait_for(
         lambda: (job := _job(app, job_id)).runner_pid is not None and job.phase == "sleeping",
         60,
         f"job {job_id} to start sleeping in its child",
@@ -186,18 +176,23 @@ def test_without_the_switch_a_test_kind_is_an_unknown_job_kind(app_ctx: AppConte
 # -- crashes ----------------------------------------------------------------------------------
 
 
+def _work_until_done(app: AppContext, job_id: int, what: str) -> tuple[JobRecord, str]:
+    """Worker "w1" runs until job `job_id` ends (120 s at most): the job and the worker's log."""
+    worker = _start_worker(app, "w1")
+    try:
+        wait_for(lambda: _job(app, job_id).status in TERMINAL, 120, what)
+    finally:
+        log = _stop(worker)
+    return _job(app, job_id), log
+
+
 @pytest.mark.parametrize("crash", [signal.SIGKILL, signal.SIGSEGV], ids=["sigkill", "segfault"])
 def test_crashed_child_counts_an_attempt_cleans_up_and_the_retry_succeeds(
     catalog_ctx: AppContext, crash: signal.Signals
 ) -> None:
     app = catalog_ctx
     job_id = _enqueue(app, "crash", {"signal": crash.name, "attempts": 1})
-    worker = _start_worker(app, "w1")
-    try:
-        _wait(lambda: _job(app, job_id).status in TERMINAL, 120, "the retry")
-    finally:
-        log = _stop(worker)
-    job = _job(app, job_id)
+    job, log = _work_until_done(app, job_id, "the retry")
     assert job.status == JobStatus.SUCCEEDED and job.attempts == 2, (job.status, job.error, log)
     assert job.lease_owner == "w1" and job.lease_token is None and job.runner_pid is None
     assert f"job {job_id} attempt 1 failed (child killed by {crash.name}): now QUEUED" in log
@@ -206,12 +201,7 @@ def test_crashed_child_counts_an_attempt_cleans_up_and_the_retry_succeeds(
 
 def test_child_crashing_on_every_attempt_ends_dead_naming_the_signal(app_ctx: AppContext) -> None:
     job_id = _enqueue(app_ctx, "crash", {"signal": "SIGSEGV"}, max_attempts=2)
-    worker = _start_worker(app_ctx, "w1")
-    try:
-        _wait(lambda: _job(app_ctx, job_id).status in TERMINAL, 120, "the last attempt")
-    finally:
-        log = _stop(worker)
-    job = _job(app_ctx, job_id)
+    job, log = _work_until_done(app_ctx, job_id, "the last attempt")
     assert job.status == JobStatus.DEAD and job.attempts == 2, (job.status, job.error, log)
     assert job.error == "attempt 2 of 2 failed: child killed by SIGSEGV"
 
@@ -225,7 +215,7 @@ def test_real_build_killed_midway_publishes_nothing_and_the_retry_does(app_ctx: 
     job_id = submit_build(app, request).job.id or 0  # type: ignore[union-attr]
     worker = _start_worker(app, "w1", test_kinds=False)
     try:
-        _wait(
+        wait_for(
             lambda: (
                 _job(app, job_id).runner_pid is not None
                 and any(e.job_attempt == 1 and e.status == EngineStatus.PENDING for e in list_engines(app))
@@ -236,7 +226,7 @@ def test_real_build_killed_midway_publishes_nothing_and_the_retry_does(app_ctx: 
         child = _job(app, job_id).runner_pid or 0
         assert child > 0
         os.kill(child, signal.SIGKILL)
-        _wait(lambda: _job(app, job_id).status in TERMINAL, 180, "the retry")
+        wait_for(lambda: _job(app, job_id).status in TERMINAL, 180, "the retry")
     finally:
         log = _stop(worker)
     job = _job(app, job_id)
@@ -265,8 +255,8 @@ def test_cancel_running_job_kills_the_child_and_never_retries(app_ctx: AppContex
         )
         assert out.returncode == 0, out.stderr
         assert json.loads(out.stdout)["cancel_requested"] is True
-        _wait(lambda: _job(app, job_id).status == JobStatus.CANCELLED, 30, "the cancel")
-        _wait(lambda: _gone(child), 10, "the child to die")
+        wait_for(lambda: _job(app, job_id).status == JobStatus.CANCELLED, 30, "the cancel")
+        wait_for(lambda: _gone(child), 10, "the child to die")
     finally:
         _stop(worker)  # the worker is gone: nothing can claim the job after this
     job = _job(app, job_id)
@@ -283,14 +273,14 @@ def test_stopped_worker_loses_its_lease_and_its_late_writes_are_rejected(app_ctx
     try:
         child = _sleeping_child(app, job_id)
         _stop_outside_transactions(app, [child, stalled.pid])
-        _wait(lambda: (_job(app, job_id).lease_expires_at or utcnow()) < utcnow(), 30, "the 2 s lease to expire")
+        wait_for(lambda: (_job(app, job_id).lease_expires_at or utcnow()) < utcnow(), 30, "the 2 s lease to expire")
         taker = _start_worker(app, "taker", "--once")
         assert taker.process.wait(timeout=120) == 0, taker.log.read_text()
         taken = _job(app, job_id)
         assert taken.status == JobStatus.SUCCEEDED and taken.attempts == 2 and taken.lease_owner == "taker"
         for pid in (child, stalled.pid):
             os.kill(pid, signal.SIGCONT)
-        _wait(lambda: _gone(child), 60, "the stale child to end")
+        wait_for(lambda: _gone(child), 60, "the stale child to end")
     finally:
         for pid in (child, stalled.pid):
             if pid and not _gone(pid):
@@ -309,7 +299,7 @@ def test_worker_exits_cleanly_on_sigterm_and_goes_offline(app_ctx: AppContext) -
     app = app_ctx
     worker = _start_worker(app, "idle")
     try:
-        _wait(lambda: any(w.name == "idle" for w in queue.list_workers(app.catalog)), 30, "registration")
+        wait_for(lambda: any(w.name == "idle" for w in queue.list_workers(app.catalog)), 30, "registration")
     finally:
         worker.process.send_signal(signal.SIGTERM)
         worker.process.wait(timeout=30)
@@ -327,7 +317,7 @@ def test_sigterm_lets_the_running_job_finish_then_exits(app_ctx: AppContext) -> 
     _sleeping_child(app, job_id)
     signalled_at = utcnow()
     worker.process.send_signal(signal.SIGTERM)
-    _wait(lambda: _worker_status(app, "graceful") == "stopping", 30, "the worker to say it is stopping")
+    wait_for(lambda: _worker_status(app, "graceful") == "stopping", 30, "the worker to say it is stopping")
     assert worker.process.wait(timeout=120) == 0, worker.log.read_text()
     assert _worker_status(app, "graceful") == "offline"
     job = _job(app, job_id)
@@ -341,7 +331,7 @@ def test_second_sigterm_hands_the_job_back(app_ctx: AppContext) -> None:
     worker = _start_worker(app, "impatient")
     child = _sleeping_child(app, job_id)
     worker.process.send_signal(signal.SIGTERM)
-    _wait(lambda: _worker_status(app, "impatient") == "stopping", 30, "the worker to take the first SIGTERM")
+    wait_for(lambda: _worker_status(app, "impatient") == "stopping", 30, "the worker to take the first SIGTERM")
     assert _job(app, job_id).status == JobStatus.RUNNING, "a stopping worker lets its job run"
     worker.process.send_signal(signal.SIGTERM)
     assert worker.process.wait(timeout=60) == 0, worker.log.read_text()

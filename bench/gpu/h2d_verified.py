@@ -251,16 +251,6 @@ def gpu_info() -> dict[str, Any]:
     return info
 
 
-def make_file(path: Path, size: int) -> None:
-    block = os.urandom(min(size, 64 * MiB))
-    with open(path, "wb") as stream:
-        left = size
-        while left:
-            n = min(left, len(block))
-            stream.write(block[:n])
-            left -= n
-
-
 def span_summary(figure: Any, size: int) -> dict[str, Any]:
     """The file -> device span (read + copy, timed inside each child): per-pair ratio and GB/s."""
 
@@ -300,7 +290,9 @@ def main() -> None:
         return
 
     blake3_dir = ensure_blake3(args.wheels)
-    from harness import Command, compare_many, machine_info
+    from bench_read import make_file
+    from harness import Command, compare_many
+    from hostinfo import machine_info
 
     from enginecache.core.hashing import hash_file
 

@@ -28,7 +28,8 @@ import onnx
 from google.protobuf.message import DecodeError
 from onnx import TensorProto
 
-from enginecache.core.inputs import InputSlot, generate_feed, read_input_hints
+from enginecache.core.input_hints import read_input_hints
+from enginecache.core.inputs import InputSlot, generate_feed
 from enginecache.errors import CalibrationError, PrecisionError
 
 logger = logging.getLogger(__name__)

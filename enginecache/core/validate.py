@@ -40,6 +40,7 @@ from enginecache.core.accuracy import (
 )
 from enginecache.core.backends.base import Backend, EngineSession, LoadSpec, PhaseTimer, TensorIO
 from enginecache.core.hashing import read_verified
+from enginecache.core.input_hints import read_input_hints
 from enginecache.core.inputs import (
     engine_slots,
     feed_rules,
@@ -47,7 +48,6 @@ from enginecache.core.inputs import (
     input_shapes,
     load_inputs,
     random_inputs,
-    read_input_hints,
 )
 from enginecache.errors import (
     BackendUnavailableError,

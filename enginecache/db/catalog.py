@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 from sqlalchemy import event
 
-from enginecache.db.reader import Column, head_revision, sqlite_url
+from enginecache.db.reader import Column, head_revision, paged, sqlite_url
 from enginecache.db.types import UTCDateTime
 from enginecache.errors import CatalogUnavailableError, EngineCacheError
 
@@ -240,10 +240,8 @@ class ConnectionRows:
         limit: int | None = None,
         offset: int = 0,
     ) -> Iterator[tuple[Any, ...]]:
-        if limit is not None or offset:
-            no_limit = -1 if self._connection.dialect.name == "sqlite" else None  # PostgreSQL: LIMIT NULL
-            sql += " LIMIT :_limit OFFSET :_offset"
-            params = {**params, "_limit": no_limit if limit is None else limit, "_offset": offset}
+        no_limit = -1 if self._connection.dialect.name == "sqlite" else None  # PostgreSQL: LIMIT NULL
+        sql, params = paged(sql, params, limit, offset, no_limit=no_limit)
         typed = [sa.column(name, _KIND_TYPES[kind]) if kind else sa.column(name) for name, kind in columns]
         statement = sa.text(sql).columns(*typed)
         result = self._connection.execution_options(yield_per=self._batch).execute(statement, dict(params))

@@ -101,6 +101,17 @@ COLUMN_KINDS: dict[str, dict[str, str]] = {
 Column = tuple[str, str]
 
 
+def paged(
+    sql: str, params: Mapping[str, Any], limit: int | None, offset: int, *, no_limit: int | None
+) -> tuple[str, Mapping[str, Any]]:
+    """`sql` and `params` with LIMIT/OFFSET bound where a page is asked for; without a limit the
+    LIMIT is `no_limit` (-1 on SQLite, None on PostgreSQL: LIMIT NULL)."""
+    if limit is None and not offset:
+        return sql, params
+    page = {"_limit": no_limit if limit is None else limit, "_offset": offset}
+    return sql + " LIMIT :_limit OFFSET :_offset", {**params, **page}
+
+
 class RowSource(Protocol):
     """Runs one SELECT and yields its rows, decoded, as the database delivers them (in batches)."""
 
@@ -222,9 +233,7 @@ class SqliteReader:
         limit: int | None = None,
         offset: int = 0,
     ) -> Iterator[tuple[Any, ...]]:
-        if limit is not None or offset:
-            sql += " LIMIT :_limit OFFSET :_offset"
-            params = {**params, "_limit": -1 if limit is None else limit, "_offset": offset}
+        sql, params = paged(sql, params, limit, offset, no_limit=-1)
         cursor = self._connection.execute(sql, dict(params))
         decoders = [(i, _DECODERS[kind]) for i, (_, kind) in enumerate(columns) if kind]
         while batch := cursor.fetchmany(FETCH_ROWS):

@@ -53,15 +53,7 @@ def validate_model(path: Path, *, converter_hint: str = "", converter: str = "")
         note = f"onnxruntime CPU cannot run {path.name} (graph types check out): {trim(_strip_ort(str(err)), 300)}"
         logger.info(note)
         return (note,)
-    except (
-        ort_state.Fail,
-        ort_state.InvalidGraph,
-        ort_state.InvalidArgument,
-        ort_state.InvalidProtobuf,
-        ort_state.RuntimeException,
-        ort_state.NoSuchFile,
-        ort_state.EPFail,
-    ) as err:
+    except _ort_errors()[1:] as err:
         raise _invalid(path, "onnxruntime session", err, converter_hint, converter) from err
     del session
     return ()

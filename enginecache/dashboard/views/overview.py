@@ -1,24 +1,56 @@
 """Overview: counts of models, engines and jobs by status, workers online, cache hits and misses
-per day, and the newest failures with their reasons."""
+per day, and the newest failures with their reasons.
+
+The router's default page, so the first one a new server process renders: it imports pandas and
+plotly's graph objects in a thread while its queries run (the database works with the GIL
+released), then draws. Their import is most of a first render's cost; this way it overlaps the
+queries instead of following them."""
 
 from __future__ import annotations
 
-import pandas as pd
-import plotly.graph_objects as go
+import importlib
+import threading
+from typing import TYPE_CHECKING
+
 import streamlit as st
 
 from enginecache.dashboard import data
 from enginecache.db.models import EngineStatus, JobStatus
 from enginecache.service.readmodels.overview import CacheDay
 
+if TYPE_CHECKING:
+    import pandas as pd
+    import plotly.graph_objects as go
+
 FAILURES_SHOWN = 15
 ACTIVITY_DAYS = 30
+DRAWING_MODULES = ("pandas", "plotly.graph_objects")
+
+
+def _import_meanwhile(names: tuple[str, ...]) -> threading.Thread | None:
+    """Import `names` in a daemon thread where one is not imported yet (the first render of a process)."""
+    import sys
+
+    missing = [name for name in names if name not in sys.modules]
+    if not missing:
+        return None
+    thread = threading.Thread(
+        target=lambda: [importlib.import_module(name) for name in missing], name="overview-imports", daemon=True
+    )
+    thread.start()
+    return thread
 
 
 def render() -> None:
+    importing = _import_meanwhile(DRAWING_MODULES)
     st.title("Overview")
     key = data.catalog_key()
     counts = data.counts(key)
+    days = data.cache_activity(key, ACTIVITY_DAYS)
+    failures = data.recent_failures(key, FAILURES_SHOWN)
+    if importing is not None:
+        importing.join()
+    import pandas as pd
 
     cols = st.columns(4)
     cols[0].metric("Models", counts.source_models, help=f"{counts.models} including converted variants")
@@ -43,7 +75,6 @@ def render() -> None:
         )
 
     st.subheader(f"Cache activity, last {ACTIVITY_DAYS} days")
-    days = data.cache_activity(key, ACTIVITY_DAYS)
     if days:
         st.plotly_chart(_activity_chart(days), key="overview_cache_chart")
         st.caption(
@@ -55,7 +86,6 @@ def render() -> None:
         st.info("No builds in the last 30 days.")
 
     st.subheader("Recent failures")
-    failures = data.recent_failures(key, FAILURES_SHOWN)
     if failures:
         st.dataframe(
             pd.DataFrame(
@@ -88,6 +118,8 @@ SERIES = (
 def _activity_chart(days: list[CacheDay]) -> go.Figure:
     """Grouped bars per day, one trace per kind of event (plotly's graph objects: the first view a
     server renders does not import plotly express)."""
+    import plotly.graph_objects as go
+
     x = [d.day for d in days]
     figure = go.Figure(
         [go.Bar(name=name, x=x, y=[getattr(d, field) for d in days]) for name, field in SERIES],
@@ -98,5 +130,7 @@ def _activity_chart(days: list[CacheDay]) -> go.Figure:
 
 
 def _status_frame(by_status: dict[str, int], order: list[str]) -> pd.DataFrame:
+    import pandas as pd
+
     names = order + sorted(set(by_status) - set(order))
     return pd.DataFrame([{"status": s, "count": by_status.get(s, 0)} for s in names])

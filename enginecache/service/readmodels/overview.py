@@ -101,23 +101,39 @@ def cache_activity(app: AppContext, *, days: int = 30) -> list[CacheDay]:
         requests = counts_per_day(
             session, col(event.created_at), [col(event.source) == "build_request"], bounds, {"hits": hit}
         )["hits"]
-        serving = counts_per_day(
-            session, col(event.created_at), [col(event.source) == "load_or_build"], bounds, {"calls": None, "hits": hit}
-        )
+        # A lookup that found no engine is any outcome but "hit": count those outcomes (a few percent
+        # of the rows), not every lookup and then the hits.
+        others = [o for o in _outcomes(session, "load_or_build") if o != "hit"]
+        parts = {"hits": hit, **({"others": col(event.outcome).in_(others)} if others else {})}
+        serving = counts_per_day(session, col(event.created_at), [col(event.source) == "load_or_build"], bounds, parts)
         job_hits = _job_hits_per_day(session, bounds)
     out = []
     for day, _, _ in bounds:
-        calls, hits = serving["calls"].get(day, 0), serving["hits"].get(day, 0)
         row = CacheDay(
             day=day.isoformat(),
             misses=misses.get(day, 0),
             hits=requests.get(day, 0) + job_hits.get(day, 0),
-            serving_hits=hits,
-            serving_misses=calls - hits,
+            serving_hits=serving["hits"].get(day, 0),
+            serving_misses=serving.get("others", {}).get(day, 0),
         )
         if row.misses or row.hits or row.serving_hits or row.serving_misses:
             out.append(row)
     return out
+
+
+def _outcomes(session: Any, source: str) -> list[str]:
+    """The distinct outcomes of load events of `source`, one index probe each (ix_load_events_source_
+    outcome_created: the next outcome after the last), not a scan of the events."""
+    event = LoadEventRecord
+    found: list[str] = []
+    while True:
+        after = [col(event.outcome) > found[-1]] if found else []
+        value = session.execute(
+            sa.select(sa.func.min(col(event.outcome))).where(col(event.source) == source, *after)
+        ).scalar_one()
+        if value is None:
+            return found
+        found.append(str(value))
 
 
 def _job_hits_per_day(session: Any, bounds: DayBounds) -> dict[date, int]:
