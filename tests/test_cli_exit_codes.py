@@ -305,6 +305,31 @@ def test_with_other_threads_running_the_one_shot_worker_uses_the_fork_server(
     assert started and not zygotes, "no fork while another thread runs"
 
 
+def test_the_worker_not_its_fork_server_decides_whether_a_child_may_run_the_test_kinds(
+    app_ctx: AppContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fork server is one per process and keeps the environment it started under: one started
+    by an earlier job without ENGINECACHE_TEST_JOB_KINDS must not make a later worker's test kind
+    "unknown" (the order-dependent failure this guards against), nor the reverse."""
+    import multiprocessing.forkserver
+
+    multiprocessing.forkserver._forkserver._stop()  # type: ignore[attr-defined]
+    monkeypatch.setattr(worker_module, "_child_context", lambda: multiprocessing.get_context("forkserver"))
+    monkeypatch.delenv(testkinds.ENABLE_ENV, raising=False)
+    refused = queue.enqueue(
+        app_ctx.catalog, kind="sleep", payload={"seconds": 0}, requirements=ANY_WORKER, max_attempts=1
+    ).job
+    Worker(app_ctx, worker_module.WorkerConfig(name="no-test-kinds", job_id=refused.id)).run()
+    assert queue.get_job(app_ctx.catalog, refused.id or 0).status in (JobStatus.FAILED, JobStatus.DEAD)
+    assert multiprocessing.forkserver._forkserver._forkserver_pid is not None, "the fork server is running"  # type: ignore[attr-defined]
+
+    monkeypatch.setenv(testkinds.ENABLE_ENV, "1")  # the same fork server, started without it
+    job = queue.enqueue(app_ctx.catalog, kind="sleep", payload={"seconds": 0}, requirements=ANY_WORKER).job
+    Worker(app_ctx, worker_module.WorkerConfig(name="test-kinds", job_id=job.id)).run()
+    done = queue.get_job(app_ctx.catalog, job.id or 0)
+    assert done.status == JobStatus.SUCCEEDED, done.error
+
+
 def _exit_with(code: int) -> None:
     raise SystemExit(code)
 

@@ -130,8 +130,8 @@ def test_waiter_killed_with_sigkill_leaves_no_live_worker_and_its_job_is_taken_o
         [*args, str(BOUND)], cwd=ROOT, capture_output=True, text=True, env=_env(), timeout=BOUND, check=False
     )
     assert rescued.returncode == 0, rescued.stderr
-    assert rescued.stdout.strip() == JobStatus.SUCCEEDED
     done = queue.get_job(app.catalog, job_id)
+    assert rescued.stdout.strip() == JobStatus.SUCCEEDED, (done.error, rescued.stderr[-3000:])
     assert done.status == JobStatus.SUCCEEDED and done.attempts == 2
 
 

@@ -38,6 +38,10 @@ class ChildSpec:
     payload: dict[str, Any]
     host: HostFingerprint
     job_key: str | None = None  # the cache key the job was submitted under
+    # Whether the worker that claimed the job may run the test-only kinds: decided in the worker
+    # from its own environment, so a fork server started earlier (under another environment) does
+    # not decide it for the child.
+    test_kinds: bool = False
 
     def finish(
         self,

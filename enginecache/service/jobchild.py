@@ -58,7 +58,7 @@ def run_child(spec: ChildSpec) -> None:
 
 
 def _run(app: AppContext, spec: ChildSpec) -> int:
-    runner = job_runner(spec.kind)
+    runner = job_runner(spec.kind, test_kinds=spec.test_kinds)
     if runner is None:
         spec.finish(app, JobStatus.FAILED, error=f"unknown job kind {spec.kind!r}")
         return EXIT_RECORDED

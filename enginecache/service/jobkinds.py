@@ -3,7 +3,7 @@
 The product's kinds are `build` and `test_load`. Another kind is added with `register_job_kind`
 (in the child, before the job runs: the child looks its kind up here, `job_runner`). Test-only
 kinds live in `enginecache.service.testkinds` and are found only while `ENGINECACHE_TEST_JOB_KINDS=1`
-is set in the worker's environment (which its fork server and children inherit): that module
+is set in the worker's environment (the worker passes that decision to each job's child in its spec): that module
 defines `JOB_KINDS: dict[str, JobRunner]` and imports `service.jobattempt` only (never this module
 or `service.jobchild`), so there is no import cycle and no test code is imported in production.
 """
@@ -33,11 +33,18 @@ def register_job_kind(name: str, runner: JobRunner) -> None:
     JOB_RUNNERS[name] = runner
 
 
-def job_runner(kind: str) -> JobRunner | None:
+def test_kinds_enabled() -> bool:
+    """Whether this process's environment lets its jobs run the test-only kinds."""
+    return os.environ.get(TEST_KINDS_ENV) == "1"
+
+
+def job_runner(kind: str, *, test_kinds: bool | None = None) -> JobRunner | None:
     """The runner for `kind`; None for a kind nobody registered. The test kinds are looked up only
-    while `ENGINECACHE_TEST_JOB_KINDS=1` (never added to the table, so they never outlive it)."""
+    where `test_kinds` says so (by default: while `ENGINECACHE_TEST_JOB_KINDS=1` here); they are
+    never added to the table, so they never outlive it. A job's child passes the flag its worker
+    decided (`ChildSpec.test_kinds`): the fork server it came from may predate that environment."""
     runner = JOB_RUNNERS.get(kind)
-    if runner is None and os.environ.get(TEST_KINDS_ENV) == "1":
+    if runner is None and (test_kinds_enabled() if test_kinds is None else test_kinds):
         runner = _test_kinds().get(kind)
     return runner
 

@@ -38,6 +38,7 @@ from enginecache.errors import StaleLeaseError
 from enginecache.service.context import AppContext
 from enginecache.service.jobattempt import CHILD_ERROR_FILE, EXIT_LEASE_LOST, EXIT_RECORDED, ChildSpec
 from enginecache.service.jobchild import run_child
+from enginecache.service.jobkinds import test_kinds_enabled
 from enginecache.service.routing import SCOPE_JOB, SCOPE_QUEUE, can_run, worker_capabilities
 
 logger = logging.getLogger(__name__)
@@ -276,6 +277,7 @@ class Worker:
             payload=job.payload,
             host=self.host,
             job_key=job.idempotency_key if job.kind == "build" else None,
+            test_kinds=test_kinds_enabled(),
         )
         process = self._context.Process(target=run_child, args=(spec,), name=f"job-{job_id}")
         process.start()
