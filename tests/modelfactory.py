@@ -57,7 +57,7 @@ def make_mlp(
     return path
 
 
-def make_conv(path: Path, *, seed: int = 0) -> Path:
+def make_conv(path: Path, *, seed: int = 0, opset: int = 17) -> Path:
     """Write a small conv net `input[batch, 3, 32, 32] -> output[batch, 10]`."""
     rng = np.random.default_rng(seed)
     conv_w = numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype(np.float32) * 0.1, "conv_w")
@@ -77,7 +77,7 @@ def make_conv(path: Path, *, seed: int = 0) -> Path:
         [helper.make_tensor_value_info("output", TensorProto.FLOAT, ["batch", 10])],
         initializer=[conv_w, conv_b, fc_w],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="enginecache-tests")
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], producer_name="enginecache-tests")
     model.ir_version = 8
     onnx.checker.check_model(model)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -192,7 +192,7 @@ def make_if_outer_input(path: Path) -> Path:
     return _save_checked(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
 
 
-def make_constant_weights(path: Path, *, features: int = 16, hidden: int = 32) -> Path:
+def make_constant_weights(path: Path, *, features: int = 16, hidden: int = 32, opset: int = 17) -> Path:
     """The MLP of `make_mlp` with its weights in Constant nodes (tf2onnx and PaddlePaddle exports do
     this), plus an INT64 shape Constant that is not a weight; no initializers."""
     rng = np.random.default_rng(0)
@@ -215,7 +215,7 @@ def make_constant_weights(path: Path, *, features: int = 16, hidden: int = 32) -
         [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", features])],
         [helper.make_tensor_value_info("output", TensorProto.FLOAT, ["batch", hidden])],
     )
-    return _save_checked(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return _save_checked(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]), path)
 
 
 def make_int8_cast_mul(path: Path, *, features: int = 32, hidden: int = 16) -> Path:

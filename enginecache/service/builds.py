@@ -22,7 +22,7 @@ import sqlalchemy as sa
 from sqlmodel import Session, col, select
 from sqlmodel.sql.expression import SelectOfScalar
 
-from enginecache.core.backends.base import Backend, BuildSpec, LogCallback, ProgressCallback
+from enginecache.core.backends.base import Backend, BuildSpec, LoadSpec, LogCallback, ProgressCallback
 from enginecache.core.backends.registry import get_backend
 from enginecache.core.cachekey import KEY_SCHEMA, canonical_digest, compute_cache_key
 from enginecache.core.calibration import load_calibration, read_model_inputs
@@ -36,6 +36,7 @@ from enginecache.errors import (
     BuildFailedError,
     BuildOptionError,
     EngineCacheError,
+    LoadFailedError,
     TargetError,
 )
 from enginecache.service.context import AppContext
@@ -272,6 +273,9 @@ def run_build(
                 workspace_bytes=plan.build_options["workspace_bytes"],
             )
             output = plan.backend.build(spec, work / "engine.plan", progress, log)
+            proof = _prove_loadable(plan, output.engine_path, engine_id)
+            if log is not None:
+                log(proof)
             blob = app.store.ingest_file(output.engine_path)
         seconds = time.perf_counter() - started
     except EngineCacheError as err:
@@ -293,7 +297,7 @@ def run_build(
         row.size_bytes = blob.size
         row.blob_path = app.store.relative(blob.path)
         row.build_seconds = seconds
-        row.builder_log = output.log
+        row.builder_log = f"{output.log}\n{proof}" if output.log else proof
         row.io = [t.to_dict() for t in output.io]
         row.warnings = [*plan.notes, *warnings, *output.warnings]
         row.finished_at = utcnow()
@@ -314,6 +318,22 @@ def run_build(
         seconds,
     )
     return BuildResult(ready[0], plan.model, cache_hit=False, notes=plan.notes)
+
+
+def _prove_loadable(plan: BuildPlan, engine_path: Path, engine_id: int) -> str:
+    """The backend's proof that the engine it wrote loads on this host, where that can be proven;
+    an engine that does not load fails its build with the runtime's words (never READY)."""
+    spec = LoadSpec(
+        input_shapes=plan.profile.opt_shapes(),
+        label=f"engine {engine_id}",
+        backend_version=plan.backend_version,
+        targets=plan.targets,
+    )
+    try:
+        return plan.backend.prove_loadable(engine_path, spec, plan.host)
+    except LoadFailedError as err:
+        built = f"{plan.backend.label} built it, but it does not load on the building host"
+        raise LoadFailedError(f"{built}: {err}") from err
 
 
 def _plain_write(app: AppContext) -> Finalizer:

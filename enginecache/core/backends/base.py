@@ -282,6 +282,12 @@ class Backend(Protocol):
         """Build into `output`; phases go to `progress`, builder log lines to `log` as they come."""
         ...
 
+    def prove_loadable(self, engine_path: Path, spec: LoadSpec, host: HostFingerprint) -> str:
+        """Prove on the building host that the engine just built loads, where that can be proven
+        here (LoadFailedError with the runtime's words where it does not); returns what was proven,
+        or why nothing could be. An engine becomes READY only after this."""
+        ...
+
     def check_header(self, header: bytes, spec: LoadSpec, timer: PhaseTimer | None = None) -> None:
         """The validity test `load` starts with, on the engine's first `ENGINE_HEADER_BYTES` bytes
         (all of it when shorter): raises IncompatibleEngineError with the library's diagnostic (phase

@@ -21,12 +21,40 @@ from enginecache.core.precision.modelfiles import (
     needs_external_data,
     recipe_record,
     remove_model,
+    save_model,
     stage_source,
     tool_version,
     trim,
 )
 from enginecache.core.precision.spec import TOOL_ORT_QUANT, PrecisionSpec
 from enginecache.errors import PrecisionError
+
+# The opset whose QuantizeLinear/DequantizeLinear take `axis`: onnxruntime.quantization writes
+# Q/DQ nodes with it whatever the model's opset, and ORT's ORT-format reader then refuses an
+# opset-10/11 graph ("Unrecognized attribute: axis for operator DequantizeLinear": ppocr_cls,
+# ppocr_det), while the .onnx it came from loads. Upgrading first gives an engine that loads.
+QDQ_MIN_OPSET = 13
+
+
+def upgrade_opset(model_path: Path, opset: int) -> int | None:
+    """Rewrite the (staged) model at `opset` where its default-domain opset is lower; the opset it
+    had, else None. A model the converter cannot move is a PrecisionError naming the converter."""
+    import onnx
+    from onnx import version_converter
+
+    model = onnx.load(str(model_path))
+    current = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), opset)
+    if current >= opset:
+        return None
+    try:
+        converted = version_converter.convert_version(model, opset)
+    except Exception as err:  # the converter raises RuntimeError, ValueError and onnx's own errors
+        raise PrecisionError(
+            f"onnx.version_converter could not move {model_path.name} from opset {current} to {opset}, "
+            f"which int8 Q/DQ for ONNX Runtime needs: {type(err).__name__}: {trim(str(err))}"
+        ) from err
+    save_model(converted, model_path, external=needs_external_data(model_path, converted))
+    return int(current)
 
 
 def quantize_ort(
@@ -93,6 +121,10 @@ def quantize_ort(
 
     staged = stage_source(source, target.parent / f"{target.stem}.quant-source")
     try:
+        upgraded = upgrade_opset(staged, QDQ_MIN_OPSET)
+        if upgraded is not None:
+            notes.append(f"opset {upgraded} -> {QDQ_MIN_OPSET} before quantizing (onnx.version_converter)")
+            options["opset_upgraded_from"] = upgraded
         quantize_static(
             str(staged),
             str(target),

@@ -23,6 +23,7 @@ from enginecache.core.precision.quantize import quantize_ort
 from enginecache.core.precision.spec import (
     AUTOCAST_RULES,
     LIGHT_FP16_RULES,
+    ORT_QUANT_RULES,
     TOOL_AUTOCAST,
     TOOL_MODELOPT_PTQ,
     TOOL_NONE,
@@ -148,4 +149,5 @@ def plan_recipe(spec: PrecisionSpec, *, input_shapes: Mapping[str, Sequence[int]
         tool, version = TOOL_MODELOPT_PTQ, tool_version("nvidia-modelopt")
     else:
         tool, version = TOOL_ORT_QUANT, tool_version("onnxruntime")
+        identity["rules"] = ORT_QUANT_RULES
     return {**identity, "backend_family": spec.backend_family, "tool": tool, "tool_version": version}

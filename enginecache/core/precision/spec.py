@@ -26,6 +26,9 @@ TOOL_MODELOPT_PTQ = "modelopt.onnx.quantization"
 LIGHT_FP16_RULES = 2
 """Revision of the onnxconverter-common fp16 recipe (block list and graph repairs, see
 `lightfp16`): part of the recipe identity, so a changed recipe is a cache miss, not a reuse."""
+ORT_QUANT_RULES = 2
+"""Revision of the onnxruntime.quantization recipe (2: a model below opset 13 is upgraded first,
+so the Q/DQ nodes it writes are valid in the ORT-format engine): a changed recipe is a miss."""
 AUTOCAST_RULES = 2
 """Revision of the AutoCast recipe (2: reference data at the build's profile shapes)."""
 

@@ -29,6 +29,7 @@ from enginecache.core.backends.base import (
     verdict,
 )
 from enginecache.core.backends.ort.dtypes import ort_dtype
+from enginecache.core.backends.ort.errors import ort_errors
 from enginecache.core.fingerprint import HostFingerprint, package_version
 from enginecache.core.lazyimport import import_backend
 from enginecache.errors import BuildFailedError, IncompatibleEngineError, TargetError
@@ -85,7 +86,7 @@ class OnnxRuntimeBackend:
         options.log_severity_level = 3
         try:
             session = ort.InferenceSession(str(spec.onnx_path), options, providers=["CPUExecutionProvider"])
-        except (RuntimeError, ValueError) as err:  # ORT raises its own subclasses of these
+        except ort_errors(ort) as err:
             raise BuildFailedError(f"ONNX Runtime could not optimize {spec.onnx_path.name}: {err}") from err
         from enginecache.core.backends.ort.session import session_io  # numpy: imported where it runs
 
@@ -98,6 +99,12 @@ class OnnxRuntimeBackend:
         if log is not None:
             log(text)
         return BuildOutput(engine_path=output, io=io, log=text)
+
+    def prove_loadable(self, engine_path: Path, spec: LoadSpec, host: HostFingerprint) -> str:
+        """A session from the engine file's bytes, as a serving process makes one: ORT can write an
+        ORT-format model it then refuses to read (e.g. a quantized graph's DequantizeLinear)."""
+        self.load(engine_path.read_bytes(), spec).close()
+        return f"proven loadable: ONNX Runtime {self.version()} made a session from the stored bytes"
 
     # -- targets and policy ------------------------------------------------------------
 

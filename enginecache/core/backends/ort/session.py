@@ -9,6 +9,7 @@ import numpy as np
 
 from enginecache.core.backends.base import Feeds, LoadSpec, PhaseTimer, TensorIO
 from enginecache.core.backends.ort.dtypes import ort_dtype, ort_shape
+from enginecache.core.backends.ort.errors import ort_errors
 from enginecache.errors import InferenceError, LoadFailedError
 
 
@@ -40,10 +41,11 @@ class OrtEngineSession:
             self._bytes = _as_bytes(buffer)
             try:
                 self._session = ort.InferenceSession(self._bytes, options, providers=["CPUExecutionProvider"])
-            except (RuntimeError, ValueError) as err:  # ORT raises subclasses of these
+            except ort_errors(ort) as err:
                 raise LoadFailedError(f"ONNX Runtime could not load {spec.label}: {err}") from err
         self.io = session_io(self._session)
         self._outputs = [t.name for t in self.io if t.mode == "output"]
+        self._errors = ort_errors(ort)
 
     @property
     def raw(self) -> Any:
@@ -53,7 +55,7 @@ class OrtEngineSession:
     def infer(self, feeds: Feeds) -> dict[str, np.ndarray]:
         try:
             values = self._session.run(self._outputs, dict(feeds))
-        except (RuntimeError, ValueError) as err:
+        except self._errors as err:
             raise InferenceError(f"ONNX Runtime inference failed: {err}") from err
         return {name: np.asarray(value) for name, value in zip(self._outputs, values, strict=True)}
 

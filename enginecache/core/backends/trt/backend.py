@@ -313,6 +313,15 @@ class TensorRTBackend:
 
     # -- load ---------------------------------------------------------------------------
 
+    def prove_loadable(self, engine_path: Path, spec: LoadSpec, host: HostFingerprint) -> str:
+        """Deserialize the plan where this host has a GPU among its targets; elsewhere (a build on a
+        CPU, or for another GPU) nothing here can run it, and the note says so."""
+        if not self.covers(spec.targets, host):
+            gpus = ", ".join(g.compute_capability for g in host.gpus) or "no NVIDIA GPU"
+            return f"not proven loadable here: this host has {gpus}, the engine targets {', '.join(spec.targets)}"
+        self.load(engine_path.read_bytes(), spec).close()
+        return f"proven loadable: {self.label} {self.version()} deserialized it on this host's GPU"
+
     def check_header(self, header: bytes, spec: LoadSpec, timer: PhaseTimer | None = None) -> None:
         """TensorRT-RTX's `get_engine_validity` on the header (64 bytes): INVALID raises
         IncompatibleEngineError with the library's diagnostic bits and its own log lines. TensorRT
