@@ -49,6 +49,9 @@ def test_model_add_records_inspection_and_digest(tmp_path: Path, capsys: pytest.
     shown = run_cli(capsys, *_home_args(tmp_path), "model", "show", "mlp", "--json").json()
     assert shown["digest"] == data["digest"]
     assert shown["outputs"][0]["shape"] == ["batch", 32]
+    text = run_cli(capsys, *_home_args(tmp_path), "model", "show", "mlp").out
+    assert "  input: float32 batch x 16" in text and "  output: float32 batch x 32" in text
+    assert "ops: 2 MatMul, 1 Add, 1 Relu" in text and f"sha256 {data['digest']}" in text
 
 
 def test_model_add_keeps_external_data(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

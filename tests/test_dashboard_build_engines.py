@@ -21,7 +21,9 @@ from tests.dashboardkit import Seeded, engine_view, frame, texts, view
 def test_build_matrix_submits_one_job_per_cell_and_marks_cached(seeded: Seeded) -> None:
     at = view("build").run()
     assert not at.exception
-    assert at.multiselect(key="build_precisions").value == ["fp32", "fp16"]
+    precisions = at.multiselect(key=f"build_precisions_{seeded.model_id}")
+    assert precisions.value == ["fp32"], "fp16 has not built for this model: not preselected"
+    precisions.set_value(["fp32", "fp16"]).run()
     at.multiselect(key="build_targets").set_value(["TensorRT-RTX sm86", "TensorRT-RTX sm89"]).run()
     matrix = frame(at, "target", "fp32").set_index("target")
     assert matrix.loc["TensorRT-RTX sm86", "fp32"] == f"cached (engine {seeded.engine_id})"
@@ -49,9 +51,18 @@ def test_build_matrix_submits_one_job_per_cell_and_marks_cached(seeded: Seeded) 
     assert cancelled is not None and cancelled.status == JobStatus.CANCELLED
 
 
+def test_build_preselects_fp16_only_once_an_fp16_engine_of_the_model_is_ready(seeded: Seeded) -> None:
+    request = BuildRequest(model=str(seeded.model_id), backend="rtx", precision="fp16", targets=("sm86",))
+    built = build_engine(seeded.app, request).engine
+    assert built.status == EngineStatus.READY and built.precision == "fp16"
+    at = view("build").run()
+    assert not at.exception
+    assert at.multiselect(key=f"build_precisions_{seeded.model_id}").value == ["fp32", "fp16"]
+
+
 def test_build_int8_without_calibration_says_why(seeded: Seeded) -> None:
     at = view("build").run()
-    at.multiselect(key="build_precisions").set_value(["int8"]).run()
+    at.multiselect(key=f"build_precisions_{seeded.model_id}").set_value(["int8"]).run()
     assert any("needs calibration data" in e.value for e in at.error)
     assert at.button(key="build_submit").disabled
 

@@ -61,7 +61,7 @@ def test_models_lists_and_details_dynamic_dims_ops_and_lineage(seeded: Seeded) -
     inputs = frame(at, "dynamic dims")
     assert inputs.loc[0, "name"] == "input"
     assert inputs.loc[0, "dynamic dims"] == "batch"
-    assert inputs.loc[0, "shape"] == "[batch, 3, 32, 32]"
+    assert inputs.loc[0, "shape"] == "batch x 3 x 32 x 32"
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Opset"] == "17"
     assert metrics["Parameters"] == f"{8 * 3 * 3 * 3 + 8 + 8 * 10:,d}"

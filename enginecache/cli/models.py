@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -47,7 +46,35 @@ def model_show(
     from enginecache.service.listing import show_model
 
     data = show_model(app_context(ctx), model)
-    emit(data, as_json, json.dumps(data, indent=2, default=str))
+    emit(data, as_json, _model_text(data))
+
+
+def _model_text(data: dict[str, Any]) -> str:
+    """`model show` for people: the interface with readable shapes (the declared dims beside),
+    what the graph is, and where its bytes are; --json has every field."""
+    from enginecache.core.shapetext import shape_text
+
+    opsets = ", ".join(f"{domain or 'ai.onnx'} {version}" for domain, version in data["opsets"].items())
+    lines = [
+        f"model {data['id']} {data['name']}: {data['filename']}, {data['size_bytes']:,} B, sha256 {data['digest']}",
+        f"opset {opsets}; IR {data['ir_version']}"
+        + (f"; producer {data['producer_name']} {data['producer_version']}".rstrip() if data["producer_name"] else ""),
+        f"parameters {data['parameter_count']:,} ({data['parameter_bytes']:,} B)",
+    ]
+    if data.get("quantized"):
+        lines.append(f"already quantized: {data['quantized']}")
+    for mode in ("inputs", "outputs"):
+        lines.append(f"{mode}:")
+        for tensor in data[mode]:
+            declared = [str(d) for d in tensor["shape"] if not isinstance(d, int)]
+            note = f"  (declared: {', '.join(declared)})" if declared else ""
+            lines.append(f"  {tensor['name']}: {tensor['dtype']} {shape_text(tensor['shape'])}{note}")
+    ops = sorted(data["op_histogram"].items(), key=lambda item: (-item[1], item[0]))
+    lines.append("ops: " + ", ".join(f"{count} {op}" for op, count in ops))
+    if data["subgraph_op_histogram"]:
+        inner = sorted(data["subgraph_op_histogram"].items(), key=lambda item: (-item[1], item[0]))
+        lines.append("ops inside If/Loop/Scan bodies: " + ", ".join(f"{count} {op}" for op, count in inner))
+    return "\n".join(lines)
 
 
 def register(app: typer.Typer) -> None:

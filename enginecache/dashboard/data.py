@@ -106,6 +106,11 @@ def model_rows(key: CatalogKey) -> list[models.ModelRow]:
 
 
 @st.cache_data(ttl=LIST_TTL, show_spinner=False)
+def working_precisions(key: CatalogKey, model_id: int) -> tuple[str, ...]:
+    return models.working_precisions(_open_app(*key), model_id)
+
+
+@st.cache_data(ttl=LIST_TTL, show_spinner=False)
 def filter_options(key: CatalogKey) -> engines.FilterOptions:
     return engines.engine_filter_options(_open_app(*key))
 

@@ -26,6 +26,7 @@ from enginecache.service.jobs import cancel_job, submit_build
 from enginecache.service.models import get_model, model_inputs
 from enginecache.service.readmodels.hosts import HostRow
 from enginecache.service.readmodels.jobs import JobRow, active_jobs, active_jobs_by_key, jobs_by_id
+from enginecache.service.readmodels.models import default_precisions
 
 REFRESH_SECONDS = 1.0
 JOBS_SHOWN = 20
@@ -213,7 +214,15 @@ def render() -> None:
     by_label = {t.label: t for t in options_list}
     default_targets = [options_list[2].label] if len(options_list) > 2 else []
     chosen_labels = st.multiselect("Targets", list(by_label), default=default_targets, key="build_targets")
-    precisions = st.multiselect("Precisions", list(PRECISIONS), default=["fp32", "fp16"], key="build_precisions")
+    working = data.working_precisions(key, model_id)
+    precisions = st.multiselect(
+        "Precisions",
+        list(PRECISIONS),
+        default=default_precisions(working),
+        key=f"build_precisions_{model_id}",  # the default follows the model chosen
+        help="Preselected: fp32, and fp16 where an fp16 engine of this model has built"
+        + (f" (READY here: {', '.join(working)})" if working else ""),
+    )
 
     defaults = data.attempt("cannot read the model's inputs", default_profile_frame, app, model_id)
     options: dict[str, Any] = {}

@@ -14,6 +14,7 @@ import pandas as pd
 import plotly.express as px
 import streamlit as st
 
+from enginecache.core.shapetext import shape_text
 from enginecache.dashboard import data
 from enginecache.dashboard.uploads import UploadedFile, stage_upload
 from enginecache.service.context import AppContext
@@ -128,17 +129,13 @@ def _registered(result: RegisterResult | None) -> None:
     st.success(f"{verb}: {model.name} (id {model.id}), sha256 {model.digest}")
 
 
-def _shape(shape: list[Any]) -> str:
-    return "[" + ", ".join(str(d) for d in shape) + "]"
-
-
 def _io_frame(tensors: list[dict[str, Any]]) -> pd.DataFrame:
     return pd.DataFrame(
         [
             {
                 "name": t["name"],
                 "dtype": t["dtype"],
-                "shape": _shape(t["shape"]),
+                "shape": shape_text(t["shape"]),
                 "dynamic dims": ", ".join(str(d) for d in t["shape"] if not isinstance(d, int)) or "-",
             }
             for t in tensors

@@ -8,7 +8,7 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlmodel import col, select
 
-from enginecache.db.models import EngineRecord, ModelRecord
+from enginecache.db.models import EngineRecord, EngineStatus, ModelRecord
 from enginecache.errors import NotFoundError
 from enginecache.service.context import AppContext
 
@@ -121,3 +121,21 @@ def model_rows(app: AppContext, *, limit: int = 500) -> list[ModelRow]:
             .limit(limit)
         ).all()
     return [ModelRow(int(r[0]), str(r[1]), r[2], int(r[3]), str(r[4]), r[5], int(r[6])) for r in rows]
+
+
+def working_precisions(app: AppContext, model_id: int) -> tuple[str, ...]:
+    """The precisions this model has a READY engine in (from the source or any of its variants),
+    sorted: the ones known to work for it on this catalog's hosts."""
+    with app.catalog.read() as session:
+        found = session.execute(
+            sa.select(col(EngineRecord.precision))
+            .where(col(EngineRecord.model_id) == model_id, col(EngineRecord.status) == EngineStatus.READY)
+            .distinct()
+        ).all()
+    return tuple(sorted(str(row[0]) for row in found))
+
+
+def default_precisions(working: tuple[str, ...]) -> list[str]:
+    """What a build form preselects: fp32, which builds for every model the backend parses, plus
+    fp16 only where an fp16 engine of this model already built; never a preselected failure."""
+    return ["fp32", *(["fp16"] if "fp16" in working else [])]
