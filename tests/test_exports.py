@@ -148,6 +148,10 @@ def test_export_cli_and_errors(
     ok = run_cli(capsys, "export", str(tmp_path / "out"), "--model", "conv", "--format", "triton", "--json")
     assert ok.code == 0, ok.err
     assert (tmp_path / "out" / "conv" / "config.pbtxt").is_file()
+    assert any("stock Triton" in w for w in ok.json()["warnings"])
+    text = run_cli(capsys, "export", str(tmp_path / "text"), "--model", "conv", "--format", "triton")
+    assert text.code == 0, text.err
+    assert "warning: these are TensorRT-RTX plans: stock Triton" in text.out, "text mode says it too"
     bad = run_cli(capsys, "export", str(tmp_path / "out"), "--model", "conv", "--format", "zip")
     assert bad.code == 2 and "unknown export format" in bad.err
     with pytest.raises(ExportError):

@@ -181,7 +181,13 @@ def export_command(
     emit(
         result.to_dict(),
         as_json,
-        "\n".join([f"exported {len(result.files)} file(s) to {result.root}", *[str(p) for p in result.files]]),
+        "\n".join(
+            [
+                f"exported {len(result.files)} file(s) to {result.root}",
+                *[str(p) for p in result.files],
+                *[f"warning: {w}" for w in result.warnings],
+            ]
+        ),
     )
 
 
