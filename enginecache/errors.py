@@ -112,6 +112,12 @@ class AmbiguousError(BadInputError):
     """A name matches more than one row."""
 
 
+class ModelNameError(BadInputError):
+    """A user-chosen name is unusable: outside the documented pattern, or taken by other bytes."""
+
+    kind = "bad_name"
+
+
 class ServeError(BadInputError):
     """`enginecache serve` cannot start as asked (port in use, bad address)."""
 

@@ -172,7 +172,7 @@ def test_deterministic_test_load_failures_are_recorded_and_not_retried(app_ctx: 
     assert "idx=89 must be within the inclusive range [-2,1]" in (bad.error or "")
     run = runs[rejected.id]
     assert run["verdict"] == "ERROR" and "idx=89" in run["reason"]
-    assert run["details"]["error_type"] == "InvalidArgument" and run["phases"]["deserialize"] > 0
+    assert run["details"]["error_type"] == "InferenceError" and run["phases"]["deserialize"] > 0
 
     big = get_job(app_ctx, too_large.id or 0)
     assert big.status == JobStatus.FAILED and big.attempts == 1, (big.status, big.attempts, big.error)
