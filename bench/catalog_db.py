@@ -14,7 +14,7 @@ import os
 import sys
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -60,16 +60,8 @@ FULL = Scale(
     lookups=10_000,
     misses=30,
 )
-QUICK = Scale(
-    "quick",
-    20,
-    engines=10_000,
-    jobs=10_000,
-    events=100_000,
-    load_runs=1_000,
-    hot_engines=2_000,
-    lookups=10_000,
-    misses=30,
+QUICK = replace(  # a smaller catalog; the same hot engines, lookups and misses timed
+    FULL, name="quick", models=20, engines=10_000, jobs=10_000, events=100_000, load_runs=1_000
 )
 
 

@@ -4,8 +4,10 @@ the hit children time themselves, median per phase), and its stacked-bar chart (
 
 from __future__ import annotations
 
+import functools
 import statistics
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +16,7 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(BENCH))
 
-from harness import Figure  # noqa: E402
+from harness import Figure, Sample  # noqa: E402
 
 RTX = "Serving start: TensorRT-RTX validity verdict"
 
@@ -32,37 +34,42 @@ def phase_breakdown(figures: list[Figure]) -> dict[str, Any]:
     """Median seconds per phase of each hit figure's samples (and of its floor's)."""
     out: dict[str, Any] = {}
     for f in figures:
-        ours: dict[str, list[float]] = {}
-        for s in f.samples_a:
-            x = s.extra
-            if not x or s.ready_s is None:
-                continue
-            inside = x["ready_at"] - x["t0"]
-            phases = x.get("phases") or {}
-            known = {"interpreter": s.ready_s - inside, "import_enginecache": x["import_s"]}
-            known.update({p: float(phases.get(p, 0.0)) for p in HIT_PHASES})
-            known["other"] = max(0.0, inside - x["import_s"] - sum(float(v) for v in phases.values()))
-            for k, v in known.items():
-                ours.setdefault(k, []).append(v)
-        floor: dict[str, list[float]] = {}
-        for s in f.samples_b:
-            x = s.extra
-            if not x or s.ready_s is None:
-                continue
-            inside = x["ready_at"] - x["t0"]
-            rest = "validity" if f.section == RTX else "session"  # the floor's work after its import
-            for k, v in (
-                ("interpreter", s.ready_s - inside),
-                ("import_runtime", x["import_s"]),
-                (rest, inside - x["import_s"]),
-            ):
-                floor.setdefault(k, []).append(v)
+        rest = "validity" if f.section == RTX else "session"  # the floor's work after its import
         out[f"{'rtx' if f.section == RTX else 'ort'}: {f.name}"] = {
-            "ours_s": {k: median(v) for k, v in ours.items()},
-            "floor_s": {k: median(v) for k, v in floor.items()},
+            "ours_s": _median_phases(f.samples_a, _hit_phases),
+            "floor_s": _median_phases(f.samples_b, functools.partial(_floor_phases, rest)),
             "via": sorted({s.extra.get("via", "?") for s in f.samples_a}),
         }
     return out
+
+
+def _median_phases(
+    samples: list[Sample], phases: Callable[[float, dict[str, Any], float], dict[str, float]]
+) -> dict[str, float]:
+    """Median seconds per phase over the samples that timed themselves: `phases(ready_s, extra,
+    inside)` names one sample's phases (`inside`: the child's own time, from its start to ready)."""
+    values: dict[str, list[float]] = {}
+    for s in samples:
+        x = s.extra
+        if not x or s.ready_s is None:
+            continue
+        for k, v in phases(s.ready_s, x, x["ready_at"] - x["t0"]).items():
+            values.setdefault(k, []).append(v)
+    return {k: median(v) for k, v in values.items()}
+
+
+def _hit_phases(ready_s: float, x: dict[str, Any], inside: float) -> dict[str, float]:
+    """A hit child's phases: the interpreter, enginecache's import, each phase it timed, the rest."""
+    phases = x.get("phases") or {}
+    known = {"interpreter": ready_s - inside, "import_enginecache": x["import_s"]}
+    known.update({p: float(phases.get(p, 0.0)) for p in HIT_PHASES})
+    known["other"] = max(0.0, inside - x["import_s"] - sum(float(v) for v in phases.values()))
+    return known
+
+
+def _floor_phases(rest: str, ready_s: float, x: dict[str, Any], inside: float) -> dict[str, float]:
+    """A floor child's phases: the interpreter, the runtime's import, and `rest` (what it did then)."""
+    return {"interpreter": ready_s - inside, "import_runtime": x["import_s"], rest: inside - x["import_s"]}
 
 
 def draw_phases(breakdown: dict[str, Any], path: Path) -> None:

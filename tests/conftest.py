@@ -62,6 +62,29 @@ def shared_models() -> Path:
     return SHARED_MODELS
 
 
+# The four reference models of ../shared/models, by the name `reference_catalog` registers each under.
+REFERENCE_MODELS = {
+    "resnet18": "resnet18.onnx",
+    "mobilenet_v3_small": "mobilenet_v3_small.onnx",
+    "bert_mini": "bert_mini.onnx",
+    "tiny_llama": "tiny_llama.onnx",
+}
+
+
+def reference_catalog(folder: Path) -> Iterator[AppContext]:
+    """An app context on folder/"home" with the reference models registered, closed at the end: for
+    a module's fixture, `yield from reference_catalog(tmp_path_factory.mktemp(...))`."""
+    from enginecache.service.models import register_model
+
+    ctx = AppContext.from_settings(folder / "home")
+    try:
+        for name, filename in REFERENCE_MODELS.items():
+            register_model(ctx, shared_model(filename), name=name)
+        yield ctx
+    finally:
+        ctx.close()
+
+
 # -- hosts ------------------------------------------------------------------------------------
 
 

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+
+PRODUCER = "enginecache-tests"  # the producer_name of make_mlp's and make_conv's models
 
 
 def file_sha256(path: Path) -> str:
@@ -20,6 +23,40 @@ def save_unchecked(model: onnx.ModelProto, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(model.SerializeToString())
     return path
+
+
+def _save_checked(model: onnx.ModelProto, path: Path) -> Path:
+    """Write a model at IR version 8 once onnx.checker (with shape inference) passes it."""
+    model.ir_version = 8
+    onnx.checker.check_model(model, full_check=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, str(path))
+    return path
+
+
+def _save_float_graph(
+    path: Path,
+    name: str,
+    nodes: list[onnx.NodeProto],
+    input_dims: Sequence[str | int | None],
+    output_dims: Sequence[str | int | None],
+    initializer: Sequence[onnx.TensorProto] = (),
+    opset: int = 17,
+    producer_name: str | None = None,
+) -> Path:
+    """Write the graph `nodes` from one float32 `input[input_dims]` to one float32
+    `output[output_dims]` as a model of `opset` (by `producer_name` where given), checked."""
+    graph = helper.make_graph(
+        nodes,
+        name,
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, input_dims)],
+        [helper.make_tensor_value_info("output", TensorProto.FLOAT, output_dims)],
+        initializer=list(initializer),
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    if producer_name is not None:
+        model.producer_name = producer_name
+    return _save_checked(model, path)
 
 
 def make_mlp(
@@ -42,19 +79,9 @@ def make_mlp(
         helper.make_node("Relu", ["h1"], ["h2"], name="relu"),
         helper.make_node("MatMul", ["h2", "w2"], ["output"], name="fc2"),
     ]
-    graph = helper.make_graph(
-        nodes,
-        "mlp",
-        [helper.make_tensor_value_info("input", TensorProto.FLOAT, [batch_dim, features])],
-        [helper.make_tensor_value_info("output", TensorProto.FLOAT, [batch_dim, hidden])],
-        initializer=[w1, b1, w2],
+    return _save_float_graph(
+        path, "mlp", nodes, [batch_dim, features], [batch_dim, hidden], [w1, b1, w2], opset, PRODUCER
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], producer_name="enginecache-tests")
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save(model, str(path))
-    return path
 
 
 def make_conv(path: Path, *, seed: int = 0, opset: int = 17) -> Path:
@@ -70,19 +97,9 @@ def make_conv(path: Path, *, seed: int = 0, opset: int = 17) -> Path:
         helper.make_node("Flatten", ["p"], ["f"], name="flatten"),
         helper.make_node("MatMul", ["f", "fc_w"], ["output"], name="fc"),
     ]
-    graph = helper.make_graph(
-        nodes,
-        "convnet",
-        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", 3, 32, 32])],
-        [helper.make_tensor_value_info("output", TensorProto.FLOAT, ["batch", 10])],
-        initializer=[conv_w, conv_b, fc_w],
+    return _save_float_graph(
+        path, "convnet", nodes, ["batch", 3, 32, 32], ["batch", 10], [conv_w, conv_b, fc_w], opset, PRODUCER
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], producer_name="enginecache-tests")
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save(model, str(path))
-    return path
 
 
 def make_external_data_model(folder: Path, *, name: str = "ext.onnx", seed: int = 0) -> Path:
@@ -106,14 +123,6 @@ def make_external_data_model(folder: Path, *, name: str = "ext.onnx", seed: int 
 # --- precision and inspection models ---------------------------------------------------------------
 
 
-def _save_checked(model: onnx.ModelProto, path: Path) -> Path:
-    model.ir_version = 8
-    onnx.checker.check_model(model, full_check=True)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save(model, str(path))
-    return path
-
-
 def make_pad_resize(path: Path, *, seed: int = 0) -> Path:
     """`input[batch, 3, h, w] -> output[batch, 4, 2h+4, 2w+4]`: a reflect Pad, a Conv, a Resize (its
     scales a float32 initializer), and a `Cast(to=FLOAT)` of a Shape feeding a Div, the pattern
@@ -132,14 +141,9 @@ def make_pad_resize(path: Path, *, seed: int = 0) -> Path:
         helper.make_node("ReduceMax", ["shape_f"], ["side"], name="side", keepdims=1),
         helper.make_node("Div", ["up", "side"], ["output"], name="normalise"),
     ]
-    graph = helper.make_graph(
-        nodes,
-        "pad_resize",
-        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", 3, "h", "w"])],
-        [helper.make_tensor_value_info("output", TensorProto.FLOAT, ["batch", 4, None, None])],
-        initializer=[weight, scales, pads],
+    return _save_float_graph(
+        path, "pad_resize", nodes, ["batch", 3, "h", "w"], ["batch", 4, None, None], [weight, scales, pads]
     )
-    return _save_checked(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
 
 
 def make_celu(path: Path) -> Path:
@@ -153,14 +157,7 @@ def make_celu(path: Path) -> Path:
         helper.make_node("Celu", ["m"], ["c"], alpha=1.0),
         helper.make_node("Add", ["c", "b"], ["output"]),
     ]
-    graph = helper.make_graph(
-        nodes,
-        "celu",
-        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", 8])],
-        [helper.make_tensor_value_info("output", TensorProto.FLOAT, ["batch", 8])],
-        initializer=[weight, bias],
-    )
-    return _save_checked(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return _save_float_graph(path, "celu", nodes, ["batch", 8], ["batch", 8], [weight, bias])
 
 
 def make_if_outer_input(path: Path) -> Path:
@@ -209,13 +206,7 @@ def make_constant_weights(path: Path, *, features: int = 16, hidden: int = 32, o
         helper.make_node("Mul", ["h1", "alpha"], ["h2"], name="scale"),
         helper.make_node("Reshape", ["h2", "shape"], ["output"], name="reshape"),
     ]
-    graph = helper.make_graph(
-        nodes,
-        "constant_weights",
-        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", features])],
-        [helper.make_tensor_value_info("output", TensorProto.FLOAT, ["batch", hidden])],
-    )
-    return _save_checked(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]), path)
+    return _save_float_graph(path, "constant_weights", nodes, ["batch", features], ["batch", hidden], opset=opset)
 
 
 def make_int8_cast_mul(path: Path, *, features: int = 32, hidden: int = 16) -> Path:
@@ -229,14 +220,7 @@ def make_int8_cast_mul(path: Path, *, features: int = 32, hidden: int = 16) -> P
         helper.make_node("Mul", ["w_float", "w_scale"], ["w"], name="w_dequant"),
         helper.make_node("MatMul", ["input", "w"], ["output"], name="fc"),
     ]
-    graph = helper.make_graph(
-        nodes,
-        "int8_cast_mul",
-        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", features])],
-        [helper.make_tensor_value_info("output", TensorProto.FLOAT, ["batch", hidden])],
-        initializer=[q, scale],
-    )
-    return _save_checked(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return _save_float_graph(path, "int8_cast_mul", nodes, ["batch", features], ["batch", hidden], [q, scale])
 
 
 def quantize_with_ort(source: Path, target: Path, *, mode: str = "qdq") -> Path:
@@ -285,14 +269,9 @@ def make_range_grid(path: Path) -> Path:
         helper.make_node("Reshape", ["rows", "grid_shape"], ["grid"], name="grid"),
         helper.make_node("Add", ["c", "grid"], ["output"], name="add_grid"),
     ]
-    graph = helper.make_graph(
-        nodes,
-        "range_grid",
-        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", 4, "h", "w"])],
-        [helper.make_tensor_value_info("output", TensorProto.FLOAT, ["batch", 4, "h", "w"])],
-        initializer=[weight, *consts],
+    return _save_float_graph(
+        path, "range_grid", nodes, ["batch", 4, "h", "w"], ["batch", 4, "h", "w"], [weight, *consts]
     )
-    return _save_checked(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
 
 
 def make_large_intermediate(path: Path) -> Path:
@@ -305,14 +284,8 @@ def make_large_intermediate(path: Path) -> Path:
         helper.make_node("Div", ["scaled", "divisor"], ["back"], name="scale_down"),
         helper.make_node("Relu", ["back"], ["output"], name="relu"),
     ]
-    graph = helper.make_graph(
-        nodes,
-        "large_intermediate",
-        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", 8])],
-        [helper.make_tensor_value_info("output", TensorProto.FLOAT, ["batch", 8])],
-        initializer=[numpy_helper.from_array(np.array(1e5, np.float32), "divisor")],
-    )
-    return _save_checked(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    divisor = numpy_helper.from_array(np.array(1e5, np.float32), "divisor")
+    return _save_float_graph(path, "large_intermediate", nodes, ["batch", 8], ["batch", 8], [divisor])
 
 
 def make_shared_initializer(path: Path) -> Path:
@@ -324,11 +297,4 @@ def make_shared_initializer(path: Path) -> Path:
         helper.make_node("Add", ["input", "c"], ["a"], name="add"),
         helper.make_node("Add", ["m", "a"], ["output"], name="sum"),
     ]
-    graph = helper.make_graph(
-        nodes,
-        "shared_initializer",
-        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", 8])],
-        [helper.make_tensor_value_info("output", TensorProto.FLOAT, ["batch", 8])],
-        initializer=[shared],
-    )
-    return _save_checked(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return _save_float_graph(path, "shared_initializer", nodes, ["batch", 8], ["batch", 8], [shared])

@@ -7,8 +7,9 @@ build through `service.builds.build_engine` (what `enginecache build` calls), a 
 exception escaped the product: a bug to fix); for test-loads the run's verdict (`PASS`, `FAIL`,
 `ERROR`, `INCOMPATIBLE`, `CORRUPT`); `no engine` where the build made none.
 
-After a change to the product, measure and rewrite tests/test_realmodels.py's `EXPECTED` and the
-measured sections of docs/models.md in place (then review the diff):
+After a change to the product, measure and rewrite tests/test_realmodels.py's `MEASURED` (compact:
+`render_expected`, read back by `expand_expected`) and the measured sections of docs/models.md in
+place (then review the diff):
 
     .venv/bin/python tests/realmodelkit.py --write     # or without --write: print only
 """
@@ -20,6 +21,7 @@ import re
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -41,10 +43,13 @@ TEST_FILE = ROOT / "tests" / "test_realmodels.py"
 BUILDS = ("rtx fp32", "rtx fp16", "rtx int8", "ort fp32", "ort int8")
 LOADS = ("load ort fp32", "load ort int8")
 CELLS = BUILDS + LOADS
+# A cell's verdict where MEASURED leaves it out: a build `built`, a test-load `PASS`.
+DEFAULTS = {**dict.fromkeys(BUILDS, "built"), **dict.fromkeys(LOADS, "PASS")}
 RTX_TARGETS = ("sm86",)  # one compute capability keeps each build short
 LOAD_ITERATIONS = 3
 BEGIN, END = "<!-- measured: begin -->", "<!-- measured: end -->"
 CODE_BEGIN, CODE_END = "# >>> measured (tests/realmodelkit.py --write)", "# <<< measured"
+LINE_LENGTH = 120  # pyproject.toml's: a model's verdicts on one line where they fit
 
 
 @dataclass(frozen=True)
@@ -161,12 +166,43 @@ def docs_verdicts(text: str) -> dict[str, list[str]]:
     return rows
 
 
-def render_expected(bench: Bench) -> str:
-    lines = [CODE_BEGIN, "EXPECTED: dict[str, dict[str, str]] = {"]
-    for model in BY_NAME:
-        lines.append(f"    {json.dumps(model)}: {{")
-        lines += [f"        {json.dumps(c)}: {json.dumps(bench.measure(model, c).expectation())}," for c in CELLS]
-        lines.append("    },")
+def measured_expectations(bench: Bench) -> dict[str, dict[str, str]]:
+    """Every cell's verdict as an EXPECTED entry, measured."""
+    return {model: {cell: bench.measure(model, cell).expectation() for cell in CELLS} for model in BY_NAME}
+
+
+def expand_expected(measured: Mapping[str, Mapping[str, str]]) -> dict[str, dict[str, str]]:
+    """MEASURED (per model the cells off DEFAULTS, a key naming one cell or several: "rtx fp16, rtx
+    int8") as every model's verdict for every cell, in CELLS order."""
+    expected: dict[str, dict[str, str]] = {}
+    for model, entries in measured.items():
+        cells = dict(DEFAULTS)
+        named: list[str] = []
+        for key, verdict in entries.items():
+            for cell in key.split(", "):
+                if cell not in cells or cell in named:
+                    raise ValueError(f"MEASURED[{model!r}]: {cell!r} is no cell or is named twice")
+                named.append(cell)
+                cells[cell] = verdict
+        expected[model] = cells
+    return expected
+
+
+def render_expected(expected: Mapping[str, Mapping[str, str]]) -> str:
+    """MEASURED's source (as ruff formats it) for `expected`, every model's verdict for every cell:
+    the cells off DEFAULTS, those with one verdict under one key; a model on one line if it fits."""
+    lines = [CODE_BEGIN, "MEASURED: dict[str, dict[str, str]] = {"]
+    for model, cells in expected.items():
+        groups: dict[str, list[str]] = {}
+        for cell in CELLS:
+            if cells[cell] != DEFAULTS[cell]:
+                groups.setdefault(cells[cell], []).append(cell)
+        entries = [f"{json.dumps(', '.join(names))}: {json.dumps(verdict)}" for verdict, names in groups.items()]
+        one_line = f"    {json.dumps(model)}: {{{', '.join(entries)}}},"
+        if len(one_line) <= LINE_LENGTH:
+            lines.append(one_line)
+        else:
+            lines += [f"    {json.dumps(model)}: {{", *(f"        {entry}," for entry in entries), "    },"]
     return "\n".join([*lines, "}", CODE_END])
 
 
@@ -209,7 +245,8 @@ def _between(text: str, begin: str, end: str, new: str) -> str:
 
 
 def write(bench: Bench) -> None:
-    TEST_FILE.write_text(_between(TEST_FILE.read_text(), CODE_BEGIN, CODE_END, render_expected(bench)))
+    code = render_expected(measured_expectations(bench))
+    TEST_FILE.write_text(_between(TEST_FILE.read_text(), CODE_BEGIN, CODE_END, code))
     DOCS.write_text(_between(DOCS.read_text(), BEGIN, END, render_docs(bench)))
 
 
@@ -222,10 +259,10 @@ def main(argv: list[str]) -> int:
             for model in BY_NAME:
                 print(f"    {json.dumps(model)}: {bench.inspection(model)!r},")
             print("}\n")
-            print(render_expected(bench) + "\n\n" + render_docs(bench))
+            print(render_expected(measured_expectations(bench)) + "\n\n" + render_docs(bench))
             if "--write" in argv:
                 write(bench)
-                print(f"rewrote EXPECTED in {TEST_FILE} and the measured sections of {DOCS}", file=sys.stderr)
+                print(f"rewrote MEASURED in {TEST_FILE} and the measured sections of {DOCS}", file=sys.stderr)
         finally:
             app.close()
     return 0

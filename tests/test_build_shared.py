@@ -13,30 +13,26 @@ import pytest
 from enginecache.db.models import EngineStatus
 from enginecache.service.builds import BuildRequest, BuildResult, build_engine
 from enginecache.service.context import AppContext
-from enginecache.service.models import register_model
-from tests.conftest import shared_model
+from tests.conftest import reference_catalog
 
 pytestmark = pytest.mark.shared  # every test here builds ../shared/models
 
+# The reference models (tests/conftest.py's REFERENCE_MODELS): their input and output names.
 MODELS = {
-    "resnet18": ("resnet18.onnx", ["input"], ["logits"]),
-    "mobilenet_v3_small": ("mobilenet_v3_small.onnx", ["input"], ["logits"]),
-    "bert_mini": ("bert_mini.onnx", ["input_ids", "attention_mask"], ["last_hidden_state"]),
-    "tiny_llama": ("tiny_llama.onnx", ["input_ids", "attention_mask"], ["logits"]),
+    "resnet18": (["input"], ["logits"]),
+    "mobilenet_v3_small": (["input"], ["logits"]),
+    "bert_mini": (["input_ids", "attention_mask"], ["last_hidden_state"]),
+    "tiny_llama": (["input_ids", "attention_mask"], ["logits"]),
 }
 
 
 @pytest.fixture(scope="module")
 def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppContext]:
-    ctx = AppContext.from_settings(tmp_path_factory.mktemp("shared") / "home")
-    for name, (filename, _, _) in MODELS.items():
-        register_model(ctx, shared_model(filename), name=name)
-    yield ctx
-    ctx.close()
+    yield from reference_catalog(tmp_path_factory.mktemp("shared"))
 
 
 def _check_engine(app: AppContext, result: BuildResult, name: str, precision: str) -> None:
-    _, inputs, outputs = MODELS[name]
+    inputs, outputs = MODELS[name]
     engine = result.engine
     assert engine.status == EngineStatus.READY, engine.error
     assert engine.precision == precision

@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -80,6 +81,26 @@ def test_fixed_batch_model_gets_max_batch_size_zero_and_full_dims(app_ctx: AppCo
     assert list(config.input[0].dims) == [4, 16]
 
 
+def _fake_engine(backend: str, io: list[dict[str, Any]], **fields: object) -> EngineRecord:
+    """An engine row as a worker would record it (no build here)."""
+    values: dict[str, object] = {
+        "id": 1,
+        "model_id": 1,
+        "backend": backend,
+        "backend_version": "10.13.0.35",
+        "precision": "fp16",
+        "targets": "sm86",
+        "cache_key": "k" * 64,
+        "status": EngineStatus.READY,
+        "onnx_digest": "d" * 64,
+        "os": "Linux",
+        "target_info": {"compute_capability": "sm86", "gpu": "NVIDIA A10"},
+        "build_options": {"profiles": {"input": {"min": [1, 16], "opt": [4, 16], "max": [8, 16]}}},
+        "io": io,
+    }
+    return EngineRecord(**{**values, **fields})
+
+
 def test_a_tensorrt_engine_is_filed_by_gpu_and_served_as_a_plan_fake_gpu_build() -> None:
     """A TensorRT engine as an A10 worker records it (no TensorRT here): the tree names the GPU it
     was tuned on, Triton gets a plan on a GPU instance, keyed by its compute capability."""
@@ -87,21 +108,7 @@ def test_a_tensorrt_engine_is_filed_by_gpu_and_served_as_a_plan_fake_gpu_build()
         {"name": "input", "mode": "input", "dtype": "float32", "shape": [-1, 16]},
         {"name": "output", "mode": "output", "dtype": "float32", "shape": [-1, 32]},
     ]
-    engine = EngineRecord(
-        id=1,
-        model_id=1,
-        backend="trt",
-        backend_version="10.13.0.35",
-        precision="fp16",
-        targets="sm86",
-        cache_key="k" * 64,
-        status=EngineStatus.READY,
-        onnx_digest="d" * 64,
-        os="Linux",
-        target_info={"compute_capability": "sm86", "gpu": "NVIDIA A10"},
-        build_options={"profiles": {"input": {"min": [1, 16], "opt": [4, 16], "max": [8, 16]}}},
-        io=io,
-    )
+    engine = _fake_engine("trt", io)
     assert tree_targets(engine) == ["nvidia-a10-sm86"]
     text = render_triton_config("mlp", engine, default_file="model.sm86.plan", cc_files={"8.6": "model.sm86.plan"})
     config = text_format.Parse(text, model_config_pb2.ModelConfig())
@@ -224,26 +231,6 @@ def test_a_scalar_input_is_dims_1_with_an_empty_reshape(app_ctx: AppContext, tmp
     scale = next(t for t in config.input if t.name == "scale")  # type: ignore[attr-defined]
     assert config.max_batch_size == 0  # type: ignore[attr-defined]  # a scalar has no batch dim
     assert list(scale.dims) == [1] and scale.HasField("reshape") and list(scale.reshape.shape) == []
-
-
-def _fake_engine(backend: str, io: list[dict[str, object]], **fields: object) -> EngineRecord:
-    """An engine row as a worker would record it (no build here)."""
-    values: dict[str, object] = {
-        "id": 1,
-        "model_id": 1,
-        "backend": backend,
-        "backend_version": "10.13.0.35",
-        "precision": "fp16",
-        "targets": "sm86",
-        "cache_key": "k" * 64,
-        "status": EngineStatus.READY,
-        "onnx_digest": "d" * 64,
-        "os": "Linux",
-        "target_info": {"compute_capability": "sm86", "gpu": "NVIDIA A10"},
-        "build_options": {"profiles": {"input": {"min": [1, 16], "opt": [4, 16], "max": [8, 16]}}},
-        "io": io,
-    }
-    return EngineRecord(**{**values, **fields})
 
 
 def test_a_batch_only_output_is_dims_1_with_an_empty_reshape() -> None:

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -54,6 +55,32 @@ print(job.status)
 
 def _env() -> dict[str, str]:
     return {**os.environ, testkinds.ENABLE_ENV: "1"}
+
+
+def _waiter_argv(app: AppContext, job_id: int) -> list[str]:
+    return [sys.executable, "-c", WAITER, str(app.home), app.db_url, str(job_id), str(BOUND)]
+
+
+@contextlib.contextmanager
+def _waiter_running(app: AppContext, job_id: int, log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """A WAITER process in a session of its own (its output in `log`), once its one-shot worker runs
+    the job; on the way out its process group is killed, if anything of it is left."""
+    with open(log, "wb") as sink:
+        waiter = subprocess.Popen(
+            _waiter_argv(app, job_id), cwd=ROOT, stdout=sink, stderr=sink, env=_env(), start_new_session=True
+        )
+    try:
+        wait_for(
+            lambda: queue.get_job(app.catalog, job_id).phase == "sleeping" or waiter.poll() is not None,
+            BOUND,
+            "the waiter's one-shot worker to run the job",
+        )
+        assert waiter.poll() is None, log.read_text()
+        yield waiter
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(waiter.pid, signal.SIGKILL)
+        waiter.wait()
 
 
 def test_concurrent_plain_builds_with_no_worker_all_finish(catalog_ctx: AppContext, tmp_path: Path) -> None:
@@ -103,22 +130,8 @@ def test_waiter_killed_with_sigkill_leaves_no_live_worker_and_its_job_is_taken_o
     app = catalog_ctx
     job = queue.enqueue(app.catalog, kind="sleep", payload={"seconds": 5}, requirements={"backend": "ort"}).job
     job_id = job.id or 0
-    args = [sys.executable, "-c", WAITER, str(app.home), app.db_url, str(job_id)]
-    log = tmp_path / "killed.log"
-    with open(log, "wb") as sink:
-        killed = subprocess.Popen(
-            [*args, str(BOUND)], cwd=ROOT, stdout=sink, stderr=sink, env=_env(), start_new_session=True
-        )
-    try:
-        wait_for(
-            lambda: queue.get_job(app.catalog, job_id).phase == "sleeping" or killed.poll() is not None,
-            BOUND,
-            "the waiter's one-shot worker to run the job",
-        )
-        assert killed.poll() is None, log.read_text()
-    finally:
+    with _waiter_running(app, job_id, tmp_path / "killed.log") as killed:
         os.killpg(killed.pid, signal.SIGKILL)  # the waiter, its zygote and the job's child: no cleanup runs
-        killed.wait()
     (row,) = queue.list_workers(app.catalog)
     assert row.status == "online" and row.name.startswith("oneshot-")  # it never got to say otherwise
     assert capable_workers(app, job) == []  # a one-shot worker never counts for other waiters
@@ -127,7 +140,7 @@ def test_waiter_killed_with_sigkill_leaves_no_live_worker_and_its_job_is_taken_o
     assert live_workers(app, clock=clock) == []  # its liveness lease is past: not live at all
 
     rescued = subprocess.run(
-        [*args, str(BOUND)], cwd=ROOT, capture_output=True, text=True, env=_env(), timeout=BOUND, check=False
+        _waiter_argv(app, job_id), cwd=ROOT, capture_output=True, text=True, env=_env(), timeout=BOUND, check=False
     )
     assert rescued.returncode == 0, rescued.stderr
     done = queue.get_job(app.catalog, job_id)
@@ -183,28 +196,9 @@ def test_waiter_stopped_by_a_signal_hands_the_job_back_and_goes_offline(
     job = queue.enqueue(app.catalog, kind="sleep", payload={"seconds": 120}, requirements={"backend": "ort"}).job
     job_id = job.id or 0
     log = tmp_path / "waiter.log"
-    with open(log, "wb") as sink:
-        waiter = subprocess.Popen(
-            [sys.executable, "-c", WAITER, str(app.home), app.db_url, str(job_id), str(BOUND)],
-            cwd=ROOT,
-            stdout=sink,
-            stderr=sink,
-            env=_env(),
-            start_new_session=True,
-        )
-    try:
-        wait_for(
-            lambda: queue.get_job(app.catalog, job_id).phase == "sleeping" or waiter.poll() is not None,
-            BOUND,
-            "the waiter's one-shot worker to run the job",
-        )
-        assert waiter.poll() is None, log.read_text()
+    with _waiter_running(app, job_id, log) as waiter:
         waiter.send_signal(stop)
         code = waiter.wait(timeout=BOUND)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(waiter.pid, signal.SIGKILL)
-        waiter.wait()
     assert code != 0, log.read_text()
     (row,) = queue.list_workers(app.catalog)
     assert row.status == "offline", log.read_text()

@@ -23,7 +23,7 @@ from enginecache.service.routing import can_run, describe_requirements, load_req
 from enginecache.service.testload import run_test_load, submit_test_load
 from enginecache.service.worker import WorkerConfig, run_worker
 from tests.clirunner import run_cli
-from tests.conftest import corrupt_blob, shared_model
+from tests.conftest import REFERENCE_MODELS, corrupt_blob, reference_catalog
 from tests.modelfactory import make_mlp
 from tests.test_inputs import make_token_model
 
@@ -227,25 +227,14 @@ def test_cli_test_load(
 
 # -- the four reference models --------------------------------------------------------------
 
-SHARED = {
-    "resnet18": "resnet18.onnx",
-    "mobilenet_v3_small": "mobilenet_v3_small.onnx",
-    "bert_mini": "bert_mini.onnx",
-    "tiny_llama": "tiny_llama.onnx",
-}
-
 
 @pytest.fixture(scope="module")
 def shared_app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppContext]:
-    ctx = AppContext.from_settings(tmp_path_factory.mktemp("shared-testload") / "home")
-    for name, filename in SHARED.items():
-        register_model(ctx, shared_model(filename), name=name)
-    yield ctx
-    ctx.close()
+    yield from reference_catalog(tmp_path_factory.mktemp("shared-testload"))
 
 
 @pytest.mark.shared
-@pytest.mark.parametrize("name", sorted(SHARED))
+@pytest.mark.parametrize("name", sorted(REFERENCE_MODELS))
 def test_shared_model_ort_fp32_passes(shared_app: AppContext, name: str) -> None:
     engine = build_engine(shared_app, BuildRequest(model=name, backend="ort")).engine
     run = run_test_load(shared_app, engine.id or 0, iterations=3)

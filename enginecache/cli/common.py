@@ -31,16 +31,20 @@ __all__ = [
     "EXIT_FAILED",
     "EXIT_UNAVAILABLE",
     "CliSettings",
+    "EngineIdArgument",
+    "JobIdArgument",
     "JsonOption",
     "LimitOption",
     "OffsetOption",
     "app_context",
     "document_stream",
     "emit",
+    "emit_json",
     "error_document",
     "fail",
     "job_progress_printer",
     "json_stdout",
+    "print_listing",
     "stream_rows",
 ]
 
@@ -53,6 +57,8 @@ LimitOption = Annotated[
 OffsetOption = Annotated[
     int | None, typer.Option("--offset", min=0, metavar="N", help="Skip this many rows first (the next page).")
 ]
+EngineIdArgument = Annotated[int, typer.Argument(help="Engine id.")]
+JobIdArgument = Annotated[int, typer.Argument(help="Job id.")]
 
 WRITE_BATCH = 500  # rows joined into one write to stdout
 KIND_BY_EXIT_CODE = {EXIT_FAILED: "failed", EXIT_BAD_INPUT: "bad_input", EXIT_UNAVAILABLE: "unavailable"}
@@ -153,6 +159,12 @@ def emit(data: Any, as_json: bool, text: str) -> None:
     typer.echo(json.dumps(data, indent=2, default=str) if as_json else text, file=document_stream())
 
 
+def emit_json(data: Any) -> None:
+    """A record whose text form is its JSON document (`engine show`, `job show`): the same with --json
+    and without."""
+    emit(data, True, "")
+
+
 def stream_rows(
     rows: Iterable[dict[str, Any]],
     as_json: bool,
@@ -186,6 +198,17 @@ def stream_rows(
     stream.write("".join(batch))
     stream.flush()
     return count
+
+
+def print_listing(
+    listing: contextlib.AbstractContextManager[Iterable[dict[str, Any]]],
+    as_json: bool,
+    line: Callable[[dict[str, Any]], str],
+    empty: str,
+) -> int:
+    """`stream_rows` of a listing (`service.listing.stream_*`), read within its context."""
+    with listing as rows:
+        return stream_rows(rows, as_json, line, empty)
 
 
 def fail(message: str, code: int) -> NoReturn:

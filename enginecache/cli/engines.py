@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any
 
 import typer
@@ -10,13 +9,15 @@ import typer
 from enginecache.cli.common import (
     EXIT_BAD_INPUT,
     EXIT_FAILED,
+    EngineIdArgument,
     JsonOption,
     LimitOption,
     OffsetOption,
     app_context,
     emit,
+    emit_json,
     fail,
-    stream_rows,
+    print_listing,
 )
 
 
@@ -38,18 +39,15 @@ def engine_list(
     """Engines in the catalog, newest first."""
     from enginecache.service.listing import stream_engines
 
-    with stream_engines(app_context(ctx), model=model, status=status, limit=limit, offset=offset or 0) as rows:
-        stream_rows(rows, as_json, _engine_line, "no engines")
+    listing = stream_engines(app_context(ctx), model=model, status=status, limit=limit, offset=offset or 0)
+    print_listing(listing, as_json, _engine_line, "no engines")
 
 
-def engine_show(
-    ctx: typer.Context, engine_id: Annotated[int, typer.Argument(help="Engine id.")], as_json: JsonOption = False
-) -> None:
+def engine_show(ctx: typer.Context, engine_id: EngineIdArgument, as_json: JsonOption = False) -> None:
     """Everything recorded: each cache-key ingredient, fingerprint, IO, builder log."""
     from enginecache.service.listing import show_engine
 
-    data = show_engine(app_context(ctx), engine_id)
-    emit(data, as_json, json.dumps(data, indent=2, default=str))
+    emit_json(show_engine(app_context(ctx), engine_id))
 
 
 def verify(
@@ -75,9 +73,7 @@ def verify(
         raise typer.Exit(EXIT_FAILED)
 
 
-def check(
-    ctx: typer.Context, engine_id: Annotated[int, typer.Argument(help="Engine id.")], as_json: JsonOption = False
-) -> None:
+def check(ctx: typer.Context, engine_id: EngineIdArgument, as_json: JsonOption = False) -> None:
     """Can this host load this engine? compatible | incompatible | unknown, with the reason."""
     from enginecache.service.engines import check_engine
 

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any
 
 import typer
 
-from enginecache.cli.common import JsonOption, OffsetOption, app_context, emit, stream_rows
+from enginecache.cli.common import JobIdArgument, JsonOption, OffsetOption, app_context, emit, emit_json, print_listing
 
 DEFAULT_JOBS_LIMIT = 200
 
@@ -56,24 +55,18 @@ def jobs_list(
     """Jobs in the queue, newest first."""
     from enginecache.service.listing import stream_jobs
 
-    app_ctx = app_context(ctx)
-    with stream_jobs(app_ctx, status=status, limit=limit or DEFAULT_JOBS_LIMIT, offset=offset or 0) as rows:
-        stream_rows(rows, as_json, _job_line, "no jobs")
+    listing = stream_jobs(app_context(ctx), status=status, limit=limit or DEFAULT_JOBS_LIMIT, offset=offset or 0)
+    print_listing(listing, as_json, _job_line, "no jobs")
 
 
-def job_show(
-    ctx: typer.Context, job_id: Annotated[int, typer.Argument(help="Job id.")], as_json: JsonOption = False
-) -> None:
+def job_show(ctx: typer.Context, job_id: JobIdArgument, as_json: JsonOption = False) -> None:
     """A job's status, attempts, progress, phase, worker, requirements, error and log tail."""
     from enginecache.service.listing import show_job
 
-    data = show_job(app_context(ctx), job_id)
-    emit(data, as_json, json.dumps(data, indent=2, default=str))
+    emit_json(show_job(app_context(ctx), job_id))
 
 
-def job_cancel(
-    ctx: typer.Context, job_id: Annotated[int, typer.Argument(help="Job id.")], as_json: JsonOption = False
-) -> None:
+def job_cancel(ctx: typer.Context, job_id: JobIdArgument, as_json: JsonOption = False) -> None:
     """Cancel a queued job (it never runs) or a running one (its process group is killed)."""
     from enginecache.service.jobs import cancel_job, job_to_dict
 

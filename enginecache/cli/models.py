@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from enginecache.cli.common import JsonOption, LimitOption, OffsetOption, app_context, emit, stream_rows
+from enginecache.cli.common import JsonOption, LimitOption, OffsetOption, app_context, emit, print_listing
 
 
 def model_add(
@@ -35,8 +35,7 @@ def model_list(
     """Every model in the catalog, newest first."""
     from enginecache.service.listing import stream_models
 
-    with stream_models(app_context(ctx), limit=limit, offset=offset or 0) as rows:
-        stream_rows(rows, as_json, _model_line, "no models")
+    print_listing(stream_models(app_context(ctx), limit=limit, offset=offset or 0), as_json, _model_line, "no models")
 
 
 def model_show(
@@ -51,30 +50,45 @@ def model_show(
 
 def _model_text(data: dict[str, Any]) -> str:
     """`model show` for people: the interface with readable shapes (the declared dims beside),
-    what the graph is, and where its bytes are; --json has every field."""
+    what the graph is, and where its bytes are; --json has every field. Every string that came
+    from the uploaded file is shown with its control characters escaped (no forged lines)."""
+    from enginecache.core.plaintext import printable
     from enginecache.core.shapetext import shape_text
 
-    opsets = ", ".join(f"{domain or 'ai.onnx'} {version}" for domain, version in data["opsets"].items())
+    def text(key: str) -> str:
+        return printable(str(data.get(key) or ""))
+
+    opsets = ", ".join(f"{printable(d) or 'ai.onnx'} {v}" for d, v in (data.get("opsets") or {}).items())
+    producer = " ".join(p for p in (text("producer_name"), text("producer_version")) if p)
     lines = [
-        f"model {data['id']} {data['name']}: {data['filename']}, {data['size_bytes']:,} B, sha256 {data['digest']}",
-        f"opset {opsets}; IR {data['ir_version']}"
-        + (f"; producer {data['producer_name']} {data['producer_version']}".rstrip() if data["producer_name"] else ""),
-        f"parameters {data['parameter_count']:,} ({data['parameter_bytes']:,} B)",
+        f"model {data['id']} {text('name')}: {text('filename')}, {data.get('size_bytes') or 0:,} B, "
+        f"sha256 {data['digest']}",
+        "; ".join(
+            part
+            for part in (
+                f"opset {opsets}" if opsets else "",
+                f"IR {data['ir_version']}" if data.get("ir_version") is not None else "",
+                f"producer {producer}" if producer else "",
+            )
+            if part
+        ),
     ]
+    if data.get("parameter_count") is not None:
+        lines.append(f"parameters {data['parameter_count']:,} ({data.get('parameter_bytes') or 0:,} B)")
     if data.get("quantized"):
-        lines.append(f"already quantized: {data['quantized']}")
+        lines.append(f"already quantized: {printable(str(data['quantized']))}")
     for mode in ("inputs", "outputs"):
         lines.append(f"{mode}:")
-        for tensor in data[mode]:
-            declared = [str(d) for d in tensor["shape"] if not isinstance(d, int)]
+        for tensor in data.get(mode) or []:
+            shape = tensor.get("shape") or []
+            declared = [printable(str(d)) for d in shape if not isinstance(d, int)]
             note = f"  (declared: {', '.join(declared)})" if declared else ""
-            lines.append(f"  {tensor['name']}: {tensor['dtype']} {shape_text(tensor['shape'])}{note}")
-    ops = sorted(data["op_histogram"].items(), key=lambda item: (-item[1], item[0]))
-    lines.append("ops: " + ", ".join(f"{count} {op}" for op, count in ops))
-    if data["subgraph_op_histogram"]:
-        inner = sorted(data["subgraph_op_histogram"].items(), key=lambda item: (-item[1], item[0]))
-        lines.append("ops inside If/Loop/Scan bodies: " + ", ".join(f"{count} {op}" for op, count in inner))
-    return "\n".join(lines)
+            lines.append(f"  {printable(tensor['name'])}: {tensor.get('dtype')} {shape_text(shape)}{note}")
+    for label, key in (("ops", "op_histogram"), ("ops inside If/Loop/Scan bodies", "subgraph_op_histogram")):
+        ops = sorted((data.get(key) or {}).items(), key=lambda item: (-item[1], item[0]))
+        if ops:
+            lines.append(f"{label}: " + ", ".join(f"{count} {printable(op)}" for op, count in ops))
+    return "\n".join(line for line in lines if line)
 
 
 def register(app: typer.Typer) -> None:

@@ -10,6 +10,7 @@ import typer
 from enginecache.cli.common import (
     EXIT_BAD_INPUT,
     EXIT_FAILED,
+    EngineIdArgument,
     JsonOption,
     app_context,
     emit,
@@ -25,7 +26,7 @@ from enginecache.service.readiness import check_ready
 from enginecache.service.runtimetypes import RuntimeSpec
 from enginecache.service.servestate import check_state
 from enginecache.service.submitwait import run_and_wait
-from enginecache.service.testload import run_test_load, submit_test_load
+from enginecache.service.testload import TestLoadOptions, run_test_load, submit_test_load
 
 
 def describe_run(run: dict[str, Any]) -> str:
@@ -59,7 +60,7 @@ def _tolerances(atol: float | None, rtol: float | None, min_cosine: float | None
 
 def testload_command(
     ctx: typer.Context,
-    engine_id: Annotated[int, typer.Argument(help="Engine id.")],
+    engine_id: EngineIdArgument,
     iterations: Annotated[int, typer.Option(help="Timed iterations after the first inference.")] = 50,
     batch: Annotated[int | None, typer.Option(help="Batch size (default: the profile's opt shape).")] = None,
     inputs: Annotated[Path | None, typer.Option("--inputs", help=".npz of inputs by name (default: random).")] = None,
@@ -78,15 +79,11 @@ def testload_command(
     """
     app_ctx = app_context(ctx)
     tolerances = _tolerances(atol, rtol, min_cosine)
+    options = TestLoadOptions(iterations=iterations, batch=batch, inputs=inputs, tolerances=tolerances or None)
     if here:
-        record = run_test_load(
-            app_ctx, engine_id, iterations=iterations, batch=batch, inputs=inputs, tolerances=tolerances or None
-        )
-        _finish_run(load_run_to_dict(record), as_json)
+        _finish_run(load_run_to_dict(run_test_load(app_ctx, engine_id, options)), as_json)
         return
-    job = submit_test_load(
-        app_ctx, engine_id, iterations=iterations, batch=batch, inputs=inputs, tolerances=tolerances or None
-    )
+    job = submit_test_load(app_ctx, engine_id, options)
     job_id = job.id or 0
     if queue_only:
         waiting = waiting_reason(app_ctx, job)

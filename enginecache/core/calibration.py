@@ -11,7 +11,8 @@ draw from a standard normal, integer inputs whose name contains "mask" are ones,
 inputs draw from [0, 100), bool inputs are True. Shapes come from `input_shapes` (pass the
 optimization profile's opt shapes); a dynamic first dim becomes 1 and any other dynamic dim
 becomes `DEFAULT_DYNAMIC_DIM` (16). Scales from random inputs are a placeholder, not a
-calibration: callers surface that as a warning.
+calibration: `calibration_feeds`, which picks the file or the generated feeds for a recipe, returns
+the warning that says so.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import onnx
 from google.protobuf.message import DecodeError
 from onnx import TensorProto
 
+from enginecache.core.hashing import sha256_file
 from enginecache.core.input_hints import read_input_hints
 from enginecache.core.inputs import InputSlot, generate_feed
 from enginecache.errors import CalibrationError, PrecisionError
@@ -247,6 +249,45 @@ def random_batches(
     slots = [InputSlot(inp.name, np.dtype(inp.dtype), shapes[inp.name]) for inp in inputs]
     hints = read_input_hints(model, CalibrationError) if model is not None else None
     return [generate_feed(slots, rng, CalibrationError, hints) for _ in range(batches)]
+
+
+@dataclass(frozen=True)
+class CalibrationFeeds:
+    """The feeds an int8/fp8 recipe calibrates on, with what its recipe records of them."""
+
+    feeds: list[Batch]
+    calibration: str  # "npz" | "random"
+    digest: str | None  # the .npz file's sha256; None for generated feeds
+    options: Mapping[str, object]  # the recipe's options they set: generated feeds' `random_shapes`
+    notes: tuple[str, ...]  # generated feeds' "uncalibrated" warning
+
+    def record(self) -> dict[str, object]:
+        """The recipe's calibration fields."""
+        return {
+            "calibration": self.calibration,
+            "calibration_digest": self.digest,
+            "calibration_samples": count_samples(self.feeds),
+        }
+
+
+def calibration_feeds(
+    source: Path, calibration: Path | None, precision: str, input_shapes: Mapping[str, Sequence[int]] | None
+) -> CalibrationFeeds:
+    """The batches of the `calibration` .npz (checked against `source`'s inputs), or without one
+    seeded generated feeds at `input_shapes` and the warning that they calibrate nothing."""
+    inputs = read_model_inputs(source)
+    if calibration is not None:
+        feeds = batch_arrays(load_calibration(calibration, inputs), inputs)
+        return CalibrationFeeds(feeds, "npz", sha256_file(calibration), {}, ())
+    feeds = random_batches(inputs, input_shapes, model=source)
+    shapes = resolve_shapes(inputs, input_shapes)
+    return CalibrationFeeds(
+        feeds,
+        "random",
+        None,
+        {"random_shapes": {name: list(shape) for name, shape in shapes.items()}},
+        (f"uncalibrated: {precision} scales come from random inputs; pass --calib FILE.npz",),
+    )
 
 
 def count_samples(feeds: Sequence[Batch]) -> int:

@@ -5,7 +5,8 @@ It runs in every serving start, so it is cheap in a new process (docs/runtime.md
 - CPU model and flags from the first block of /proc/cpuinfo (py-cpuinfo spent 1.2-1.4 s re-running
   Python and spawning `lscpu`, `dmesg`).
 - Library versions from the `*.dist-info` folders on `sys.path`, read directly (what
-  `importlib.metadata` finds, without importing it: that import alone costs ~35 ms).
+  `importlib.metadata` finds, without importing it: that import alone costs ~35 ms), by
+  `core.distributions`.
 - NVML is asked once per process, and its answer is kept on disk (`host_gpus_cache_path()`) keyed
   by everything that changes it without a reboot being noticed: the boot id, the loaded NVIDIA
   driver (/proc/driver/nvidia/version), the NVIDIA device nodes, the visible-devices variables, the
@@ -22,21 +23,13 @@ from __future__ import annotations
 import functools
 import json
 import os
-import stat
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-# Distribution names whose versions matter to engine compatibility, keyed by the name we report.
-_PACKAGES: dict[str, tuple[str, ...]] = {
-    "tensorrt": ("tensorrt", "tensorrt-cu13", "tensorrt-cu12", "tensorrt_cu13_libs", "tensorrt_cu12_libs"),
-    "tensorrt_rtx": ("tensorrt-rtx", "tensorrt_rtx_cu13", "tensorrt_rtx_cu12"),
-    "onnxruntime": ("onnxruntime", "onnxruntime-gpu"),
-    "onnx": ("onnx",),
-    "cuda_python": ("cuda-python", "cuda-bindings"),
-    "nvidia_ml_py": ("nvidia-ml-py",),
-}
+from enginecache.core.distributions import REPORTED_PACKAGES, PathIndex, package_version, path_index
+from enginecache.core.distributions import distribution_version as distribution_version  # re-exported
 
 # ISA levels we name an ORT target by, best first.
 _ISA_LEVELS: tuple[str, ...] = ("avx512f", "avx2", "avx", "sse4_2", "neon", "asimd")
@@ -99,102 +92,6 @@ def cpu_target(machine: str, isa: tuple[str, ...] | list[str]) -> str:
     flags = set(isa)
     best = next((level for level in _ISA_LEVELS if level in flags), "base")
     return f"{machine}-{best}"
-
-
-PathIndex = tuple[list[tuple[str, dict[str, tuple[str, ...]]]], bool]
-
-
-def package_version(name: str, *, index: PathIndex | None = None) -> str | None:
-    """The installed version of a backend library, by its reported name, without importing it."""
-    index = index or path_index()
-    for dist in _PACKAGES.get(name, (name,)):
-        version = distribution_version(dist, index=index)
-        if version is not None:
-            return version
-    return None
-
-
-_SEPARATORS = str.maketrans("-.", "__")
-
-
-def _normalize(name: str) -> str:
-    """PEP 503's normalized name with `_` for the separator (what a `.dist-info` folder is named by):
-    runs of `-`, `_`, `.` become one `_`, lower case (str methods: a regex per entry costs ~1 ms here)."""
-    normal = name.translate(_SEPARATORS).lower()
-    while "__" in normal:
-        normal = normal.replace("__", "_")
-    return normal
-
-
-@functools.lru_cache(maxsize=64)
-def _listing(folder: str, _mtime_ns: int) -> dict[str, tuple[str, ...]]:
-    """Distribution metadata entries of one sys.path folder by normalized name (cached while the
-    folder's mtime stands: installing or removing a distribution adds or removes an entry)."""
-    found: dict[str, list[str]] = {}
-    try:
-        names = sorted(os.listdir(folder))
-    except OSError:
-        return {}
-    for entry in names:
-        stem, dot, suffix = entry.rpartition(".")
-        if dot and suffix in ("dist-info", "egg-info"):
-            found.setdefault(_normalize(stem.split("-", 1)[0]), []).append(entry)
-    return {k: tuple(v) for k, v in found.items()}
-
-
-def _metadata_version(path: str) -> str | None:
-    """The `Version:` header of a METADATA / PKG-INFO file (headers end at the first blank line)."""
-    try:
-        with open(path, encoding="utf-8", errors="replace") as stream:
-            for line in stream:
-                if not line.strip():
-                    break
-                if line[:8].lower() == "version:":
-                    return line[8:].strip() or None
-    except OSError:
-        return None
-    return None
-
-
-def path_index() -> PathIndex:
-    """The distribution metadata entries of each folder on `sys.path` (one stat per folder; listings
-    cached while a folder's mtime stands), and whether any path entry is an archive."""
-    folders: list[tuple[str, dict[str, tuple[str, ...]]]] = []
-    archives = False
-    for entry in sys.path:
-        folder = entry or "."
-        try:
-            st = os.stat(folder)
-        except OSError:
-            continue
-        if not stat.S_ISDIR(st.st_mode):
-            archives = True
-            continue
-        folders.append((folder, _listing(folder, st.st_mtime_ns)))
-    return folders, archives
-
-
-def distribution_version(dist: str, *, index: PathIndex | None = None) -> str | None:
-    """`importlib.metadata.version(dist)`, or None where it is not installed, from the `.dist-info` /
-    `.egg-info` entries of the folders on `sys.path` (first match in path order, as importlib.metadata
-    finds it). Only where a path entry is an archive (a zip) is importlib.metadata itself asked."""
-    wanted = _normalize(dist)
-    folders, archives = index or path_index()
-    for folder, listing in folders:
-        for meta in listing.get(wanted, ()):
-            full = os.path.join(folder, meta)
-            header = "METADATA" if meta.endswith("dist-info") else "PKG-INFO"
-            version = _metadata_version(os.path.join(full, header) if os.path.isdir(full) else full)
-            if version is not None:
-                return version
-    if archives:
-        from importlib import metadata
-
-        try:
-            return metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            return None
-    return None
 
 
 CPUINFO = Path("/proc/cpuinfo")
@@ -447,5 +344,5 @@ def host_fingerprint(*, probe_cuda_runtime: bool = False, probe_gpus: bool = Tru
         cuda_driver_version=gpus.cuda_driver_version,
         cuda_runtime_version=_cuda_runtime_version() if probe_cuda_runtime else None,
         nvml=gpus.nvml,
-        packages={name: package_version(name, index=index) for name in _PACKAGES},
+        packages={name: package_version(name, index=index) for name in REPORTED_PACKAGES},
     )

@@ -42,8 +42,17 @@ from enginecache.errors import IntegrityCheckError
 if TYPE_CHECKING:
     from collections.abc import Callable
     from pathlib import Path
+    from typing import TypedDict, Unpack
 
     from typing_extensions import Buffer  # collections.abc.Buffer from Python 3.12
+
+    class _Expected(TypedDict, total=False):
+        """`read_verified`'s keyword arguments besides `as_bytes` (its overloads differ in that alone)."""
+
+        sha256: str | None
+        blake3_digest: str | None
+        chunk_bytes: int
+
 
 CHUNK_BYTES = 8 * 1024 * 1024
 HUGE_PAGE_BYTES = 2 * 1024 * 1024
@@ -289,36 +298,15 @@ def _verify(
 
 
 @overload
-def read_verified(
-    path: Path,
-    *,
-    sha256: str | None = ...,
-    blake3_digest: str | None = ...,
-    chunk_bytes: int = ...,
-    as_bytes: Literal[False] = ...,
-) -> bytearray: ...
+def read_verified(path: Path, *, as_bytes: Literal[False] = ..., **expected: Unpack[_Expected]) -> bytearray: ...
 
 
 @overload
-def read_verified(
-    path: Path,
-    *,
-    sha256: str | None = ...,
-    blake3_digest: str | None = ...,
-    chunk_bytes: int = ...,
-    as_bytes: Literal[True],
-) -> bytes: ...
+def read_verified(path: Path, *, as_bytes: Literal[True], **expected: Unpack[_Expected]) -> bytes: ...
 
 
 @overload
-def read_verified(
-    path: Path,
-    *,
-    sha256: str | None = ...,
-    blake3_digest: str | None = ...,
-    chunk_bytes: int = ...,
-    as_bytes: bool,
-) -> bytes | bytearray: ...
+def read_verified(path: Path, *, as_bytes: bool, **expected: Unpack[_Expected]) -> bytes | bytearray: ...
 
 
 def read_verified(

@@ -46,11 +46,11 @@ from enginecache.core.onnx_graph import (
     normalise_location,
     op_histogram,
     parameters,
-    quantization,
     resolve_refs,
     subgraph_op_histogram,
     tensor_info,
 )
+from enginecache.core.onnx_quantized import quantization
 from enginecache.errors import InvalidModelError
 
 __all__ = [

@@ -29,14 +29,11 @@ from typing import Any
 import numpy as np
 
 from enginecache.core.accuracy import (
-    DEFAULT_TOLERANCES,
     REFERENCE_PATH,
     OutputAccuracy,
-    Tolerances,
     compare_outputs,
     is_library_error,
     reference_outputs,
-    tolerances_for,
 )
 from enginecache.core.backends.base import Backend, EngineSession, LoadSpec, PhaseTimer, TensorIO
 from enginecache.core.hashing import read_verified
@@ -49,6 +46,7 @@ from enginecache.core.inputs import (
     load_inputs,
     random_inputs,
 )
+from enginecache.core.tolerances import DEFAULT_TOLERANCES, Tolerances, tolerances_for
 from enginecache.errors import (
     BackendUnavailableError,
     EngineCacheError,

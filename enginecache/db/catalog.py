@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 from sqlalchemy import event
 
-from enginecache.db.reader import Column, head_revision, paged, sqlite_url
+from enginecache.db.reader import Column, RowSource, head_revision, sqlite_url
 from enginecache.db.types import UTCDateTime
 from enginecache.errors import CatalogUnavailableError, EngineCacheError
 
@@ -222,7 +222,7 @@ class Catalog:
 _KIND_TYPES: dict[str, Any] = {"json": sa.JSON(), "time": UTCDateTime(), "bool": sa.Boolean()}
 
 
-class ConnectionRows:
+class ConnectionRows(RowSource):
     """`db.reader.RowSource` on a SQLAlchemy connection (`Catalog.connect()`): any database, each column
     decoded by the SQLAlchemy type of its kind, rows fetched in batches (a server-side cursor on
     PostgreSQL)."""
@@ -231,17 +231,10 @@ class ConnectionRows:
         self._connection = connection
         self._batch = batch
 
-    def rows(
-        self,
-        sql: str,
-        params: Mapping[str, Any],
-        columns: Sequence[Column],
-        *,
-        limit: int | None = None,
-        offset: int = 0,
-    ) -> Iterator[tuple[Any, ...]]:
-        no_limit = -1 if self._connection.dialect.name == "sqlite" else None  # PostgreSQL: LIMIT NULL
-        sql, params = paged(sql, params, limit, offset, no_limit=no_limit)
+    def _no_limit(self) -> int | None:
+        return -1 if self._connection.dialect.name == "sqlite" else None  # PostgreSQL: LIMIT NULL
+
+    def _select(self, sql: str, params: Mapping[str, Any], columns: Sequence[Column]) -> Iterator[tuple[Any, ...]]:
         typed = [sa.column(name, _KIND_TYPES[kind]) if kind else sa.column(name) for name, kind in columns]
         statement = sa.text(sql).columns(*typed)
         result = self._connection.execution_options(yield_per=self._batch).execute(statement, dict(params))

@@ -17,6 +17,7 @@ each decodes; tests/test_catalog_open.py checks it against the SQLModel tables.
 
 from __future__ import annotations
 
+import abc
 import functools
 import json
 import os
@@ -25,7 +26,7 @@ import sqlite3
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 VERSIONS_DIR = Path(__file__).resolve().parent / "migrations" / "versions"
 SQLITE_TIMEOUT_SECONDS = 30.0  # as db.catalog's busy timeout
@@ -112,8 +113,11 @@ def paged(
     return sql + " LIMIT :_limit OFFSET :_offset", {**params, **page}
 
 
-class RowSource(Protocol):
-    """Runs one SELECT and yields its rows, decoded, as the database delivers them (in batches)."""
+class RowSource(abc.ABC):
+    """Runs one SELECT and yields its rows, decoded, as the database delivers them (in batches).
+
+    `rows` binds the page (`paged`); a source says how a statement runs (`_select`) and what LIMIT
+    stands for "no limit" on its database (`_no_limit`: -1 on SQLite)."""
 
     def rows(
         self,
@@ -123,7 +127,16 @@ class RowSource(Protocol):
         *,
         limit: int | None = None,
         offset: int = 0,
-    ) -> Iterator[tuple[Any, ...]]: ...
+    ) -> Iterator[tuple[Any, ...]]:
+        sql, params = paged(sql, params, limit, offset, no_limit=self._no_limit())
+        yield from self._select(sql, params, columns)
+
+    def _no_limit(self) -> int | None:
+        return -1
+
+    @abc.abstractmethod
+    def _select(self, sql: str, params: Mapping[str, Any], columns: Sequence[Column]) -> Iterator[tuple[Any, ...]]:
+        """The rows of `sql` (already paged), each column decoded by its kind."""
 
 
 def columns_of(table: str, names: Sequence[str] | None = None, *, prefix: str = "") -> list[Column]:
@@ -194,7 +207,7 @@ def _bool(value: Any) -> bool | None:
 _DECODERS: dict[str, Callable[[Any], Any]] = {"json": _json, "time": _time, "bool": _bool}
 
 
-class SqliteReader:
+class SqliteReader(RowSource):
     """A read connection to a SQLite catalog file with the stdlib alone; every statement of one reader
     reads one snapshot (one deferred transaction, rolled back on close)."""
 
@@ -224,16 +237,7 @@ class SqliteReader:
             return None
         return cls(connection)
 
-    def rows(
-        self,
-        sql: str,
-        params: Mapping[str, Any],
-        columns: Sequence[Column],
-        *,
-        limit: int | None = None,
-        offset: int = 0,
-    ) -> Iterator[tuple[Any, ...]]:
-        sql, params = paged(sql, params, limit, offset, no_limit=-1)
+    def _select(self, sql: str, params: Mapping[str, Any], columns: Sequence[Column]) -> Iterator[tuple[Any, ...]]:
         cursor = self._connection.execute(sql, dict(params))
         decoders = [(i, _DECODERS[kind]) for i, (_, kind) in enumerate(columns) if kind]
         while batch := cursor.fetchmany(FETCH_ROWS):

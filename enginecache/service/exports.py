@@ -1,21 +1,16 @@
 """Exports: a Triton model repository, or the per-hardware tree operators keep, with a manifest.
 
-- `triton`: `<dest>/<model>/config.pbtxt` and `<dest>/<model>/1/<plan files>`. What Triton needs
-  per backend is the backend's own answer (`Backend.triton`, `Backend.triton_cc_keys`): TensorRT
-  engines get `platform: "tensorrt_plan"` with `cc_model_filenames` mapping each compute capability
-  to the plan built for it, and `default_model_filename` naming the plan for the lowest one (by
-  number: sm80 before sm120); ONNX Runtime engines get the `onnxruntime` backend with the ORT-format
-  model. Inputs and outputs and their types come from the engine; `max_batch_size` from the profile
-  (a leading dynamic dim whose profile starts at 1 is Triton's batch dim). A tensor with no dims
-  left (a scalar, or `[batch]` once Triton owns the batch dim) is `dims: [ 1 ]` with
-  `reshape: { shape: [ ] }`. Where a backend's engine keeps the model's declared output shapes
-  (`TritonInfo.infer_output_shapes`: ONNX Runtime), the output dims come from a shape inference of
-  the graph the engine was built from, not from the declaration, which can be wrong. A backend's
-  `TritonInfo.warning` (TensorRT-RTX: stock Triton cannot load its plans) goes into the result's
-  `warnings`, its manifest, and a comment at the top of config.pbtxt. The generated config is
-  parsed with Triton's own schema (`tritonclient.grpc.model_config_pb2.ModelConfig`, dev extra)
-  when it is installed, and always checked field by field here. Plans are copied into the
-  repository and the copy is re-hashed against the catalog's sha256.
+- `triton`: `<dest>/<model>/config.pbtxt` and `<dest>/<model>/1/<plan files>`: the engines of the
+  backend Triton serves best among those present (its `TritonInfo.rank`), one model file where the
+  backend's engine runs on any hardware (ONNX Runtime), else the newest plan per compute capability
+  (`Backend.triton_cc_keys`) of engines with the same IO and batching, the lowest compute capability's
+  plan the default. The config's rendering and checks are `service.tritonconfig`. Where a backend's
+  engine keeps the model's declared output shapes (`TritonInfo.infer_output_shapes`: ONNX Runtime),
+  the output dims come from a shape inference of the graph the engine was built from, not from the
+  declaration, which can be wrong (`triton_io`). A backend's `TritonInfo.warning` (TensorRT-RTX:
+  stock Triton cannot load its plans) goes into the result's `warnings`, its manifest, and a comment
+  at the top of config.pbtxt. Plans are copied into the repository and the copy is re-hashed against
+  the catalog's sha256.
 - `tree`: `<dest>/<model>/<gpu-or-target>.<precision>.engine` plus `manifest.json` with every
   engine's fingerprint (cache key and its ingredients) and sha256, so a container build can COPY
   the tree and `verify_tree()` it at start. Each engine is one file on disk however many targets
@@ -48,25 +43,36 @@ from enginecache.errors import ExportError
 from enginecache.service.context import AppContext
 from enginecache.service.enginerefs import engine_targets
 from enginecache.service.models import get_model, model_path
+from enginecache.service.tritonconfig import (
+    TRITON_TYPES,
+    cc_number,
+    render_triton_config,
+    triton_batching,
+    validate_triton_config,
+)
+
+__all__ = [
+    "FORMATS",
+    "MANIFEST_NAME",
+    "MANIFEST_SCHEMA",
+    "TRITON_TYPES",
+    "ExportResult",
+    "export_model",
+    "export_tree",
+    "export_triton",
+    "render_triton_config",
+    "tree_targets",
+    "triton_batching",
+    "triton_io",
+    "validate_triton_config",
+    "verify_tree",
+]
 
 logger = logging.getLogger(__name__)
 
 FORMATS = ("triton", "tree")
 MANIFEST_NAME = "manifest.json"
 MANIFEST_SCHEMA = 1
-
-TRITON_TYPES = {
-    "float32": "TYPE_FP32",
-    "float16": "TYPE_FP16",
-    "bfloat16": "TYPE_BF16",
-    "float64": "TYPE_FP64",
-    "int64": "TYPE_INT64",
-    "int32": "TYPE_INT32",
-    "int16": "TYPE_INT16",
-    "int8": "TYPE_INT8",
-    "uint8": "TYPE_UINT8",
-    "bool": "TYPE_BOOL",
-}
 
 
 @dataclass(frozen=True)
@@ -262,43 +268,6 @@ def verify_tree(model_dir: Path) -> list[str]:
 # -- triton --------------------------------------------------------------------------------
 
 
-def _dynamic(dim: Any) -> bool:
-    return not isinstance(dim, int) or dim < 0
-
-
-def triton_batching(engine: EngineRecord, io: list[dict[str, Any]] | None = None) -> int:
-    """Triton's max_batch_size: the profile's max batch when every tensor's leading dim is dynamic
-    and every input's profile starts at batch 1; 0 (no implicit batch dim) otherwise. `io` defaults
-    to the engine's recorded IO."""
-    profiles = engine.build_options.get("profiles", {})
-    io = engine.io if io is None else io
-    if not io or any(not t["shape"] or not _dynamic(t["shape"][0]) for t in io):
-        return 0
-    inputs = [t for t in io if t["mode"] == "input"]
-    if any(t["name"] not in profiles or profiles[t["name"]]["min"][0] != 1 for t in inputs):
-        return 0
-    return min(int(profiles[t["name"]]["max"][0]) for t in inputs)
-
-
-def _tensor_block(tensor: dict[str, Any], batched: bool) -> str:
-    dtype = TRITON_TYPES.get(str(tensor["dtype"]))
-    if dtype is None:
-        raise ExportError(f"tensor {tensor['name']}: type {tensor['dtype']} has no Triton data type")
-    shape = list(tensor["shape"])[1:] if batched else list(tensor["shape"])
-    dims = [(-1 if _dynamic(d) else int(d)) for d in shape]
-    lines = ["  {", f"    name: {json.dumps(tensor['name'])}", f"    data_type: {dtype}"]
-    if dims:
-        lines.append(f"    dims: [ {', '.join(str(d) for d in dims)} ]")
-    else:  # a scalar (or [batch] once Triton owns the batch dim): Triton's dims cannot be empty
-        lines += ["    dims: [ 1 ]", "    reshape: { shape: [ ] }"]
-    return "\n".join([*lines, "  }"])
-
-
-def _cc_number(key: str) -> tuple[int, ...]:
-    """A `cc_model_filenames` key ('8.6', '12.0') as numbers, so 8.0 sorts before 12.0."""
-    return tuple(int(part) for part in key.split("."))
-
-
 def _merge_shape(recorded: list[Any], inferred: tuple[int | str, ...]) -> list[Any]:
     """The inferred shape, keeping a recorded dim only where inference left that dim unknown."""
     if len(recorded) != len(inferred):
@@ -331,64 +300,6 @@ def triton_io(app: AppContext, engine: EngineRecord) -> list[dict[str, Any]]:
 
 def _io_signature(engine: EngineRecord) -> list[tuple[str, str, str]]:
     return [(t["name"], t["mode"], t["dtype"]) for t in engine.io]
-
-
-def render_triton_config(
-    name: str,
-    engine: EngineRecord,
-    *,
-    default_file: str,
-    cc_files: dict[str, str] | None = None,
-    io: list[dict[str, Any]] | None = None,
-) -> str:
-    """config.pbtxt text for one model built from `engine`'s IO (or `io`, see `triton_io`) and
-    profile; the backend's Triton warning, if it has one, as a comment on top."""
-    io = engine.io if io is None else io
-    max_batch = triton_batching(engine, io)
-    batched = max_batch > 0
-    triton = get_backend(engine.backend).triton
-    lines = [f"# WARNING: {triton.warning}"] if triton.warning else []
-    lines += [f"name: {json.dumps(name)}", f"platform: {json.dumps(triton.platform)}"]
-    if triton.backend is not None:
-        lines.append(f"backend: {json.dumps(triton.backend)}")
-    lines.append(f"max_batch_size: {max_batch}")
-    lines.append("version_policy: { latest: { num_versions: 1 } }")
-    lines.append(f"default_model_filename: {json.dumps(default_file)}")
-    for cc, filename in sorted((cc_files or {}).items(), key=lambda item: _cc_number(item[0])):
-        lines.append(f"cc_model_filenames: {{ key: {json.dumps(cc)} value: {json.dumps(filename)} }}")
-    inputs = [t for t in io if t["mode"] == "input"]
-    outputs = [t for t in io if t["mode"] == "output"]
-    lines.append("input [\n" + ",\n".join(_tensor_block(t, batched) for t in inputs) + "\n]")
-    lines.append("output [\n" + ",\n".join(_tensor_block(t, batched) for t in outputs) + "\n]")
-    lines.append(f"instance_group [ {{ count: 1 kind: {triton.instance_kind} }} ]")
-    return "\n".join(lines) + "\n"
-
-
-def validate_triton_config(text: str, version_dir: Path) -> dict[str, Any]:
-    """Parse with Triton's schema when tritonclient is installed (unknown or mistyped fields raise),
-    and check what a schema cannot: the files named exist, dims are set, batching is consistent."""
-    from google.protobuf import json_format, text_format
-
-    try:
-        from tritonclient.grpc import model_config_pb2
-    except ImportError:
-        model_config_pb2 = None
-    if model_config_pb2 is not None:
-        try:
-            config = text_format.Parse(text, model_config_pb2.ModelConfig())
-        except text_format.ParseError as err:
-            raise ExportError(f"generated config.pbtxt does not parse against Triton's schema: {err}") from err
-        parsed: dict[str, Any] = json_format.MessageToDict(config, preserving_proto_field_name=True)
-    else:
-        logger.info("tritonclient is not installed: config.pbtxt checked by field only")
-        parsed = {}
-    names = re.findall(r'(?:default_model_filename|value): "([^"]+)"', text)
-    missing = [n for n in names if not (version_dir / n).is_file()]
-    if missing:
-        raise ExportError(f"config.pbtxt names file(s) {', '.join(missing)} missing from {version_dir}")
-    if re.search(r"dims: \[\s*\]", text):
-        raise ExportError("config.pbtxt has a tensor without dims")
-    return parsed
 
 
 def export_triton(
@@ -429,7 +340,7 @@ def export_triton(
             files.append(_copy_verified(app, engine, version_dir / filename))
             for key in free:
                 cc_files[key] = filename
-        default_file = cc_files[min(cc_files, key=_cc_number)]  # the lowest compute capability
+        default_file = cc_files[min(cc_files, key=cc_number)]  # the lowest compute capability
         text = render_triton_config(name, base, default_file=default_file, cc_files=cc_files, io=io)
     config_path = root / "config.pbtxt"
     config_path.write_text(text)

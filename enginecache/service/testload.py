@@ -11,9 +11,11 @@ Reading the runs back is `service.loadruns`.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,41 +45,62 @@ def engine_io(engine: EngineRecord) -> tuple[TensorIO, ...]:
     return tuple(TensorIO(t["name"], t["mode"], t["dtype"], tuple(t["shape"])) for t in engine.io)
 
 
+@dataclass(frozen=True)
+class TestLoadOptions:
+    """What a test-load asks for: timed iterations after the first inference, the batch (None: the
+    profile's opt shape), an .npz of inputs by name (None: random) and tolerance overrides by name.
+
+    `submit_test_load` and `run_test_load` take one, or these fields as keyword arguments (`of`)."""
+
+    __test__ = False  # not a pytest class
+
+    iterations: int = DEFAULT_ITERATIONS
+    batch: int | None = None
+    inputs: Path | None = None
+    tolerances: Mapping[str, float] | None = None
+
+    @classmethod
+    def of(cls, options: TestLoadOptions | None, fields: Mapping[str, Any]) -> TestLoadOptions:
+        """`options` (default: the defaults) with `fields` (keyword arguments of the caller's) replaced;
+        a name that is no field raises TypeError."""
+        return dataclasses.replace(options or cls(), **fields)
+
+
 def submit_test_load(
     app: AppContext,
     engine_id: int,
+    options: TestLoadOptions | None = None,
     *,
-    iterations: int = DEFAULT_ITERATIONS,
-    batch: int | None = None,
-    inputs: Path | None = None,
-    tolerances: Mapping[str, float] | None = None,
     timeout_seconds: float = TEST_LOAD_TIMEOUT_SECONDS,
+    **fields: Any,
 ) -> JobRecord:
     """Enqueue a test-load routed to a worker that can load the engine; an identical active request is joined.
 
-    The inputs file is copied into the store first, so the worker does not depend on the caller's path.
-    Whether a worker can take it is `service.jobs.waiting_reason(app, job)`.
+    `fields` are `TestLoadOptions` fields (iterations, batch, inputs, tolerances), given instead of
+    or over `options`. The inputs file is copied into the store first, so the worker does not depend
+    on the caller's path. Whether a worker can take it is `service.jobs.waiting_reason(app, job)`.
     """
+    options = TestLoadOptions.of(options, fields)
     engine = get_engine(app, engine_id)
     if engine.status != EngineStatus.READY or engine.blob_path is None:
         raise TestInputError(f"engine {engine_id} is {engine.status}: only READY engines can be test-loaded")
-    if iterations < 0:
-        raise TestInputError(f"iterations must be >= 0, got {iterations}")
-    if batch is not None and batch <= 0:
-        raise TestInputError(f"batch must be positive, got {batch}")
-    tolerances_for(engine.precision, tolerances)  # bad tolerance names fail here, not in the job
+    if options.iterations < 0:
+        raise TestInputError(f"iterations must be >= 0, got {options.iterations}")
+    if options.batch is not None and options.batch <= 0:
+        raise TestInputError(f"batch must be positive, got {options.batch}")
+    tolerances_for(engine.precision, options.tolerances)  # bad tolerance names fail here, not in the job
     inputs_blob = None
-    if inputs is not None:
-        if not Path(inputs).is_file():
-            raise TestInputError(f"inputs file {inputs} does not exist")
-        inputs_blob = app.store.ingest_file(Path(inputs))
+    if options.inputs is not None:
+        if not Path(options.inputs).is_file():
+            raise TestInputError(f"inputs file {options.inputs} does not exist")
+        inputs_blob = app.store.ingest_file(Path(options.inputs))
     payload: dict[str, Any] = {
         "engine_id": engine_id,
-        "iterations": iterations,
-        "batch": batch,
+        "iterations": options.iterations,
+        "batch": options.batch,
         "inputs": str(inputs_blob.path) if inputs_blob else None,
         "inputs_sha256": inputs_blob.sha256 if inputs_blob else None,
-        "tolerances": dict(tolerances or {}),
+        "tolerances": dict(options.tolerances or {}),
     }
     key_source = repr(sorted((k, v) for k, v in payload.items() if k != "inputs"))
     result = queue.enqueue(
@@ -95,16 +118,17 @@ def submit_test_load(
 def run_test_load(
     app: AppContext,
     engine_id: int,
+    options: TestLoadOptions | None = None,
     *,
-    iterations: int = DEFAULT_ITERATIONS,
-    batch: int | None = None,
-    inputs: Path | None = None,
-    tolerances: Mapping[str, float] | None = None,
     host: HostFingerprint | None = None,
     job_id: int | None = None,
     commit: Callable[[Callable[[Session], None], LoadRunRecord], None] | None = None,
+    **fields: Any,
 ) -> LoadRunRecord:
     """Test-load one engine here and record the run (whatever the verdict); returns the record.
+
+    `fields` are `TestLoadOptions` fields (iterations, batch, inputs, tolerances), given instead of
+    or over `options`.
 
     Every outcome is a recorded run: a request or inputs the engine cannot take (batch outside the
     profile, an inputs file that does not fit, a declared shape too large to generate, inputs the
@@ -114,6 +138,7 @@ def run_test_load(
     fault). `commit(mutate, record)` runs the write in a transaction of the caller's choosing (a job
     passes one that checks its lease and sets the job's state from the verdict).
     """
+    options = TestLoadOptions.of(options, fields)
     engine = get_engine(app, engine_id)
     with app.catalog.read() as session:
         model = session.get(ModelRecord, engine.model_id)
@@ -121,7 +146,7 @@ def run_test_load(
         raise TestInputError(f"engine {engine_id}'s model {engine.model_id} is missing from the catalog")
     host = host or host_fingerprint()
     try:
-        result = _validate(app, engine, model, iterations, batch, inputs, tolerances)
+        result = _validate(app, engine, model, options)
     except (UnavailableError, StaleLeaseError):
         raise
     except EngineCacheError as err:  # deterministic: recorded, not retried
@@ -145,15 +170,7 @@ def run_test_load(
     return record
 
 
-def _validate(
-    app: AppContext,
-    engine: EngineRecord,
-    model: ModelRecord,
-    iterations: int,
-    batch: int | None,
-    inputs: Path | None,
-    tolerances: Mapping[str, float] | None,
-) -> TestLoadResult:
+def _validate(app: AppContext, engine: EngineRecord, model: ModelRecord, options: TestLoadOptions) -> TestLoadResult:
     if engine.status not in (EngineStatus.READY, EngineStatus.CORRUPT) or engine.blob_path is None:
         raise TestInputError(f"engine {engine.id} is {engine.status}: there is no engine to load")
     backend = get_backend(engine.backend)
@@ -167,10 +184,10 @@ def _validate(
         precision=engine.precision,
         backend_version=engine.backend_version,
         targets=engine_targets(engine),
-        iterations=iterations,
-        batch=batch,
-        inputs_path=inputs,
-        tolerances=tolerances_for(engine.precision, tolerances),
+        iterations=options.iterations,
+        batch=options.batch,
+        inputs_path=options.inputs,
+        tolerances=tolerances_for(engine.precision, options.tolerances),
         label=f"engine {engine.id} ({model.name} {engine.backend} {engine.precision} {engine.targets})",
     )
     return validate_engine(backend, spec)

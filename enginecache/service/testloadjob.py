@@ -21,7 +21,7 @@ from enginecache.db.models import JobStatus, LoadRunRecord
 from enginecache.errors import EngineCacheError, StaleLeaseError, UnavailableError
 from enginecache.service.context import AppContext
 from enginecache.service.jobattempt import EXIT_RECORDED, ChildSpec
-from enginecache.service.testload import DEFAULT_ITERATIONS, run_test_load
+from enginecache.service.testload import DEFAULT_ITERATIONS, TestLoadOptions, run_test_load
 
 
 def run_test_load_job(app: AppContext, spec: ChildSpec) -> int:
@@ -38,17 +38,13 @@ def run_test_load_job(app: AppContext, spec: ChildSpec) -> int:
 
     queue.report_progress(app.catalog, spec.job_id, spec.token, progress=0.1, phase="test-load")
     try:
-        run_test_load(
-            app,
-            engine_id,
+        options = TestLoadOptions(
             iterations=int(payload.get("iterations", DEFAULT_ITERATIONS)),
             batch=payload.get("batch"),
             inputs=Path(payload["inputs"]) if payload.get("inputs") else None,
             tolerances=payload.get("tolerances") or None,
-            host=spec.host,
-            job_id=spec.job_id,
-            commit=commit,
         )
+        run_test_load(app, engine_id, options, host=spec.host, job_id=spec.job_id, commit=commit)
     except (StaleLeaseError, UnavailableError):
         raise  # lease lost / transient: the child's exit code says which
     except EngineCacheError as err:  # the engine or its model row is gone: nothing to record a run against

@@ -5,49 +5,48 @@ Signal handlers only set flags. First SIGINT/SIGTERM: claim nothing new, finish 
 jobs (the worker's row says "stopping" meanwhile, and it keeps beating), exit. Second: kill the
 children, hand their jobs back to the queue, exit.
 
-An attempt's timeout counts from its claim (the lease's `started_at`) and is enforced by a timer
-thread that kills the child when it runs out: the supervising thread may be waiting on the
-catalog at that moment (SQLite's busy timeout), and the child must not outlive its deadline
-meanwhile, let alone finish and record a result past it.
+This module is the worker's lifecycle and its claim loop (one thread per slot); what happens to an
+attempt once claimed (its child, heartbeat, deadline and outcome) is `service.jobsupervisor`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import logging
 import multiprocessing
 import os
-import shutil
 import signal
 import socket
 import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
-from sqlmodel import col, select
 
 from enginecache.core.fingerprint import HostFingerprint, host_fingerprint
 from enginecache.db import queue
-from enginecache.db.models import TERMINAL_JOB_STATUSES, EngineRecord, EngineStatus, JobRecord, JobStatus, utcnow
+from enginecache.db.models import TERMINAL_JOB_STATUSES, utcnow
 from enginecache.db.queue import Clock
-from enginecache.errors import StaleLeaseError
 from enginecache.service.context import AppContext
-from enginecache.service.jobattempt import CHILD_ERROR_FILE, EXIT_LEASE_LOST, EXIT_RECORDED, ChildSpec
-from enginecache.service.jobchild import run_child
-from enginecache.service.jobkinds import test_kinds_enabled
+from enginecache.service.jobsupervisor import AttemptDeadline, AttemptSupervisor, child_error
 from enginecache.service.routing import SCOPE_JOB, SCOPE_QUEUE, can_run, worker_capabilities
 
 logger = logging.getLogger(__name__)
 
-# Modules the fork server imports once, so each job's child starts warm (no GPU context is
-# created by importing them; CUDA initializes in the child when a build needs it).
-CANCEL_POLL_SECONDS = 0.5
+__all__ = [
+    "AttemptDeadline",
+    "Worker",
+    "WorkerConfig",
+    "child_error",
+    "default_worker_name",
+    "run_worker",
+]
+
 STOP_POLL_SECONDS = 0.1  # how soon the worker's row says "stopping" after a stop request
 OFFLINE_ATTEMPTS = 5  # tries to record "offline" as the worker ends
+# Modules the fork server imports once, so each job's child starts warm (no GPU context is
+# created by importing them; CUDA initializes in the child when a build needs it).
 WARM_MODULES = ("enginecache.service.jobchild", "onnx", "onnxruntime", "tensorrt_rtx", "onnxconverter_common")
 
 
@@ -79,38 +78,6 @@ def _child_context() -> Any:
     return multiprocessing.get_context("spawn")
 
 
-def _kill_group(pid: int) -> None:
-    """SIGKILL a child's process group (it and whatever it started), or the child alone where it
-    has no group of its own yet (it calls setsid first thing) or the group is not all ours."""
-    try:
-        os.killpg(pid, signal.SIGKILL)
-        return
-    except (ProcessLookupError, PermissionError):
-        pass
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
-
-
-class AttemptDeadline:
-    """Kills an attempt's child when the attempt's time is up, from a timer thread of its own."""
-
-    def __init__(self, pid: int, seconds_left: float) -> None:
-        self.expired = threading.Event()
-        self._pid = pid
-        self._timer = threading.Timer(max(0.0, seconds_left), self._expire)
-        self._timer.daemon = True
-
-    def start(self) -> None:
-        self._timer.start()
-
-    def cancel(self) -> None:
-        self._timer.cancel()
-
-    def _expire(self) -> None:
-        self.expired.set()  # before the kill: whoever sees the child gone sees why
-        _kill_group(self._pid)
-
-
 class Worker:
     def __init__(
         self,
@@ -133,7 +100,14 @@ class Worker:
         self._stop = threading.Event()
         self._hard_stop = threading.Event()
         self._slots_done = threading.Event()
-        self._context = children if children is not None else _child_context()
+        self._attempts = AttemptSupervisor(
+            app,
+            config,
+            host=self.host,
+            clock=clock,
+            children=children if children is not None else _child_context(),
+            hard_stop=self._hard_stop,
+        )
         self._current: dict[int, int] = {}  # slot -> job id
         self._lock = threading.Lock()
         self.jobs_run = 0
@@ -242,7 +216,7 @@ class Worker:
             with self._lock:
                 self._current[slot] = lease.job.id or 0
             try:
-                self._supervise(lease)
+                self._attempts.run(lease)
             except sa.exc.OperationalError as err:  # the lease runs out and the job is taken over
                 logger.error("job %s: catalog unreachable while supervising: %s", lease.job.id, err.orig)
             finally:
@@ -258,162 +232,6 @@ class Worker:
         if self.config.job_id is not None:
             return queue.get_job(self.app.catalog, self.config.job_id).status in TERMINAL_JOB_STATUSES
         return self.config.once
-
-    # -- one attempt ----------------------------------------------------------------------
-
-    def _supervise(self, lease: queue.Lease) -> None:
-        job = lease.job
-        job_id = job.id or 0
-        work_dir = self.app.store.tmp_dir / f"job-{job_id}-{job.attempts}-{os.getpid()}"
-        work_dir.mkdir(parents=True, exist_ok=True)
-        spec = ChildSpec(
-            home=self.app.home,
-            db_url=self.app.db_url,
-            work_dir=work_dir,
-            job_id=job_id,
-            token=lease.token,
-            attempt=job.attempts,
-            kind=job.kind,
-            payload=job.payload,
-            host=self.host,
-            job_key=job.idempotency_key if job.kind == "build" else None,
-            test_kinds=test_kinds_enabled(),
-        )
-        process = self._context.Process(target=run_child, args=(spec,), name=f"job-{job_id}")
-        process.start()
-        deadline = AttemptDeadline(process.pid, self._seconds_left(job))
-        deadline.start()
-        logger.info("job %s attempt %s: child %s started", job_id, job.attempts, process.pid)
-        outcome: str | None = None
-        try:
-            try:  # a write that may wait on the catalog's lock: the deadline runs on meanwhile
-                queue.set_runner(self.app.catalog, job_id, lease.token, process.pid, clock=self.clock)
-            except (StaleLeaseError, sa.exc.OperationalError) as err:
-                logger.warning("job %s: child pid not recorded: %s", job_id, err)
-            next_beat = time.monotonic() + self.config.heartbeat_seconds
-            while True:
-                process.join(min(CANCEL_POLL_SECONDS, self.config.heartbeat_seconds))
-                if process.exitcode is not None:
-                    break
-                outcome = self._check_running(job, lease.token, next_beat)
-                if time.monotonic() >= next_beat:
-                    next_beat = time.monotonic() + self.config.heartbeat_seconds
-                if outcome is not None:
-                    self._kill(process)
-                    break
-            if (
-                deadline.expired.is_set()
-                and outcome is None
-                and process.exitcode not in (EXIT_RECORDED, EXIT_LEASE_LOST)
-            ):
-                outcome = f"timed out after {job.timeout_seconds:g} s"
-            self._record_outcome(lease, process.exitcode, outcome, child_error(work_dir))
-        finally:
-            deadline.cancel()
-            if process.exitcode is None:  # supervision itself failed: never leave the child behind
-                self._kill(process)
-            shutil.rmtree(work_dir, ignore_errors=True)
-            self._abandon_pending_engines(job_id, job.attempts, outcome or _describe_exit(process.exitcode))
-
-    def _seconds_left(self, job: JobRecord) -> float:
-        """What remains of the attempt's timeout, counted from its claim (the lease's start)."""
-        started = job.started_at or self.clock()
-        return job.timeout_seconds - max(0.0, (self.clock() - started).total_seconds())
-
-    def _check_running(self, job: JobRecord, token: str, next_beat: float) -> str | None:
-        """Why to stop the child now, if at all: cancel, lost lease, hard stop (the timeout is
-        `AttemptDeadline`'s)."""
-        job_id = job.id or 0
-        try:
-            if time.monotonic() >= next_beat:
-                cancel = queue.heartbeat(self.app.catalog, job_id, token, self.config.lease_seconds, clock=self.clock)
-            else:
-                cancel = queue.get_job(self.app.catalog, job_id).cancel_requested
-        except StaleLeaseError as err:
-            logger.warning("job %s: %s; stopping our child", job_id, err)
-            return "lease lost"
-        except sa.exc.OperationalError as err:  # catalog busy: the lease is checked again next beat
-            logger.warning("job %s: heartbeat not recorded: %s", job_id, err.orig)
-            cancel = False
-        if cancel:
-            return "cancelled"
-        if self._hard_stop.is_set():
-            return "handed back"
-        return None
-
-    def _kill(self, process: Any) -> None:
-        _kill_group(process.pid)
-        process.join()
-
-    def _record_outcome(
-        self, lease: queue.Lease, exitcode: int | None, outcome: str | None, detail: str | None = None
-    ) -> None:
-        job_id = lease.job.id or 0
-        try:
-            if outcome == "cancelled":
-                queue.complete(
-                    self.app.catalog,
-                    job_id,
-                    lease.token,
-                    status=JobStatus.CANCELLED,
-                    error="cancelled while running",
-                    clock=self.clock,
-                )
-            elif outcome == "handed back":
-                queue.release(self.app.catalog, job_id, lease.token, clock=self.clock)
-            elif outcome == "lease lost" or exitcode in (EXIT_RECORDED, EXIT_LEASE_LOST):
-                return
-            else:
-                error = outcome or _describe_exit(exitcode) + (f": {detail}" if detail else "")
-                backoff = min(self.config.backoff_max_seconds, self.config.backoff_base_seconds**lease.job.attempts)
-                job = queue.fail_attempt(
-                    self.app.catalog, job_id, lease.token, error=error, backoff_seconds=backoff, clock=self.clock
-                )
-                logger.warning("job %s attempt %s failed (%s): now %s", job_id, lease.job.attempts, error, job.status)
-        except (StaleLeaseError, sa.exc.OperationalError) as err:
-            logger.warning("job %s: outcome not recorded, %s", job_id, err)
-
-    def _abandon_pending_engines(self, job_id: int, attempt: int, reason: str) -> None:
-        """An attempt's engine row still PENDING after its child ended was never published."""
-        try:
-            self._fail_pending_engines(job_id, attempt, reason)
-        except sa.exc.OperationalError as err:
-            logger.warning("job %s: unpublished engine rows of attempt %s not marked: %s", job_id, attempt, err.orig)
-
-    def _fail_pending_engines(self, job_id: int, attempt: int, reason: str) -> None:
-        with self.app.catalog.write() as session:
-            rows = session.exec(
-                select(EngineRecord).where(
-                    EngineRecord.job_id == job_id,
-                    EngineRecord.job_attempt == attempt,
-                    col(EngineRecord.status) == EngineStatus.PENDING,
-                )
-            ).all()
-            for row in rows:
-                row.status = EngineStatus.FAILED
-                row.error = f"attempt {attempt} of job {job_id} ended without publishing: {reason}"
-                row.finished_at = self.clock()
-                session.add(row)
-
-
-def child_error(work_dir: Path) -> str | None:
-    """The last line of the traceback a child left in its working directory, if any."""
-    path = work_dir / CHILD_ERROR_FILE
-    if not path.is_file():
-        return None
-    lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
-    return lines[-1][:500] if lines else None
-
-
-def _describe_exit(exitcode: int | None) -> str:
-    if exitcode is None:
-        return "child did not exit"
-    if exitcode < 0:
-        try:
-            return f"child killed by {signal.Signals(-exitcode).name}"
-        except ValueError:
-            return f"child killed by signal {-exitcode}"
-    return f"child exited with status {exitcode}"
 
 
 def run_worker(app: AppContext, config: WorkerConfig, *, install_signals: bool = True) -> int:

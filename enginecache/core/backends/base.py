@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from enginecache.core.fingerprint import HostFingerprint
+from enginecache.errors import TargetError
 
 if TYPE_CHECKING:  # numpy and the profiles (which import onnx) stay out of a serving process's cache hit
     import numpy as np
@@ -301,6 +302,22 @@ class Backend(Protocol):
         IncompatibleEngineError with its diagnostic), then deserialize it from the verified bytes
         and prepare I/O for `spec.input_shapes` (phases timed into `timer`)."""
         ...
+
+
+def local_targets_only(
+    local: tuple[str, ...],
+    wanted: tuple[str, ...] | None,
+    refusal: Callable[[tuple[str, ...]], str],
+    *,
+    alias: tuple[str, ...] | None = None,
+) -> tuple[str, ...]:
+    """`resolve_targets` for a backend that builds only for the hardware it runs on: its `local`
+    targets, where nothing is asked (`wanted` None) or what is asked is `local` (or `alias`, a name
+    the backend also takes for it); anything else raises TargetError in the backend's words,
+    `refusal(wanted)`."""
+    if wanted is not None and wanted != local and wanted != alias:
+        raise TargetError(refusal(wanted))
+    return local
 
 
 def verdict(built: str, reasons: list[str], details: Mapping[str, Any], ok: str) -> CompatibilityResult:

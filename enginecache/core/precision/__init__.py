@@ -5,7 +5,7 @@ not in builder flags. So each precision is a recipe that rewrites the ONNX file,
 precision and, for int8/fp8, by the backend family the result is for (`PrecisionSpec.backend_family`):
 
 - fp32: no conversion; the source is used as is (the only precision an already-quantized model
-  takes: `onnx_graph.quantization` says how it is quantized, and other precisions are refused).
+  takes: `onnx_quantized.quantization` says how it is quantized, and other precisions are refused).
 - fp16: NVIDIA ModelOpt AutoCast (`modelopt.onnx.autocast.convert_to_mixed_precision`, which
   keeps type-sensitive nodes in fp32, with reference inputs at the build's profile shapes) where
   the `modelopt` extra is installed, then onnxconverter-common's `convert_float_to_float16` with a
@@ -26,10 +26,11 @@ ModelOpt (which imports torch), onnxruntime and onnxconverter-common are importe
 the functions that use them.
 
 Package layout: `spec` (what is asked for), `recipes` (run a recipe, or name it for the cache key),
-`floatcast` (fp16/bf16 dispatch and AutoCast), `lightfp16` (onnxconverter-common's fp16 with
-repairs), `ptq` (int8/fp8 with ModelOpt), `quantize` (int8/fp8 with onnxruntime.quantization),
-`check` (validate a converted model), `modelfiles` (load, save, stage with external data),
-`availability` (which converters import here).
+`floatcast` (fp16/bf16 dispatch and AutoCast), `lightfp16` (onnxconverter-common's fp16),
+`fp16repair` (the graph repairs that conversion needs), `ptq` (int8/fp8 with ModelOpt), `quantize`
+(int8/fp8 with onnxruntime.quantization), `check` (validate a converted model), `modelfiles` (load,
+save, stage with external data; converter failures in our words), `availability` (which converters
+import here). Calibration feeds for int8/fp8 come from `core.calibration`.
 """
 
 from enginecache.core.calibration import load_calibration

@@ -25,6 +25,7 @@ from enginecache.core.precision.check import run_check, validate_model
 from enginecache.core.precision.lightfp16 import convert_light_fp16
 from enginecache.core.precision.modelfiles import (
     captured_output,
+    converter_failure,
     load_model,
     needs_external_data,
     recipe_record,
@@ -32,7 +33,6 @@ from enginecache.core.precision.modelfiles import (
     save_model,
     stage_source,
     tool_version,
-    trim,
 )
 from enginecache.core.precision.spec import (
     AUTOCAST_RULES,
@@ -156,8 +156,9 @@ def _autocast(
         "reference_shapes": {name: list(shape) for name, shape in shapes.items()},
         "rules": AUTOCAST_RULES,
     }
+    failed = f"NVIDIA ModelOpt AutoCast failed to convert {source.name} to {precision}"
     try:
-        with captured_output("ModelOpt AutoCast"):
+        with converter_failure(failed), captured_output("ModelOpt AutoCast"):
             model = autocast(
                 onnx_path=str(staged),
                 low_precision_type=precision,
@@ -166,11 +167,6 @@ def _autocast(
                 nodes_to_include=include or None,
                 providers=["cpu"],
             )
-    except Exception as err:  # AutoCast raises asserts, ORT and onnx errors alike
-        raise PrecisionError(
-            f"NVIDIA ModelOpt AutoCast failed to convert {source.name} to {precision}: "
-            f"{type(err).__name__}: {trim(str(err))}"
-        ) from err
     finally:
         shutil.rmtree(folder, ignore_errors=True)
         shutil.rmtree(staged.parent, ignore_errors=True)

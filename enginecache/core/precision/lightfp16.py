@@ -6,22 +6,8 @@ whose output type comes from a `dtype` attribute and the signal ops), wraps them
 converts everything else. Before converting, one fp32 reference run on generated inputs at the
 build's profile shapes finds the nodes whose inputs or outputs exceed `DATA_MAX` and keeps them
 in fp32 too (`range_blocks`, AutoCast's IORangeRule in small). On its own the converter leaves
-graphs that are invalid, or that TensorRT refuses, in five ways, each fixed here:
-
-1. A `Cast(to=FLOAT)` of the source keeps `to=FLOAT` while the converter retypes its output to
-   float16 ("Inferred elem type differs ... (float) vs (float16)": Llama's rotary embedding, a
-   YOLO head, a jax2tf one-hot, an STFT). Every such Cast outside the fp32 nodes is made to cast
-   to FLOAT16.
-2. A float graph input used only inside an If/Loop/Scan body is left float32 while the body is
-   converted (silero-VAD's STFT inside its `If`): a Cast to fp16 is added in the main graph and
-   the bodies read it.
-3. Nodes left unnamed get the converter's inserted Casts names that collide: every node is
-   named (`<op>_ec<n>`) before converting.
-4. A Cast to float16 feeding a Cast back to float (a repaired Cast in front of a kept-fp32 op)
-   becomes one Cast to float: TensorRT refuses a half shape tensor on the way (a YOLO head's
-   int64 -> fp16 -> fp32 into Range), and integers past 2048 stay exact.
-5. A float initializer shared by a node kept in fp32 and a converted one stays float32 for both
-   (a jax2tf LayerNorm's reciprocal): the fp32 nodes get their own copy.
+graphs that are invalid, or that TensorRT refuses, in five ways, each fixed by `fp16repair` (its
+docstring lists them).
 
 What still fails ONNX's strict type inference, or an ONNX Runtime CPU session (Celu takes float32
 only), is converted again (at most `MAX_ROUNDS` conversions) with the nodes named kept in fp32
@@ -34,15 +20,17 @@ from __future__ import annotations
 import logging
 import re
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import onnx
-from onnx import AttributeProto, GraphProto, ModelProto, NodeProto, TensorProto
+from onnx import ModelProto, TensorProto
 
 from enginecache.core.onnx_graph import subgraphs, walk
+from enginecache.core.precision.fp16repair import name_nodes, nested_nodes, repair, split_shared_initializers
 from enginecache.core.precision.modelfiles import (
     EXTERNAL_DATA_THRESHOLD,
+    converter_failure,
     load_model,
     needs_external_data,
     recipe_record,
@@ -51,7 +39,7 @@ from enginecache.core.precision.modelfiles import (
     trim,
 )
 from enginecache.core.precision.spec import LIGHT_FP16_RULES, TOOL_ONNXCONVERTER
-from enginecache.errors import EngineCacheError, PrecisionError
+from enginecache.errors import EngineCacheError
 
 logger = logging.getLogger(__name__)
 
@@ -126,7 +114,7 @@ def convert_light_fp16(
     and the node and op where the converter itself fails."""
     model = load_model(source)
     renamed = name_nodes(model)
-    casts = {node.name for node in _nodes(model) if node.op_type == "Cast"}
+    casts = {node.name for node in nested_nodes(model) if node.op_type == "Cast"}
     ancestors = _top_level_ancestors(model)
     notes: list[str] = []
     out_of_range, range_note = range_blocks(model, source, input_shapes)
@@ -138,7 +126,7 @@ def convert_light_fp16(
     remaining: dict[str, str] = {}
     for _ in range(MAX_ROUNDS):
         converted, clamped = _convert(model, blocked, source)
-        repair(converted, casts, blocked)
+        repair(converted, casts, set(OP_BLOCK_LIST), blocked)
         remaining = type_errors(converted)
         new = {ancestors.get(name, name) for name in remaining} - blocked
         new &= set(ancestors.values())  # top-level nodes only
@@ -243,7 +231,8 @@ def _convert(model: ModelProto, blocked: set[str], source: Path) -> tuple[ModelP
     split_shared_initializers(work, set(OP_BLOCK_LIST), blocked)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        try:
+        # the converter raises plain ValueError/AssertionError/onnx errors
+        with converter_failure(f"{CONVERTER} failed to convert {source.name} to fp16"):
             converted = float16.convert_float_to_float16(
                 work,
                 min_positive_val=MIN_POSITIVE,
@@ -252,125 +241,8 @@ def _convert(model: ModelProto, blocked: set[str], source: Path) -> tuple[ModelP
                 op_block_list=list(OP_BLOCK_LIST),
                 node_block_list=sorted(blocked),
             )
-        except Exception as err:  # the converter raises plain ValueError/AssertionError/onnx errors
-            raise PrecisionError(
-                f"{CONVERTER} failed to convert {source.name} to fp16: {type(err).__name__}: {trim(str(err))}"
-            ) from err
     clamped = sum(1 for w in caught if "will be truncated to" in str(w.message))
     return converted, clamped
-
-
-def split_shared_initializers(model: ModelProto, block_ops: set[str], blocked: set[str]) -> int:
-    """Give fp32 nodes their own copy of a float initializer they share with converted nodes
-    (module docstring, point 5); the number of copies made."""
-    graph = model.graph
-    inits = {init.name: init for init in graph.initializer if init.data_type == TensorProto.FLOAT}
-    kept: dict[str, list[NodeProto]] = {}
-    converted: set[str] = set()
-    for node in graph.node:
-        fp32 = node.op_type in block_ops or node.name in blocked
-        for name in node.input:
-            if name in inits:
-                if fp32:
-                    kept.setdefault(name, []).append(node)
-                else:
-                    converted.add(name)
-        if not fp32:
-            converted.update(n for sub in walk(list(subgraphs(node))) for x in sub.node for n in x.input if n in inits)
-    copies = 0
-    for name, nodes in kept.items():
-        if name not in converted:
-            continue
-        copy = graph.initializer.add()
-        copy.CopyFrom(inits[name])
-        copy.name = f"{name}_ec_fp32"
-        for node in nodes:
-            for i, value in enumerate(node.input):
-                if value == name:
-                    node.input[i] = copy.name
-        copies += 1
-    return copies
-
-
-def name_nodes(model: ModelProto) -> int:
-    """Give every unnamed node (subgraphs included) a unique name; the number named."""
-    nodes = list(_nodes(model))
-    taken = {node.name for node in nodes if node.name}
-    count = 0
-    for node in nodes:
-        if node.name:
-            continue
-        index = count
-        while f"{node.op_type}_ec{index}" in taken:
-            index += 1
-        node.name = f"{node.op_type}_ec{index}"
-        taken.add(node.name)
-        count += 1
-    return count
-
-
-def repair(model: ModelProto, casts: set[str], blocked: set[str]) -> None:
-    """Fix what the converter leaves inconsistent (module docstring, points 1 and 2)."""
-    block_ops = set(OP_BLOCK_LIST)
-    for node in _converted_nodes(model, block_ops, blocked):
-        if node.op_type == "Cast" and node.name in casts:
-            for attr in node.attribute:
-                if attr.name == "to" and attr.i == TensorProto.FLOAT:
-                    attr.i = TensorProto.FLOAT16
-    _cast_outer_inputs(model, block_ops, blocked)
-    for graph in walk([model.graph]):
-        _collapse_cast_pairs(graph)
-
-
-def _cast_to(node: NodeProto) -> int | None:
-    return next((attr.i for attr in node.attribute if attr.name == "to"), None) if node.op_type == "Cast" else None
-
-
-def _collapse_cast_pairs(graph: GraphProto) -> None:
-    """`Cast(to=FLOAT16)` followed by `Cast(to=FLOAT)` becomes one `Cast(to=FLOAT)` of the first
-    Cast's input (module docstring, point 4): exact for integer inputs past 2048, and TensorRT
-    refuses half shape tensors (int64 -> fp16 -> fp32 into a kept-fp32 Range of a YOLO head)."""
-    producers = {out: node for node in graph.node for out in node.output}
-    for node in graph.node:
-        if _cast_to(node) != TensorProto.FLOAT or not node.input:
-            continue
-        first = producers.get(node.input[0])
-        if first is not None and _cast_to(first) == TensorProto.FLOAT16 and first.input:
-            node.input[0] = first.input[0]
-    used = {name for node in graph.node for name in node.input}
-    used |= {name for node in graph.node for sub in walk(list(subgraphs(node))) for n in sub.node for name in n.input}
-    used |= {value.name for value in graph.output}
-    dead = [node for node in graph.node if node.op_type == "Cast" and not any(out in used for out in node.output)]
-    for node in dead:
-        graph.node.remove(node)
-
-
-def _cast_outer_inputs(model: ModelProto, block_ops: set[str], blocked: set[str]) -> None:
-    graph = model.graph
-    float_inputs = {v.name for v in graph.input if v.type.tensor_type.elem_type == TensorProto.FLOAT}
-    if not float_inputs:
-        return
-    bodies = [
-        sub
-        for node in graph.node
-        if node.op_type not in block_ops and node.name not in blocked
-        for sub in subgraphs(node)
-    ]
-    used = {name for body in walk(bodies) for node in body.node for name in node.input if name in float_inputs}
-    if not used:
-        return
-    renames: dict[str, str] = {}
-    for name in sorted(used):
-        cast_out = f"{name}_ec_fp16_outer"
-        graph.node.insert(
-            0, onnx.helper.make_node("Cast", [name], [cast_out], name=f"{name}_ec_cast_outer", to=TensorProto.FLOAT16)
-        )
-        renames[name] = cast_out
-    for body in walk(bodies):
-        for node in body.node:
-            for i, name in enumerate(node.input):
-                if name in renames:
-                    node.input[i] = renames[name]
 
 
 def type_errors(model: ModelProto) -> dict[str, str]:
@@ -392,29 +264,11 @@ def type_errors(model: ModelProto) -> dict[str, str]:
     try:
         ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
     except (ort_state.Fail, ort_state.InvalidGraph, ort_state.NotImplemented) as err:
-        ops = {node.name: node.op_type for node in _nodes(model) if node.name}
+        ops = {node.name: node.op_type for node in nested_nodes(model) if node.name}
         found = (next(g for g in match.groups() if g) for match in _ORT_NODE.finditer(str(err)))
         named = [name for name in found if name in ops]
         return {name: ops[name] for name in named}
     return {}
-
-
-def _nodes(model: ModelProto) -> Iterator[NodeProto]:
-    for graph in walk([model.graph]):
-        yield from graph.node
-
-
-def _converted_nodes(model: ModelProto, block_ops: set[str], blocked: set[str]) -> Iterator[NodeProto]:
-    """Nodes the converter turned to fp16: not blocked, and not inside a blocked node's bodies."""
-    stack: list[GraphProto] = [model.graph]
-    while stack:
-        graph = stack.pop()
-        for node in graph.node:
-            if node.op_type in block_ops or node.name in blocked:
-                continue
-            yield node
-            stack.extend(attr.g for attr in node.attribute if attr.type == AttributeProto.GRAPH)
-            stack.extend(g for attr in node.attribute if attr.type == AttributeProto.GRAPHS for g in attr.graphs)
 
 
 def _top_level_ancestors(model: ModelProto) -> dict[str, str]:

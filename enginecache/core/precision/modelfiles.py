@@ -1,4 +1,5 @@
-"""Loading, saving and describing ONNX models for the converters (external data past 2 GB)."""
+"""Loading, saving, staging and describing ONNX models for the converters (external data past 2 GB),
+and the converters' failures in our words."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from pathlib import Path
 import onnx
 from google.protobuf.message import DecodeError
 
-from enginecache.core.onnx_graph import external_refs, normalise_location, quantization
+from enginecache.core.onnx_graph import external_refs, normalise_location
+from enginecache.core.onnx_quantized import quantization
 from enginecache.errors import PrecisionError
 
 logger = logging.getLogger(__name__)
@@ -87,7 +89,7 @@ def trim(text: str, limit: int = MAX_MESSAGE) -> str:
 
 
 def source_quantization(source: Path) -> str | None:
-    """How `source` is already quantized (see `onnx_graph.quantization`), read without its weights."""
+    """How `source` is already quantized (see `onnx_quantized.quantization`), read without its weights."""
     try:
         model = onnx.load(str(source), load_external_data=False)
     except (OSError, ValueError, DecodeError) as err:
@@ -120,6 +122,29 @@ def stage_source(source: Path, folder: Path) -> Path:
     except OSError as err:
         raise PrecisionError(f"cannot copy {source.name} into the work folder {folder}: {err}") from err
     return folder / source.name
+
+
+@contextlib.contextmanager
+def staged_copy(source: Path, folder: Path) -> Iterator[Path]:
+    """`stage_source` into `folder`, which is removed on the way out with all a converter wrote there."""
+    staged = stage_source(source, folder)
+    try:
+        yield staged
+    finally:
+        shutil.rmtree(staged.parent, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def converter_failure(failed: str, target: Path | None = None) -> Iterator[None]:
+    """Any exception of the converter run inside as a PrecisionError: `failed` (what failed, in
+    words), the exception's type and its trimmed message; `target`, the model being written, is
+    removed first. Converters raise asserts, onnx, ORT and graphsurgeon errors alike."""
+    try:
+        yield
+    except Exception as err:
+        if target is not None:
+            remove_model(target)
+        raise PrecisionError(f"{failed}: {type(err).__name__}: {trim(str(err))}") from err
 
 
 @contextlib.contextmanager

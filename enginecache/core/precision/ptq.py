@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import shutil
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -25,25 +24,16 @@ from typing import Any
 
 import onnx
 
-from enginecache.core.calibration import (
-    BatchReader,
-    batch_arrays,
-    count_samples,
-    load_calibration,
-    random_batches,
-    read_model_inputs,
-    resolve_shapes,
-)
-from enginecache.core.hashing import sha256_file
+from enginecache.core.calibration import BatchReader, calibration_feeds
 from enginecache.core.precision import availability
 from enginecache.core.precision.modelfiles import (
     captured_output,
+    converter_failure,
     needs_external_data,
     recipe_record,
     remove_model,
-    stage_source,
+    staged_copy,
     tool_version,
-    trim,
 )
 from enginecache.core.precision.spec import MODELOPT_EXTRA, TOOL_MODELOPT_PTQ, PrecisionSpec
 from enginecache.errors import PrecisionError
@@ -68,18 +58,8 @@ def quantize_modelopt(
     input_shapes: Mapping[str, Sequence[int]] | None,
 ) -> tuple[dict[str, object], list[str], str]:
     """Quantize `source` into `target`; (recipe, notes, hint for a validation failure)."""
-    notes: list[str] = []
-    inputs = read_model_inputs(source)
-    options: dict[str, object] = {}
-    if spec.calibration is not None:
-        feeds = batch_arrays(load_calibration(spec.calibration, inputs), inputs)
-        calibration, digest = "npz", sha256_file(spec.calibration)
-    else:
-        feeds = random_batches(inputs, input_shapes, model=source)
-        calibration, digest = "random", None
-        shapes = resolve_shapes(inputs, input_shapes)
-        options["random_shapes"] = {name: list(shape) for name, shape in shapes.items()}
-        notes.append(f"uncalibrated: {spec.precision} scales come from random inputs; pass --calib FILE.npz")
+    calib = calibration_feeds(source, spec.calibration, spec.precision, input_shapes)
+    notes, options = list(calib.notes), dict(calib.options)
 
     if not availability.modelopt_available():
         raise ptq_unavailable(spec.precision)
@@ -91,18 +71,18 @@ def quantize_modelopt(
             "calibration_method": CALIBRATION_METHOD,
             "calibration_eps": ["cpu"],
             "high_precision_dtype": "fp32",
-            "batches": len(feeds),
+            "batches": len(calib.feeds),
         }
     )
     # The source lives in the artifact store: ModelOpt writes intermediate files beside its input.
-    staged = stage_source(source, target.parent / f"{target.stem}.ptq-source")
-    remove_model(target)
-    try:
-        with captured_output("ModelOpt PTQ"), ort_quantization_restored():
+    with staged_copy(source, target.parent / f"{target.stem}.ptq-source") as staged:
+        remove_model(target)
+        failed = f"NVIDIA ModelOpt's ONNX PTQ failed to quantize {source.name} to {spec.precision}"
+        with converter_failure(failed, target), captured_output("ModelOpt PTQ"), ort_quantization_restored():
             quantize(
                 str(staged),
                 quantize_mode=spec.precision,
-                calibration_data_reader=BatchReader(feeds),
+                calibration_data_reader=BatchReader(calib.feeds),
                 calibration_method=CALIBRATION_METHOD,
                 calibration_eps=["cpu"],
                 high_precision_dtype="fp32",
@@ -110,14 +90,6 @@ def quantize_modelopt(
                 output_path=str(target),
                 log_level="WARNING",
             )
-    except Exception as err:  # ModelOpt raises asserts, ORT, onnx and graphsurgeon errors alike
-        remove_model(target)
-        raise PrecisionError(
-            f"NVIDIA ModelOpt's ONNX PTQ failed to quantize {source.name} to {spec.precision}: "
-            f"{type(err).__name__}: {trim(str(err))}"
-        ) from err
-    finally:
-        shutil.rmtree(staged.parent, ignore_errors=True)
     if not target.is_file():
         raise PrecisionError(f"NVIDIA ModelOpt's ONNX PTQ wrote no model for {source.name} ({spec.precision})")
 
@@ -129,9 +101,7 @@ def quantize_modelopt(
         )
     options["qdq_nodes"] = pairs
     recipe = recipe_record(spec.precision, TOOL_MODELOPT_PTQ, tool_version("nvidia-modelopt"), options)
-    recipe["calibration"] = calibration
-    recipe["calibration_digest"] = digest
-    recipe["calibration_samples"] = count_samples(feeds)
+    recipe.update(calib.record())
     hint = (
         "ModelOpt's quantized graph does not validate; build this model at fp32 or fp16, "
         "or pass --calib with real inputs"

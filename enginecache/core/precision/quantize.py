@@ -3,31 +3,19 @@ calibrated from an .npz or generated inputs (TensorRT backends quantize with Mod
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from enginecache.core.calibration import (
-    BatchReader,
-    batch_arrays,
-    count_samples,
-    load_calibration,
-    random_batches,
-    read_model_inputs,
-    resolve_shapes,
-)
-from enginecache.core.hashing import sha256_file
+from enginecache.core.calibration import BatchReader, calibration_feeds
 from enginecache.core.precision.modelfiles import (
+    converter_failure,
     needs_external_data,
     recipe_record,
-    remove_model,
     save_model,
-    stage_source,
+    staged_copy,
     tool_version,
-    trim,
 )
 from enginecache.core.precision.spec import TOOL_ORT_QUANT, PrecisionSpec
-from enginecache.errors import PrecisionError
 
 # The opset whose QuantizeLinear/DequantizeLinear take `axis`: onnxruntime.quantization writes
 # Q/DQ nodes with it whatever the model's opset, and ORT's ORT-format reader then refuses an
@@ -46,13 +34,12 @@ def upgrade_opset(model_path: Path, opset: int) -> int | None:
     current = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), opset)
     if current >= opset:
         return None
-    try:
+    failed = (
+        f"onnx.version_converter could not move {model_path.name} from opset {current} to {opset}, "
+        "which int8 Q/DQ for ONNX Runtime needs"
+    )
+    with converter_failure(failed):  # the converter raises RuntimeError, ValueError and onnx's own errors
         converted = version_converter.convert_version(model, opset)
-    except Exception as err:  # the converter raises RuntimeError, ValueError and onnx's own errors
-        raise PrecisionError(
-            f"onnx.version_converter could not move {model_path.name} from opset {current} to {opset}, "
-            f"which int8 Q/DQ for ONNX Runtime needs: {type(err).__name__}: {trim(str(err))}"
-        ) from err
     save_model(converted, model_path, external=needs_external_data(model_path, converted))
     return int(current)
 
@@ -70,22 +57,8 @@ def quantize_ort(
         quantize_static,
     )
 
-    notes: list[str] = []
-    inputs = read_model_inputs(source)
-    options: dict[str, object]
-    if spec.calibration is not None:
-        arrays = load_calibration(spec.calibration, inputs)
-        feeds = batch_arrays(arrays, inputs)
-        calibration: str = "npz"
-        digest: str | None = sha256_file(spec.calibration)
-        options = {}
-    else:
-        feeds = random_batches(inputs, input_shapes, model=source)
-        calibration = "random"
-        digest = None
-        shapes = resolve_shapes(inputs, input_shapes)
-        options = {"random_shapes": {name: list(shape) for name, shape in shapes.items()}}
-        notes.append(f"uncalibrated: {spec.precision} scales come from random inputs; pass --calib FILE.npz")
+    calib = calibration_feeds(source, spec.calibration, spec.precision, input_shapes)
+    notes, options = list(calib.notes), dict(calib.options)
 
     if spec.precision == "int8":
         activation, weight, method = (
@@ -110,7 +83,7 @@ def quantize_ort(
             "calibrate_method": method.name,
             "per_channel": False,
             "extra_options": dict(extra),
-            "batches": len(feeds),
+            "batches": len(calib.feeds),
             # No quant_pre_process: its ORT graph optimizations fold constants that the quantizer
             # then turns into quantized constants TensorRT rejects ("Quantized constant ... is only
             # allowed before DQ", seen on bert_mini and tiny_llama); without it every reference
@@ -119,8 +92,11 @@ def quantize_ort(
         }
     )
 
-    staged = stage_source(source, target.parent / f"{target.stem}.quant-source")
-    try:
+    failed = f"onnxruntime.quantization failed to quantize {source.name} to {spec.precision}"
+    with (
+        staged_copy(source, target.parent / f"{target.stem}.quant-source") as staged,
+        converter_failure(failed, target),  # ORT raises ValueError, RuntimeError and its own pybind errors
+    ):
         upgraded = upgrade_opset(staged, QDQ_MIN_OPSET)
         if upgraded is not None:
             notes.append(f"opset {upgraded} -> {QDQ_MIN_OPSET} before quantizing (onnx.version_converter)")
@@ -128,7 +104,7 @@ def quantize_ort(
         quantize_static(
             str(staged),
             str(target),
-            BatchReader(feeds),
+            BatchReader(calib.feeds),
             quant_format=QuantFormat.QDQ,
             activation_type=activation,
             weight_type=weight,
@@ -138,17 +114,7 @@ def quantize_ort(
             calibration_providers=["CPUExecutionProvider"],
             extra_options=extra,
         )
-    except Exception as err:  # ORT raises ValueError, RuntimeError and its own pybind errors
-        remove_model(target)
-        raise PrecisionError(
-            f"onnxruntime.quantization failed to quantize {source.name} to {spec.precision}: "
-            f"{type(err).__name__}: {trim(str(err))}"
-        ) from err
-    finally:
-        shutil.rmtree(staged.parent, ignore_errors=True)
 
     recipe = recipe_record(spec.precision, TOOL_ORT_QUANT, tool_version("onnxruntime"), options)
-    recipe["calibration"] = calibration
-    recipe["calibration_digest"] = digest
-    recipe["calibration_samples"] = count_samples(feeds)
+    recipe.update(calib.record())
     return recipe, notes, ""

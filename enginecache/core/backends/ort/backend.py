@@ -26,13 +26,15 @@ from enginecache.core.backends.base import (
     Requirements,
     TritonInfo,
     common_reasons,
+    local_targets_only,
     verdict,
 )
 from enginecache.core.backends.ort.dtypes import ort_dtype
 from enginecache.core.backends.ort.errors import ort_errors
-from enginecache.core.fingerprint import HostFingerprint, package_version
+from enginecache.core.distributions import package_version
+from enginecache.core.fingerprint import HostFingerprint
 from enginecache.core.lazyimport import import_backend
-from enginecache.errors import BuildFailedError, IncompatibleEngineError, TargetError
+from enginecache.errors import BuildFailedError, IncompatibleEngineError
 
 # An ORT-format model is a flatbuffer whose file identifier (bytes 4..8) is "ORTM".
 ORT_FORMAT_IDENTIFIER = b"ORTM"
@@ -66,12 +68,15 @@ class OnnxRuntimeBackend:
     def resolve_targets(self, requested: tuple[str, ...], host: HostFingerprint) -> tuple[str, ...]:
         local = self.default_targets(host)
         wanted = tuple(p.strip() for value in requested for p in value.split(",") if p.strip())
-        if wanted and wanted != local and wanted != ("cpu",):
-            raise TargetError(
-                f"unknown target {', '.join(wanted)!r} for ONNX Runtime: it optimizes for the CPU it runs on, "
+        return local_targets_only(
+            local,
+            wanted or None,
+            lambda asked: (
+                f"unknown target {', '.join(asked)!r} for ONNX Runtime: it optimizes for the CPU it runs on, "
                 f"here {local[0]} (use --target cpu or omit --target)"
-            )
-        return local
+            ),
+            alias=("cpu",),
+        )
 
     def build(
         self, spec: BuildSpec, output: Path, progress: ProgressCallback | None = None, log: LogCallback | None = None

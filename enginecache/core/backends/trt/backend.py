@@ -10,8 +10,8 @@ the difference is detected by `hasattr` on the loaded module or object, not by v
 | strongly typed network flag       | `STRONGLY_TYPED` (default typing)| `STRONGLY_TYPED` (TRT 10+)     |
 | header validity check             | `Runtime.get_engine_validity`    | not available                  |
 
-Precision is in the ONNX graph (core.precision): networks are built strongly typed, so no
-FP16/INT8 builder flags are used (TensorRT 11 removed them).
+Precision is in the ONNX graph (core.precision): networks are built strongly typed (the builder
+run is in `build`), so no FP16/INT8 builder flags are used (TensorRT 11 removed them).
 """
 
 from __future__ import annotations
@@ -32,11 +32,12 @@ from enginecache.core.backends.base import (
     PhaseTimer,
     ProgressCallback,
     Requirements,
-    TensorIO,
     TritonInfo,
     common_reasons,
+    local_targets_only,
     verdict,
 )
+from enginecache.core.backends.trt.build import build_plan
 from enginecache.core.backends.trt.dtypes import dtype_name
 from enginecache.core.backends.trt.targets import (
     RTX_COMPUTE_CAPABILITIES,
@@ -45,10 +46,11 @@ from enginecache.core.backends.trt.targets import (
     parse_rtx_targets,
     sm_to_capability,
 )
-from enginecache.core.backends.trt.trtlog import captured, capturing_logger, progress_monitor
-from enginecache.core.fingerprint import HostFingerprint, package_version
+from enginecache.core.backends.trt.trtlog import captured, capturing_logger
+from enginecache.core.distributions import package_version
+from enginecache.core.fingerprint import HostFingerprint
 from enginecache.core.lazyimport import import_backend
-from enginecache.errors import BackendUnavailableError, BuildFailedError, IncompatibleEngineError, TargetError
+from enginecache.errors import BackendUnavailableError, IncompatibleEngineError, TargetError
 
 # EngineInvalidityDiagnostics bits, with the words we report for each.
 _DIAGNOSTICS = {
@@ -112,14 +114,14 @@ class TensorRTBackend:
         if self.aot_targets:
             return parse_rtx_targets(requested)
         local = self.default_targets(host)
-        if requested:
-            wanted = parse_capabilities(requested)
-            if wanted != local:
-                raise TargetError(
-                    f"{self.label} builds for the GPU it runs on: this host has {local[0]} "
-                    f"({host.gpus[0].name}); asked for {', '.join(wanted)}. Build on a worker with that GPU."
-                )
-        return local
+        return local_targets_only(
+            local,
+            parse_capabilities(requested) if requested else None,
+            lambda asked: (
+                f"{self.label} builds for the GPU it runs on: this host has {local[0]} "
+                f"({host.gpus[0].name}); asked for {', '.join(asked)}. Build on a worker with that GPU."
+            ),
+        )
 
     # -- build --------------------------------------------------------------------------
 
@@ -128,67 +130,9 @@ class TensorRTBackend:
     ) -> BuildOutput:
         trt = self._trt()
         with captured(trt, log) as (trt_logger, sink):
-            return self._build_locked(trt, trt_logger, spec, output, progress, sink)
-
-    def _build_locked(
-        self,
-        trt: ModuleType,
-        trt_logger: Any,
-        spec: BuildSpec,
-        output: Path,
-        progress: ProgressCallback | None,
-        sink: list[str],
-    ) -> BuildOutput:
-        trt_logger.min_severity = trt.Logger.VERBOSE if hasattr(trt.Logger, "VERBOSE") else None
-        builder = trt.Builder(trt_logger)
-        flags = 0
-        creation = getattr(trt, "NetworkDefinitionCreationFlag", None)
-        if creation is not None and hasattr(creation, "STRONGLY_TYPED"):
-            flags |= 1 << int(creation.STRONGLY_TYPED)
-        network = builder.create_network(flags)
-        parser = trt.OnnxParser(network, trt_logger)
-        if not parser.parse_from_file(str(spec.onnx_path)):
-            errors = [self._parser_error(parser.get_error(i)) for i in range(parser.num_errors)]
-            raise BuildFailedError(
-                f"{self.label} could not parse {spec.onnx_path.name}: " + "; ".join(errors or _errors(sink))
+            return build_plan(
+                trt, trt_logger, spec, output, progress, sink, label=self.label, aot_targets=self.aot_targets
             )
-        config = builder.create_builder_config()
-        if self.aot_targets:
-            config.num_compute_capabilities = len(spec.targets)
-            for index, sm in enumerate(spec.targets):
-                config.set_compute_capability(getattr(trt.ComputeCapability, sm.upper()), index)
-        if spec.workspace_bytes is not None:
-            config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, spec.workspace_bytes)
-        if spec.opt_level is not None:
-            config.builder_optimization_level = spec.opt_level
-        if progress is not None and hasattr(config, "progress_monitor"):
-            config.progress_monitor = progress_monitor(trt, progress)
-        profile = builder.create_optimization_profile()
-        dynamic = False
-        for shapes in spec.profile.inputs:
-            tensor = _network_input(network, shapes.name)
-            if tensor is None:
-                raise BuildFailedError(f"profile names {shapes.name!r}, which the parsed network has no input for")
-            if any(d < 0 for d in tensor.shape):
-                profile.set_shape(shapes.name, shapes.min, shapes.opt, shapes.max)
-                dynamic = True
-        if dynamic:
-            config.add_optimization_profile(profile)
-        io = _network_io(network)
-        serialized = builder.build_serialized_network(network, config)
-        if serialized is None:
-            raise BuildFailedError(f"{self.label} failed to build {spec.onnx_path.name}: " + "; ".join(_errors(sink)))
-        with open(output, "wb") as stream:
-            stream.write(memoryview(serialized))
-        del serialized
-        return BuildOutput(engine_path=output, io=io, log="\n".join(sink))
-
-    @staticmethod
-    def _parser_error(error: Any) -> str:
-        node_name = error.node_name() if hasattr(error, "node_name") else ""
-        operator = error.node_operator() if hasattr(error, "node_operator") else ""
-        where = f"node {node_name or error.node()}" + (f" ({operator})" if operator else "")
-        return f"{where}: {error.desc()}"
 
     # -- targets and policy ------------------------------------------------------------
 
@@ -378,30 +322,6 @@ def _header_validity(runtime: Any, header: bytes) -> tuple[str | None, int]:
         return None, 0
     validity, mask = runtime.get_engine_validity(header)
     return str(getattr(validity, "name", validity)), int(mask)
-
-
-def _network_input(network: Any, name: str) -> Any:
-    for index in range(network.num_inputs):
-        tensor = network.get_input(index)
-        if tensor.name == name:
-            return tensor
-    return None
-
-
-def _network_io(network: Any) -> tuple[TensorIO, ...]:
-    io: list[TensorIO] = []
-    for index in range(network.num_inputs):
-        tensor = network.get_input(index)
-        io.append(TensorIO(tensor.name, "input", dtype_name(tensor.dtype), tuple(tensor.shape)))
-    for index in range(network.num_outputs):
-        tensor = network.get_output(index)
-        io.append(TensorIO(tensor.name, "output", dtype_name(tensor.dtype), tuple(tensor.shape)))
-    return tuple(io)
-
-
-def _errors(sink: list[str]) -> list[str]:
-    found = [line for line in sink if line.startswith(("[ERROR]", "[INTERNAL_ERROR]"))]
-    return found or ["no error message from the library (see the builder log)"]
 
 
 # TensorRT-RTX plans are not TensorRT plans: Triton's stock `tensorrt` backend links TensorRT.
