@@ -19,10 +19,12 @@ from sqlmodel import select
 from enginecache.core.backends.base import LoadSpec
 from enginecache.core.backends.ort.backend import ORT_BACKEND
 from enginecache.db.models import EngineRecord, EngineStatus
-from enginecache.errors import BuildFailedError, LoadFailedError
+from enginecache.errors import BuildFailedError, EngineRejectedError, LoadFailedError
 from enginecache.service.builds import BuildRequest, build_engine
 from enginecache.service.context import AppContext
 from enginecache.service.models import register_model
+from enginecache.service.runtime import load_or_build
+from enginecache.service.runtimetypes import RuntimeSpec
 from enginecache.service.testload import run_test_load
 from tests.conftest import skip_or_fail
 from tests.corpus import BY_NAME, corpus_path, missing
@@ -81,15 +83,58 @@ def test_an_engine_the_runtime_cannot_load_is_failed_with_its_words_never_ready(
 def test_onnx_runtime_refusing_engine_bytes_is_a_load_failure_not_its_raw_exception(
     classifier: Path, tmp_path: Path
 ) -> None:
+    refused = _refused_ort_file(classifier, tmp_path)
+    with pytest.raises(LoadFailedError, match="INVALID_GRAPH"):
+        ORT_BACKEND.load(refused.read_bytes(), LoadSpec(label="the ORT-format file"))
+
+
+def _refused_ort_file(classifier: Path, folder: Path) -> Path:
+    """An ORT-format file ONNX Runtime writes and then refuses to read (what older engines were)."""
     import onnxruntime as ort
 
-    qdq = _quantize_as_is(classifier, tmp_path / "cls.qdq.onnx")
+    qdq = _quantize_as_is(classifier, folder / "cls.qdq.onnx")
     options = ort.SessionOptions()
-    options.optimized_model_filepath = str(tmp_path / "cls.ort")
+    options.optimized_model_filepath = str(folder / "cls.ort")
     options.add_session_config_entry("session.save_model_format", "ORT")
     ort.InferenceSession(str(qdq), options, providers=["CPUExecutionProvider"])
-    with pytest.raises(LoadFailedError, match="INVALID_GRAPH"):
-        ORT_BACKEND.load((tmp_path / "cls.ort").read_bytes(), LoadSpec(label="the ORT-format file"))
+    return folder / "cls.ort"
+
+
+def test_a_load_the_runtime_refuses_at_serve_time_is_rejected_with_its_words_and_noted_on_the_engine(
+    app_ctx: AppContext, classifier: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A READY engine whose verified bytes the runtime refuses, as an engine published before the
+    build proved loads would be: load_or_build raises EngineRejectedError ERROR with ONNX Runtime's
+    words (never its raw InvalidGraph), on the full path and on the hit path, and the engine's
+    `error` names this host; it stays READY (another host or runtime may load it)."""
+    register_model(app_ctx, classifier, name="cls")
+    spec = RuntimeSpec(backend="ort", profiles=_profile())
+    engine = build_engine(app_ctx, spec.request("cls")).engine
+    blob = app_ctx.store.ingest_file(_refused_ort_file(classifier, tmp_path))
+    with app_ctx.catalog.write() as session:
+        row = session.get(EngineRecord, engine.id)
+        assert row is not None
+        row.sha256, row.blake3, row.size_bytes = blob.sha256, blob.blake3, blob.size
+        row.blob_path = app_ctx.store.relative(blob.path)
+        session.add(row)
+    for via in ("fullpath", "hitpath"):
+        with pytest.raises(EngineRejectedError) as raised:
+            load_or_build(classifier, spec=spec, on_miss="fail", app=app_ctx)
+        assert raised.value.verdict == "ERROR", via
+        assert "INVALID_GRAPH" in str(raised.value) and "DequantizeLinear" in str(raised.value), via
+        with app_ctx.catalog.read() as session:
+            row = session.get(EngineRecord, engine.id)
+            assert row is not None
+            assert row.status == EngineStatus.READY and "could not load it" in (row.error or ""), via
+            assert "DequantizeLinear" in (row.error or "")
+            row.error = None  # the hit path must write it again
+            session.add(row)
+            session.commit()
+
+        def full_path(*_args: object, **_kwargs: object) -> None:
+            raise AssertionError("the second load should take the hit path")
+
+        monkeypatch.setattr("enginecache.service.loadpath.load_engine_record", full_path)
 
 
 def test_the_int8_recipe_moves_an_old_opset_model_to_13_so_its_engine_loads_and_passes(

@@ -16,8 +16,10 @@ damaged is therefore refused as INCOMPATIBLE (its header is what the library jud
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +71,13 @@ class EngineFacts:
             backend_version=self.backend_version,
             targets=self.targets,
         )
+
+
+def load_error_note(message: str) -> str:
+    """What an engine's `error` says once a runtime refused it on this host (its status stays:
+    another host may load it)."""
+    when = datetime.now(UTC).isoformat(timespec="seconds")
+    return f"{socket.gethostname()} could not load it ({when}): {message}"
 
 
 def _corrupt(facts: EngineFacts, err: BaseException, on_corrupt: Callable[[], None]) -> EngineRejectedError:

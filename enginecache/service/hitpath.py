@@ -41,7 +41,7 @@ from enginecache.core.backends.registry import get_backend
 from enginecache.core.fingerprint import HostFingerprint
 from enginecache.db.reader import head_revision, sqlite_file
 from enginecache.errors import BackendUnavailableError, EngineRejectedError, TargetError
-from enginecache.service.engineload import EngineFacts, load_engine
+from enginecache.service.engineload import EngineFacts, load_engine, load_error_note
 from enginecache.service.localhost import local_host
 from enginecache.service.memo import memo_ingredients, memo_key, ready_list
 from enginecache.service.runtimetypes import LoadedEngine, RuntimeSpec
@@ -204,6 +204,13 @@ def _mark_corrupt(connection: sqlite3.Connection, engine_id: int) -> None:
         _log().warning("engine %s not marked CORRUPT: %s", engine_id, err)
 
 
+def _mark_load_error(connection: sqlite3.Connection, engine_id: int, note: str) -> None:
+    try:
+        _write(connection, "UPDATE engines SET error = ? WHERE id = ?", (note, engine_id))
+    except sqlite3.Error as err:  # the verdict stands and is raised; only the note is lost
+        _log().warning("engine %s: load error not noted: %s", engine_id, err)
+
+
 def _sqlite_time(when: datetime) -> str:
     """A UTC time as SQLAlchemy's SQLite DateTime stores it (db.types.UTCDateTime: naive UTC)."""
     return when.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
@@ -342,6 +349,8 @@ def _load(
     try:
         session = load_engine(facts, timer, on_corrupt=lambda: _mark_corrupt(connection, facts.id))
     except EngineRejectedError as err:
+        if err.verdict == "ERROR":
+            _mark_load_error(connection, facts.id, load_error_note(str(err)))
         _record(connection, event, "rejected", str(err), timer.phases, started)
         raise
     except BaseException as err:

@@ -2,15 +2,18 @@
 
 Whatever refuses the engine is an `EngineRejectedError` with its verdict: CORRUPT (the bytes do not
 match the recorded digest, or the blob is gone; the engine is marked CORRUPT), INCOMPATIBLE (the
-backend's own validity check) or ERROR (the runtime could not load it).
+backend's own validity check) or ERROR (the runtime could not load it: the engine keeps its
+status, since another host may load it, and its `error` says which host could not and the
+runtime's words).
 """
 
 from __future__ import annotations
 
 from enginecache.core.backends.base import EngineSession, PhaseTimer
 from enginecache.db.models import EngineRecord, EngineStatus
+from enginecache.errors import EngineRejectedError
 from enginecache.service.context import AppContext
-from enginecache.service.engineload import EngineFacts, load_engine, read_blob
+from enginecache.service.engineload import EngineFacts, load_engine, load_error_note, read_blob
 from enginecache.service.enginerefs import engine_targets
 
 
@@ -40,7 +43,20 @@ def read_engine(app: AppContext, engine: EngineRecord, timer: PhaseTimer | None 
 def load_engine_record(app: AppContext, engine: EngineRecord, timer: PhaseTimer) -> EngineSession:
     """The backend's header check, then read and verify the blob in one pass, then load it; CORRUPT
     marks the engine. Raises EngineRejectedError (CORRUPT, INCOMPATIBLE or ERROR)."""
-    return load_engine(engine_facts(app, engine), timer, on_corrupt=lambda: mark_corrupt(app, engine.id or 0))
+    try:
+        return load_engine(engine_facts(app, engine), timer, on_corrupt=lambda: mark_corrupt(app, engine.id or 0))
+    except EngineRejectedError as err:
+        if err.verdict == "ERROR":
+            mark_load_error(app, engine.id or 0, load_error_note(str(err)))
+        raise
+
+
+def mark_load_error(app: AppContext, engine_id: int, note: str) -> None:
+    with app.catalog.write() as session:
+        row = session.get(EngineRecord, engine_id)
+        if row is not None:
+            row.error = note
+            session.add(row)
 
 
 def mark_corrupt(app: AppContext, engine_id: int) -> None:
