@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from enginecache.core.names import NAME_MAX, check_model_name, name_from_filename
 from enginecache.core.plaintext import markdown_literal, printable
 from enginecache.errors import EXIT_BAD_INPUT, ModelNameError, exit_code_for
+from enginecache.service.context import AppContext
+from enginecache.service.models import get_model, list_models, register_model
+from tests.clirunner import run_cli
+from tests.modelfactory import make_mlp
 
 
 @pytest.mark.parametrize("name", ["resnet18", "a.b-c_d", "model.fp16", "_x", "9lives", "a" * NAME_MAX])
@@ -41,3 +47,46 @@ def test_markdown_literal_leaves_no_markup() -> None:
     assert "![" not in text and "](" not in text and "**" not in text
     assert all(text[i - 1] == "\\" for i, c in enumerate(text) if c in "<>![]()*"), "every meta-character escaped"
     assert text.replace("\\", "") == "![x](http://evil/i.png) **b** <img src=x>", "the same characters, escaped"
+
+
+# -- through registration -------------------------------------------------------------------
+
+
+def test_a_bad_name_is_refused_before_anything_is_stored(app_ctx: AppContext, tmp_path: Path) -> None:
+    model = make_mlp(tmp_path / "mlp.onnx")
+    for bad in ("..", ".", "../victim", "a\nb"):
+        with pytest.raises(ModelNameError):
+            register_model(app_ctx, model, name=bad)
+    assert list_models(app_ctx) == []
+    assert not list((app_ctx.home / "models").glob("*")) if (app_ctx.home / "models").exists() else True
+
+
+def test_a_taken_name_is_refused_unless_the_bytes_are_its_new_version(app_ctx: AppContext, tmp_path: Path) -> None:
+    first = register_model(app_ctx, make_mlp(tmp_path / "a.onnx", seed=1), name="victim").model
+    other = make_mlp(tmp_path / "b.onnx", seed=2)
+    with pytest.raises(ModelNameError, match=rf"'victim' is taken by model {first.id}.*--new-version"):
+        register_model(app_ctx, other, name="victim")
+    assert get_model(app_ctx, "victim").id == first.id, "nothing was taken over"
+    again = register_model(app_ctx, make_mlp(tmp_path / "a.onnx", seed=1), name="victim")
+    assert again.created is False and again.model.id == first.id, "the same bytes: the same model"
+    second = register_model(app_ctx, other, name="victim", new_version=True).model
+    assert second.id != first.id and get_model(app_ctx, "victim").id == second.id, "the newest answers the name"
+
+
+def test_a_default_name_comes_from_the_file_name_made_valid(app_ctx: AppContext, tmp_path: Path) -> None:
+    model = register_model(app_ctx, make_mlp(tmp_path / "my model (1).onnx")).model
+    assert model.name == "my_model_1"
+
+
+def test_cli_model_add_refuses_a_bad_or_taken_name_with_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    home = ["--home", str(tmp_path / "home")]
+    first = run_cli(capsys, *home, "model", "add", str(make_mlp(tmp_path / "a.onnx", seed=1)), "--name", "m")
+    assert first.code == 0, first.err
+    bad = run_cli(capsys, *home, "model", "add", str(make_mlp(tmp_path / "b.onnx", seed=2)), "--name", "../m")
+    assert bad.code == EXIT_BAD_INPUT and "is not allowed" in bad.err
+    taken = run_cli(capsys, *home, "model", "add", str(tmp_path / "b.onnx"), "--name", "m")
+    assert taken.code == EXIT_BAD_INPUT and "is taken by model" in taken.err
+    versioned = run_cli(capsys, *home, "model", "add", str(tmp_path / "b.onnx"), "--name", "m", "--new-version")
+    assert versioned.code == 0, versioned.err

@@ -13,20 +13,30 @@ from enginecache.cli.common import JsonOption, LimitOption, OffsetOption, app_co
 def model_add(
     ctx: typer.Context,
     path: Annotated[Path, typer.Argument(help="ONNX file (external data files beside it are included).")],
-    name: Annotated[str | None, typer.Option(help="Name in the catalog (default: file stem).")] = None,
+    name: Annotated[
+        str | None,
+        typer.Option(help="Name in the catalog: letters, digits, '._-', not starting with '.' (default: file stem)."),
+    ] = None,
+    new_version: Annotated[
+        bool, typer.Option("--new-version", help="These bytes become the newest model of a name already taken.")
+    ] = False,
     as_json: JsonOption = False,
 ) -> None:
     """Inspect, hash and store an ONNX model; the same bytes twice return the existing model."""
+    from enginecache.core.plaintext import printable
     from enginecache.service.models import model_to_dict, register_model
 
-    result = register_model(app_context(ctx), path, name=name)
+    result = register_model(app_context(ctx), path, name=name, new_version=new_version)
     data = {**model_to_dict(result.model), "created": result.created}
     verb = "registered" if result.created else "already registered"
-    emit(data, as_json, f"{verb}: {result.model.name} (id {result.model.id}) sha256 {result.model.digest}")
+    model = result.model
+    emit(data, as_json, f"{verb}: {printable(model.name)} (id {model.id}) sha256 {model.digest}")
 
 
 def _model_line(m: dict[str, Any]) -> str:
-    return f"{m['id']:>4}  {m['name']:<32} {m['size_bytes']:>12,d} B  {m['digest'][:16]}"
+    from enginecache.core.plaintext import printable
+
+    return f"{m['id']:>4}  {printable(m['name']):<32} {m['size_bytes']:>12,d} B  {m['digest'][:16]}"
 
 
 def model_list(

@@ -198,7 +198,7 @@ def load_or_build_full(
             finish("miss", str(miss))
             raise miss
         if model is None:
-            model = register_model(app, path).model
+            model = register_model(app, path, new_version=True).model  # new bytes of a served file
             event.model_id, event.model_name = model.id, model.name
         request = spec.request(str(model.id))
         if on_miss == "queue":

@@ -10,10 +10,11 @@ from typing import Any
 import sqlalchemy as sa
 from sqlmodel import col, select
 
+from enginecache.core.names import check_model_name, name_from_filename
 from enginecache.core.onnx_info import TensorInfo, inspect_model
 from enginecache.db.catalog import ConnectionRows
 from enginecache.db.models import ModelRecord
-from enginecache.errors import NotFoundError
+from enginecache.errors import ModelNameError, NotFoundError
 from enginecache.service.context import AppContext
 from enginecache.service.listing import model_dict, resolve_model_id
 
@@ -34,16 +35,26 @@ def register_model(
     parent_id: int | None = None,
     recipe: dict[str, Any] | None = None,
     recipe_key: str | None = None,
+    new_version: bool = False,
 ) -> RegisterResult:
     """Inspect and hash `path`, copy it (and its external data) into the store, record it.
 
     The same bytes registered twice return the existing record. Bad input raises an
-    InvalidModelError before anything is stored.
+    InvalidModelError before anything is stored. A source model's name must match
+    `core.names` (ModelNameError otherwise; without a name, one is made from the file name), and
+    a name another source model holds with other bytes is refused unless `new_version` (the newest
+    model of a name is the one the name resolves to): nothing takes a name over silently.
     """
+    if parent_id is None and name is not None:
+        check_model_name(name)  # before any work
     info = inspect_model(Path(path))
     existing = find_model_by_digest(app, info.digest)
     if existing is not None:
         return RegisterResult(existing, created=False)
+    if parent_id is None:
+        name = name if name is not None else name_from_filename(info.path.stem)
+        if not new_version:
+            _refuse_taken_name(app, name)
     stored = app.store.put_model_bundle(info.path, info.external_data_files, info.digest)
     record = ModelRecord(
         name=name or info.path.stem,
@@ -67,6 +78,18 @@ def register_model(
         return RegisterResult(concurrent, created=False)
     logger.info("registered model %s (%s) as id %s", record.name, info.digest[:12], record.id)
     return RegisterResult(record, created=True)
+
+
+def _refuse_taken_name(app: AppContext, name: str) -> None:
+    with app.catalog.read() as session:
+        holder = session.exec(
+            select(ModelRecord).where(ModelRecord.name == name, col(ModelRecord.parent_id).is_(None)).limit(1)
+        ).first()
+    if holder is not None:
+        raise ModelNameError(
+            f"model name {name!r} is taken by model {holder.id} (sha256 {holder.digest[:16]}...), other bytes; "
+            "register these bytes as its new version (--new-version), or choose another name (--name)"
+        )
 
 
 def find_model_by_digest(app: AppContext, digest: str) -> ModelRecord | None:

@@ -1,0 +1,64 @@
+"""Who can reach the dashboard: 127.0.0.1 without a login, another address only with one or with an
+explicit --insecure-no-auth (warned about)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from enginecache.errors import EXIT_BAD_INPUT, ServeError, exit_code_for
+from enginecache.service.exposure import LOOPBACK, decide_exposure, is_loopback, login_configured
+
+
+def test_without_a_login_serve_listens_on_loopback_and_says_so() -> None:
+    exposure = decide_exposure(None, login=False, insecure_no_auth=False)
+    assert exposure.address == LOOPBACK and "no login is configured" in exposure.note
+    assert decide_exposure("::1", login=False, insecure_no_auth=False).address == "::1"
+
+
+@pytest.mark.parametrize("address", ["0.0.0.0", "::", "10.1.2.3", "dashboard.example"])
+def test_another_address_without_a_login_is_refused_unless_insecure_is_explicit(address: str) -> None:
+    with pytest.raises(ServeError, match=f"refusing to listen on {address} without a login") as refused:
+        decide_exposure(address, login=False, insecure_no_auth=False)
+    assert exit_code_for(refused.value) == EXIT_BAD_INPUT
+    warned = decide_exposure(address, login=False, insecure_no_auth=True)
+    assert warned.address == address and warned.note.startswith("WARNING") and "NO LOGIN" in warned.note
+
+
+def test_with_a_login_any_address_is_allowed() -> None:
+    assert decide_exposure("0.0.0.0", login=True, insecure_no_auth=False).address == "0.0.0.0"
+
+
+def test_a_login_is_an_auth_section_with_a_provider(tmp_path: Path) -> None:
+    secrets = tmp_path / "secrets.toml"
+    assert not login_configured([secrets]), "no file: no login"
+    secrets.write_text('[auth]\nredirect_uri = "http://x/oauth2callback"\ncookie_secret = "s"\n')
+    assert not login_configured([secrets]), "no provider"
+    secrets.write_text(
+        '[auth]\nredirect_uri = "http://x/oauth2callback"\ncookie_secret = "s"\n'
+        'client_id = "c"\nclient_secret = "p"\nserver_metadata_url = "http://idp/.well-known/openid-configuration"\n'
+    )
+    assert login_configured([secrets])
+    secrets.write_text(
+        '[auth]\ncookie_secret = "s"\n[auth.corp]\nclient_id = "c"\nserver_metadata_url = "http://idp/"\n'
+    )
+    assert login_configured([tmp_path / "missing.toml", secrets]), "a named provider counts too"
+    secrets.write_text("[auth\n")
+    with pytest.raises(ServeError, match="cannot read"):
+        login_configured([secrets])
+
+
+@pytest.mark.parametrize(
+    ("address", "loopback"),
+    [
+        ("127.0.0.1", True),
+        ("127.8.0.1", True),
+        ("localhost", True),
+        ("::1", True),
+        ("0.0.0.0", False),
+        ("example.org", False),
+    ],
+)
+def test_is_loopback(address: str, loopback: bool) -> None:
+    assert is_loopback(address) is loopback
