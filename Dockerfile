@@ -33,4 +33,7 @@ HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \
     CMD ["python", "-c", "import sys, urllib.request; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:8501/_stcore/health', timeout=4).read() == b'ok' else 1)"]
 
 ENTRYPOINT ["enginecache"]
-CMD ["serve", "--port", "8501", "--address", "0.0.0.0"]
+# Safe by default: with no login configured the dashboard listens on 127.0.0.1 inside the container.
+# To serve others, mount a .streamlit/secrets.toml with an [auth] (OIDC) section and add
+# `--address 0.0.0.0`, or run behind an authenticating proxy with `--address 0.0.0.0 --insecure-no-auth`.
+CMD ["serve", "--port", "8501"]

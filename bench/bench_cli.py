@@ -194,19 +194,19 @@ def bench_build(report: Report, scratch: Path) -> None:
             "goal_overhead_s": BUILD_OVERHEAD_GOAL_S,
             "goal_met": statistics.median(overhead) <= BUILD_OVERHEAD_GOAL_S,
         }
+        notes = (
+            f"overhead (wall - build_seconds) median {statistics.median(overhead):.3f} s, "
+            f"min {min(overhead):.3f} s; goal at most {BUILD_OVERHEAD_GOAL_S} s"
+        )
         figure = _figure(
-            ours,
+            (ours, f"one-shot build, {backend}", None, notes),
             FLOOR_PASS,
             samples_a,
             samples_b,
             loads,
             section=SECTION_BUILD,
-            name=f"one-shot build, {backend}",
             relation="floor",
             params=params,
-            goal_ratio=None,
-            notes=f"overhead (wall - build_seconds) median {statistics.median(overhead):.3f} s, "
-            f"min {min(overhead):.3f} s; goal at most {BUILD_OVERHEAD_GOAL_S} s",
             progress=True,
         )
         log(f"    overhead median {statistics.median(overhead):.3f} s (build_seconds {params['build_seconds']})")

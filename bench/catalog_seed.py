@@ -30,11 +30,7 @@ from enginecache.core.cachekey import KEY_SCHEMA, compute_cache_key  # noqa: E40
 from enginecache.core.fingerprint import GpuInfo, HostFingerprint, host_fingerprint  # noqa: E402
 from enginecache.core.onnx_info import inspect_model  # noqa: E402
 from enginecache.db import queue  # noqa: E402
-from enginecache.service.builds import (  # noqa: E402
-    BuildPlan,
-    BuildRequest,
-    plan_build,
-)
+from enginecache.service.builds import BuildPlan, BuildRequest, plan_build  # noqa: E402
 from enginecache.service.context import AppContext  # noqa: E402
 from enginecache.service.models import register_model  # noqa: E402
 from enginecache.service.routing import worker_capabilities  # noqa: E402

@@ -36,7 +36,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Required, TypedDict, Unpack
 
 from hostinfo import machine_info as machine_info  # re-exported: bench modules import it from here
 
@@ -225,21 +225,34 @@ class Figure:
         return data
 
 
+# What `compare_many` times against its one floor B: (command A, figure name, goal ratio or None, notes).
+Candidate = tuple[Command, str, float | None, str]
+
+
+class CompareOptions(TypedDict, total=False):
+    """`compare_many`'s keywords beside the candidates; its defaults stand for those left out."""
+
+    section: Required[str]
+    pairs: int
+    warmup: int
+    relation: str
+    params: Mapping[str, Any] | None
+    progress: bool
+
+
 def _figure(
-    a: Command,
+    candidate: Candidate,
     b: Command,
     samples_a: list[Sample],
     samples_b: list[Sample],
     loads: list[float],
     *,
     section: str,
-    name: str,
     relation: str,
     params: Mapping[str, Any] | None,
-    goal_ratio: float | None,
-    notes: str,
     progress: bool,
 ) -> Figure:
+    a, name, goal_ratio, notes = candidate
     metric = "ready_s" if all(s.ready_s is not None for s in samples_a + samples_b) else "wall_s"
     loads = loads + [s.load1 for s in samples_a + samples_b]
     figure = Figure(
@@ -273,32 +286,19 @@ def compare(
     a: Command,
     b: Command,
     *,
-    section: str,
     name: str,
-    pairs: int = 5,
-    warmup: int = 1,
-    relation: str = "floor",
-    params: Mapping[str, Any] | None = None,
     goal_ratio: float | None = None,
     notes: str = "",
-    progress: bool = True,
+    **options: Unpack[CompareOptions],
 ) -> Figure:
-    """Warm up each command, then run `pairs` interleaved pairs A B A B ...; a summarised Figure."""
-    return compare_many(
-        b,
-        [(a, name, goal_ratio, notes)],
-        section=section,
-        pairs=pairs,
-        warmup=warmup,
-        relation=relation,
-        params=params,
-        progress=progress,
-    )[0]
+    """Warm up each command, then run `pairs` interleaved pairs A B A B ...; a summarised Figure
+    (`compare_many` with the one candidate A)."""
+    return compare_many(b, [(a, name, goal_ratio, notes)], **options)[0]
 
 
 def compare_many(
     b: Command,
-    candidates: Sequence[tuple[Command, str, float | None, str]],
+    candidates: Sequence[Candidate],
     *,
     section: str,
     pairs: int = 5,
@@ -328,20 +328,17 @@ def compare_many(
         loads.append(os.getloadavg()[0])
     return [
         _figure(
-            a,
+            candidate,
             b,
             runs_a[i],
             runs_b[i],
             loads,
             section=section,
-            name=name,
             relation=relation,
             params=params,
-            goal_ratio=goal,
-            notes=notes,
             progress=progress,
         )
-        for i, (a, name, goal, notes) in enumerate(candidates)
+        for i, candidate in enumerate(candidates)
     ]
 
 
@@ -370,9 +367,7 @@ class Report:
         self.figures.append(figure)
         return figure
 
-    def compare_many(
-        self, b: Command, candidates: Sequence[tuple[Command, str, float | None, str]], **kwargs: Any
-    ) -> list[Figure]:
+    def compare_many(self, b: Command, candidates: Sequence[Candidate], **kwargs: Any) -> list[Figure]:
         """`compare_many` with this report's pair count; the figures are kept for the results."""
         kwargs.setdefault("pairs", self.pairs)
         figures = compare_many(b, candidates, **kwargs)

@@ -62,3 +62,23 @@ def test_a_login_is_an_auth_section_with_a_provider(tmp_path: Path) -> None:
 )
 def test_is_loopback(address: str, loopback: bool) -> None:
     assert is_loopback(address) is loopback
+
+
+def test_serve_on_another_address_without_a_login_exits_2_before_starting_anything(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.clirunner import run_cli
+
+    monkeypatch.chdir(tmp_path)  # no .streamlit/secrets.toml here
+    monkeypatch.setenv("HOME", str(tmp_path))
+    home = tmp_path / "home"
+    refused = run_cli(capsys, "--home", str(home), "serve", "--address", "0.0.0.0", "--port", "1")
+    assert refused.code == EXIT_BAD_INPUT
+    assert "refusing to listen on 0.0.0.0 without a login" in refused.err and "--insecure-no-auth" in refused.err
+    assert not home.exists(), "nothing was started or written"
+
+
+def test_the_docker_image_serves_on_loopback_unless_told_otherwise() -> None:
+    dockerfile = (Path(__file__).resolve().parents[1] / "Dockerfile").read_text()
+    (command,) = [line for line in dockerfile.splitlines() if line.startswith("CMD ")]
+    assert '"serve"' in command and "0.0.0.0" not in command and "--insecure-no-auth" not in command

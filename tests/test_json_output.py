@@ -128,7 +128,12 @@ def test_recipes_cover_every_json_command() -> None:
     assert sorted(commands) == sorted(RECIPES), "a --json command without its cases here (or a stale one)"
 
 
-@pytest.mark.parametrize("command", sorted(RECIPES))
+@pytest.fixture(params=sorted(RECIPES))
+def command(request: pytest.FixtureRequest) -> str:
+    """Each --json command of `RECIPES` in turn."""
+    return str(request.param)
+
+
 def test_success_prints_one_json_document(
     command: str, small_catalog: Catalog, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -140,7 +145,6 @@ def test_success_prints_one_json_document(
     assert not (isinstance(document, dict) and set(document) == {"error", "kind", "exit_code"}), result.out
 
 
-@pytest.mark.parametrize("command", sorted(RECIPES))
 def test_failure_prints_the_error_object(
     command: str, small_catalog: Catalog, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -78,37 +78,35 @@ def test_rtx_targets() -> None:
         parse_rtx_targets(["gtx"])
 
 
+# Each cache-key ingredient: its value in the base key, and another value that must change the key.
+INGREDIENT_VALUES: dict[str, tuple[object, object]] = {
+    "schema": (1, 2),
+    "onnx_digest": ("a" * 64, "b" * 64),
+    "precision": (
+        {"name": "fp16", "tool": "modelopt.autocast", "tool_version": "0.1"},
+        {"name": "fp16", "tool": "onnxconverter_common.float16", "tool_version": "1.16"},
+    ),
+    "build_options": (
+        {"profiles": {"input": {"min": [1], "opt": [1], "max": [8]}}, "opt_level": None},
+        {"profiles": {"input": {"min": [1], "opt": [4], "max": [8]}}, "opt_level": None},
+    ),
+    "backend": ("rtx", "trt"),
+    "backend_version": ("1.7.1.116", "1.7.2"),
+    "target": ({"compute_capabilities": ["sm86"]}, {"compute_capabilities": ["sm89"]}),
+    "os": ("Linux", "Windows"),
+}
+
+
 def _ingredients(**overrides: object) -> dict[str, object]:
-    base: dict[str, object] = {
-        "schema": 1,
-        "onnx_digest": "a" * 64,
-        "precision": {"name": "fp16", "tool": "modelopt.autocast", "tool_version": "0.1"},
-        "build_options": {"profiles": {"input": {"min": [1], "opt": [1], "max": [8]}}, "opt_level": None},
-        "backend": "rtx",
-        "backend_version": "1.7.1.116",
-        "target": {"compute_capabilities": ["sm86"]},
-        "os": "Linux",
-    }
-    base.update(overrides)
-    return base
+    return {name: base for name, (base, _) in INGREDIENT_VALUES.items()} | overrides
 
 
 def test_cache_key_changes_with_every_ingredient_and_diff_names_it() -> None:
     base = _ingredients()
     key = compute_cache_key(base)
     assert compute_cache_key(dict(reversed(list(base.items())))) == key, "key is order independent"
-    changed = {
-        "onnx_digest": "b" * 64,
-        "precision": {"name": "fp16", "tool": "onnxconverter_common.float16", "tool_version": "1.16"},
-        "build_options": {"profiles": {"input": {"min": [1], "opt": [4], "max": [8]}}, "opt_level": None},
-        "backend": "trt",
-        "backend_version": "1.7.2",
-        "target": {"compute_capabilities": ["sm89"]},
-        "os": "Windows",
-        "schema": 2,
-    }
-    assert set(changed) == set(INGREDIENTS)
-    for name, value in changed.items():
+    assert set(INGREDIENT_VALUES) == set(INGREDIENTS)
+    for name, (_, value) in INGREDIENT_VALUES.items():
         other = _ingredients(**{name: value})
         assert compute_cache_key(other) != key, name
         fields = [d.field for d in diff_ingredients(base, other)]

@@ -14,15 +14,7 @@ from typing import Any
 import pytest
 from sqlmodel import select
 
-from enginecache.db.models import (
-    EngineRecord,
-    EngineStatus,
-    JobRecord,
-    JobStatus,
-    LoadEventRecord,
-    ModelRecord,
-    utcnow,
-)
+from enginecache.db.models import EngineRecord, EngineStatus, JobRecord, JobStatus, LoadEventRecord, ModelRecord, utcnow
 from enginecache.service.context import AppContext
 from enginecache.service.models import register_model
 from enginecache.service.readmodels.days import day_bounds
@@ -54,11 +46,11 @@ def _engine(model_id: int, i: int, rng: random.Random, when: datetime) -> Engine
 
 @pytest.fixture
 def catalog(catalog_ctx: AppContext, tmp_path: Path) -> AppContext:
-    """Two models (one twice under one name), engines, jobs and load events over 40 days."""
+    """Two models (one twice under one name: its new version), engines, jobs and load events over 40 days."""
     app = catalog_ctx
     rng = random.Random(5)
     ids = [
-        register_model(app, make_mlp(tmp_path / f"m{n}.onnx", seed=n), name=name).model.id or 0
+        register_model(app, make_mlp(tmp_path / f"m{n}.onnx", seed=n), name=name, new_version=n == 2).model.id or 0
         for n, name in enumerate(["alpha", "beta", "alpha"])
     ]
     now = utcnow()

@@ -25,8 +25,17 @@ def register(app: typer.Typer) -> None:
         ctx: typer.Context,
         port: Annotated[int, typer.Option("--port", "-p", help="Dashboard port.")] = DEFAULT_PORT,
         address: Annotated[
-            str | None, typer.Option("--address", help="Address to listen on (default: all interfaces).")
+            str | None,
+            typer.Option(
+                "--address",
+                help="Address to listen on (default 127.0.0.1; another address needs a login configured "
+                "in .streamlit/secrets.toml [auth], or --insecure-no-auth).",
+            ),
         ] = None,
+        insecure_no_auth: Annotated[
+            bool,
+            typer.Option("--insecure-no-auth", help="Listen on a non-loopback address with no login (warned about)."),
+        ] = False,
         max_upload_mb: Annotated[
             int, typer.Option("--max-upload-mb", help="Largest file the dashboard accepts, in MB.")
         ] = DEFAULT_MAX_UPLOAD_MB,
@@ -36,15 +45,20 @@ def register(app: typer.Typer) -> None:
         worker_name: Annotated[str | None, typer.Option("--worker-name", help="Name of the local worker.")] = None,
     ) -> None:
         """Start the dashboard and one local worker on this catalog; ^C stops both."""
+        from enginecache.service.exposure import decide_exposure, login_configured, streamlit_secrets_files
         from enginecache.service.serve import ServeSpec, run_serve
 
+        exposure = decide_exposure(
+            address, login=login_configured(streamlit_secrets_files()), insecure_no_auth=insecure_no_auth
+        )
+        typer.echo(exposure.note, err=True)
         app_ctx = app_context(ctx)
         app_ctx.catalog  # noqa: B018 - migrate once here, before two processes open the catalog
         spec = ServeSpec(
             home=app_ctx.home,
             db_url=app_ctx.db_url,
             port=port,
-            address=address,
+            address=exposure.address,
             max_upload_mb=max_upload_mb,
             worker=worker,
             worker_name=worker_name,

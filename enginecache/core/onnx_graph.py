@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
 import onnx
@@ -47,12 +47,7 @@ class TensorInfo:
         return any(not isinstance(d, int) for d in self.shape)
 
     def to_dict(self) -> dict[str, object]:
-        return {
-            "name": self.name,
-            "dtype": self.dtype,
-            "shape": list(self.shape),
-            "dynamic": self.is_dynamic,
-        }
+        return {**asdict(self), "shape": list(self.shape), "dynamic": self.is_dynamic}
 
 
 # ---------------------------------------------------------------------------------------------

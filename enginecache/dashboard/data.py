@@ -38,6 +38,17 @@ def catalog_key() -> CatalogKey:
     return (str(ctx.home), ctx.db_url)
 
 
+def start_view(title: str, rows_of: Callable[[CatalogKey], list[T]], empty: str) -> tuple[CatalogKey, list[T]]:
+    """A view's title, the catalog it reads, and the rows it is about (`rows_of(key)`); where there
+    are none, `empty` is shown in their place and the rows come back empty: the view stops there."""
+    st.title(title)
+    key = catalog_key()
+    rows = rows_of(key)
+    if not rows:
+        st.info(empty)
+    return key, rows
+
+
 @st.cache_resource(show_spinner=False)
 def _open_app(home: str, db_url: str) -> AppContext:
     return AppContext.from_settings(home, db_url)

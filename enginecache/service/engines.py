@@ -36,23 +36,16 @@ def get_engine(app: AppContext, engine_id: int) -> EngineRecord:
     return found
 
 
-def list_engines(
-    app: AppContext,
-    *,
-    model: str | None = None,
-    status: str | None = None,
-    limit: int | None = None,
-    offset: int = 0,
-) -> list[EngineRecord]:
-    """Engines, newest first (the id breaking ties), one page of them with `limit`/`offset`; the CLI
-    streams them instead (`service.listing.stream_engines`)."""
+def list_engines(app: AppContext, *, model: str | None = None, status: str | None = None) -> list[EngineRecord]:
+    """Engines, newest first (the id breaking ties), as records; `model` and `status` filter. The CLI
+    streams them a page at a time instead (`service.listing.stream_engines`)."""
     query = select(EngineRecord).order_by(col(EngineRecord.created_at).desc(), col(EngineRecord.id).desc())
     if model is not None:
         query = query.where(EngineRecord.model_id == get_model(app, model).id)
     if status is not None:
         query = query.where(EngineRecord.status == status.upper())
     with app.catalog.read() as session:
-        return list(session.exec(query.offset(offset).limit(limit)).all())
+        return list(session.exec(query).all())
 
 
 def model_names(app: AppContext) -> dict[int, str]:

@@ -17,6 +17,7 @@ import shutil
 import signal
 import threading
 import time
+from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -86,27 +87,20 @@ class AttemptDeadline:
         _kill_group(self._pid)
 
 
+@dataclass(eq=False)
 class AttemptSupervisor:
-    """Runs each attempt a worker claims in a child process and sees it to its end (`run`)."""
+    """Runs each attempt a worker claims in a child process and sees it to its end (`run`).
 
-    def __init__(
-        self,
-        app: AppContext,
-        settings: AttemptSettings,
-        *,
-        host: HostFingerprint,
-        clock: Clock,
-        children: Any,
-        hard_stop: threading.Event,
-    ) -> None:
-        """`children` starts each attempt's child process (a multiprocessing context, or anything with
-        its `Process(target, args, name)`); `hard_stop` set: hand the running job back to the queue."""
-        self.app = app
-        self.settings = settings
-        self.host = host
-        self.clock = clock
-        self._children = children
-        self._hard_stop = hard_stop
+    `children` starts each attempt's child process (a multiprocessing context, or anything with
+    its `Process(target, args, name)`); `hard_stop` set: hand the running job back to the queue."""
+
+    app: AppContext
+    settings: AttemptSettings
+    _: KW_ONLY
+    host: HostFingerprint
+    clock: Clock
+    children: Any
+    hard_stop: threading.Event
 
     def run(self, lease: queue.Lease) -> None:
         job = lease.job
@@ -126,7 +120,7 @@ class AttemptSupervisor:
             job_key=job.idempotency_key if job.kind == "build" else None,
             test_kinds=test_kinds_enabled(),
         )
-        process = self._children.Process(target=run_child, args=(spec,), name=f"job-{job_id}")
+        process = self.children.Process(target=run_child, args=(spec,), name=f"job-{job_id}")
         process.start()
         deadline = AttemptDeadline(process.pid, self._seconds_left(job))
         deadline.start()
@@ -184,7 +178,7 @@ class AttemptSupervisor:
             cancel = False
         if cancel:
             return "cancelled"
-        if self._hard_stop.is_set():
+        if self.hard_stop.is_set():
             return "handed back"
         return None
 

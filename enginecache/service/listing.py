@@ -38,29 +38,22 @@ QUEUED = "QUEUED"  # db.models.JobStatus.QUEUED, without importing the SQLModel 
 Row = Any
 
 MODEL_COLUMNS = columns_of("models")
-ENGINE_LIST_COLUMNS = columns_of(
-    "engines",
-    (
-        "id",
-        "model_id",
-        "variant_model_id",
-        "backend",
-        "backend_version",
-        "precision",
-        "targets",
-        "cache_key",
-        "sha256",
-        "blake3",
-        "size_bytes",
-        "build_seconds",
-        "status",
-        "blob_path",
-        "created_at",
-        "finished_at",
-        "warnings",
-        "error",
-    ),
+# The engine columns only `engine show` prints (`engine_dict(detail=True)` adds them): the cache key's
+# ingredients, the host, IO, builder log and last verification. A listing never selects them.
+ENGINE_DETAIL_ONLY = frozenset(
+    {
+        "build_options",
+        "builder_log",
+        "host",
+        "io",
+        "key_ingredients",
+        "os",
+        "precision_recipe",
+        "target_info",
+        "verified_at",
+    }
 )
+ENGINE_LIST_COLUMNS = [column for column in columns_of("engines") if column[0] not in ENGINE_DETAIL_ONLY]
 ENGINE_DETAIL_COLUMNS = columns_of("engines")
 JOB_COLUMNS = columns_of("jobs")
 MODEL_NAME: Column = ("model_name", "")

@@ -24,6 +24,10 @@ logger = logging.getLogger(__name__)
 EXTERNAL_DATA_THRESHOLD = 1_800_000_000
 MAX_MESSAGE = 800
 
+# What a quantizer (`ptq.quantize_modelopt`, `quantize.quantize_ort`) returns: the recipe it records,
+# notes for the user, and the hint shown where its quantized graph then fails validation.
+Quantized = tuple[dict[str, object], list[str], str]
+
 
 def recipe_record(name: str, tool: str, version: str | None, options: dict[str, object]) -> dict[str, object]:
     return {

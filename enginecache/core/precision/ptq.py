@@ -15,6 +15,7 @@ torch, so this is the `modelopt` extra.
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -27,6 +28,7 @@ import onnx
 from enginecache.core.calibration import BatchReader, calibration_feeds
 from enginecache.core.precision import availability
 from enginecache.core.precision.modelfiles import (
+    Quantized,
     captured_output,
     converter_failure,
     needs_external_data,
@@ -52,11 +54,8 @@ def ptq_unavailable(precision: str) -> PrecisionError:
 
 
 def quantize_modelopt(
-    source: Path,
-    spec: PrecisionSpec,
-    target: Path,
-    input_shapes: Mapping[str, Sequence[int]] | None,
-) -> tuple[dict[str, object], list[str], str]:
+    source: Path, spec: PrecisionSpec, target: Path, input_shapes: Mapping[str, Sequence[int]] | None
+) -> Quantized:
     """Quantize `source` into `target`; (recipe, notes, hint for a validation failure)."""
     calib = calibration_feeds(source, spec.calibration, spec.precision, input_shapes)
     notes, options = list(calib.notes), dict(calib.options)
@@ -65,15 +64,15 @@ def quantize_modelopt(
         raise ptq_unavailable(spec.precision)
     quantize = _import_quantize(spec.precision)
     external = needs_external_data(source, None)
-    options.update(
-        {
-            "quantize_mode": spec.precision,
-            "calibration_method": CALIBRATION_METHOD,
-            "calibration_eps": ["cpu"],
-            "high_precision_dtype": "fp32",
-            "batches": len(calib.feeds),
-        }
-    )
+    # What ModelOpt's quantize is given, recorded in the recipe as given (a copy: ModelOpt may edit
+    # its calibration_eps list in place, putting "trt" first for a model with custom ops).
+    settings: dict[str, Any] = {
+        "quantize_mode": spec.precision,
+        "calibration_method": CALIBRATION_METHOD,
+        "calibration_eps": ["cpu"],
+        "high_precision_dtype": "fp32",
+    }
+    options.update({**copy.deepcopy(settings), "batches": len(calib.feeds)})
     # The source lives in the artifact store: ModelOpt writes intermediate files beside its input.
     with staged_copy(source, target.parent / f"{target.stem}.ptq-source") as staged:
         remove_model(target)
@@ -81,14 +80,11 @@ def quantize_modelopt(
         with converter_failure(failed, target), captured_output("ModelOpt PTQ"), ort_quantization_restored():
             quantize(
                 str(staged),
-                quantize_mode=spec.precision,
                 calibration_data_reader=BatchReader(calib.feeds),
-                calibration_method=CALIBRATION_METHOD,
-                calibration_eps=["cpu"],
-                high_precision_dtype="fp32",
                 use_external_data_format=external,
                 output_path=str(target),
                 log_level="WARNING",
+                **settings,
             )
     if not target.is_file():
         raise PrecisionError(f"NVIDIA ModelOpt's ONNX PTQ wrote no model for {source.name} ({spec.precision})")

@@ -3,11 +3,15 @@ calibrated from an .npz or generated inputs (TensorRT backends quantize with Mod
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
+from enum import Enum
 from pathlib import Path
+from typing import Any
 
 from enginecache.core.calibration import BatchReader, calibration_feeds
 from enginecache.core.precision.modelfiles import (
+    Quantized,
     converter_failure,
     needs_external_data,
     recipe_record,
@@ -45,11 +49,8 @@ def upgrade_opset(model_path: Path, opset: int) -> int | None:
 
 
 def quantize_ort(
-    source: Path,
-    spec: PrecisionSpec,
-    target: Path,
-    input_shapes: Mapping[str, Sequence[int]] | None,
-) -> tuple[dict[str, object], list[str], str]:
+    source: Path, spec: PrecisionSpec, target: Path, input_shapes: Mapping[str, Sequence[int]] | None
+) -> Quantized:
     from onnxruntime.quantization import (
         CalibrationMethod,
         QuantFormat,
@@ -69,20 +70,21 @@ def quantize_ort(
     else:
         activation = weight = QuantType.QFLOAT8E4M3FN
         method = CalibrationMethod.Distribution
-    extra = {
-        "ActivationSymmetric": True,
-        "WeightSymmetric": True,
-        "QuantizeBias": False,
+    # What quantize_static is given, recorded in the recipe as given.
+    settings: dict[str, Any] = {
+        "quant_format": QuantFormat.QDQ,
+        "activation_type": activation,
+        "weight_type": weight,
+        "calibrate_method": method,
+        "per_channel": False,
+        "extra_options": {"ActivationSymmetric": True, "WeightSymmetric": True, "QuantizeBias": False},
     }
+    recorded = copy.deepcopy(settings)  # the recipe's own copy, with the enums by name
+    recorded.update((name, value.name) for name, value in settings.items() if isinstance(value, Enum))
     external = needs_external_data(source, None)
     options.update(
         {
-            "quant_format": "QDQ",
-            "activation_type": activation.name,
-            "weight_type": weight.name,
-            "calibrate_method": method.name,
-            "per_channel": False,
-            "extra_options": dict(extra),
+            **recorded,
             "batches": len(calib.feeds),
             # No quant_pre_process: its ORT graph optimizations fold constants that the quantizer
             # then turns into quantized constants TensorRT rejects ("Quantized constant ... is only
@@ -105,14 +107,9 @@ def quantize_ort(
             str(staged),
             str(target),
             BatchReader(calib.feeds),
-            quant_format=QuantFormat.QDQ,
-            activation_type=activation,
-            weight_type=weight,
-            per_channel=False,
-            calibrate_method=method,
             use_external_data_format=external,
             calibration_providers=["CPUExecutionProvider"],
-            extra_options=extra,
+            **settings,
         )
 
     recipe = recipe_record(spec.precision, TOOL_ORT_QUANT, tool_version("onnxruntime"), options)

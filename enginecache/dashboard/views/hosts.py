@@ -11,11 +11,12 @@ from enginecache.dashboard import data
 
 
 def render() -> None:
-    st.title("Hosts")
-    key = data.catalog_key()
-    hosts = data.worker_hosts(key)
+    _, hosts = data.start_view(
+        "Hosts",
+        data.worker_hosts,
+        "No worker has registered yet: `enginecache worker` (or `enginecache serve`) starts one.",
+    )
     if not hosts:
-        st.info("No worker has registered yet: `enginecache worker` (or `enginecache serve`) starts one.")
         return
     now = datetime.now(UTC)
     st.dataframe(

@@ -26,11 +26,10 @@ SIZE_MAX = 28  # the largest marker's diameter (px), as plotly express's size_ma
 
 
 def render() -> None:
-    st.title("Timings")
-    key = data.catalog_key()
-    groups = data.build_time_groups(key)
+    key, groups = data.start_view(
+        "Timings", data.build_time_groups, "No engines built yet: timings appear once a build is READY."
+    )
     if not groups:
-        st.info("No engines built yet: timings appear once a build is READY.")
         return
     st.subheader("Build time by model, target and precision")
     st.plotly_chart(_build_time_chart(groups), key="timings_build_chart")

@@ -87,9 +87,9 @@ def engine_page(app: AppContext, spec: EngineFilter, *, offset: int = 0, limit: 
     with app.catalog.read() as session:
         total = session.execute(sa.select(sa.func.count()).select_from(EngineRecord).where(*where)).scalar_one()
         rows = session.execute(
-            sa.select(
+            sa.select(  # each column named as its EngineRow field
                 col(EngineRecord.id),
-                col(ModelRecord.name),
+                col(ModelRecord.name).label("model"),
                 col(EngineRecord.model_id),
                 col(EngineRecord.backend),
                 col(EngineRecord.precision),
@@ -105,28 +105,9 @@ def engine_page(app: AppContext, spec: EngineFilter, *, offset: int = 0, limit: 
             .order_by(col(EngineRecord.created_at).desc(), col(EngineRecord.id).desc())
             .offset(offset)
             .limit(limit)
-        ).all()
-    return EnginePage(
-        rows=[
-            EngineRow(
-                id=int(r[0]),
-                model=str(r[1]),
-                model_id=int(r[2]),
-                backend=str(r[3]),
-                precision=str(r[4]),
-                targets=str(r[5]),
-                status=str(r[6]),
-                size_bytes=r[7],
-                build_seconds=r[8],
-                sha256=r[9],
-                created_at=r[10],
-            )
-            for r in rows
-        ],
-        total=int(total),
-        offset=offset,
-        limit=limit,
-    )
+        ).mappings()
+        page = [EngineRow(**row) for row in rows]
+    return EnginePage(rows=page, total=int(total), offset=offset, limit=limit)
 
 
 @dataclass(frozen=True)

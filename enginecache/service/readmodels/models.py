@@ -105,22 +105,22 @@ def model_rows(app: AppContext, *, limit: int = 500) -> list[ModelRow]:
         .group_by(col(EngineRecord.model_id))
         .subquery()
     )
+    query = (
+        sa.select(  # each column named as its ModelRow field
+            col(ModelRecord.id),
+            col(ModelRecord.name),
+            col(ModelRecord.parent_id),
+            col(ModelRecord.size_bytes),
+            col(ModelRecord.digest),
+            col(ModelRecord.created_at),
+            sa.func.coalesce(engine_counts.c.n, 0).label("engines"),
+        )
+        .outerjoin(engine_counts, engine_counts.c.mid == col(ModelRecord.id))
+        .order_by(col(ModelRecord.created_at).desc(), col(ModelRecord.id).desc())
+        .limit(limit)
+    )
     with app.catalog.read() as session:
-        rows = session.execute(
-            sa.select(
-                col(ModelRecord.id),
-                col(ModelRecord.name),
-                col(ModelRecord.parent_id),
-                col(ModelRecord.size_bytes),
-                col(ModelRecord.digest),
-                col(ModelRecord.created_at),
-                sa.func.coalesce(engine_counts.c.n, 0),
-            )
-            .outerjoin(engine_counts, engine_counts.c.mid == col(ModelRecord.id))
-            .order_by(col(ModelRecord.created_at).desc(), col(ModelRecord.id).desc())
-            .limit(limit)
-        ).all()
-    return [ModelRow(int(r[0]), str(r[1]), r[2], int(r[3]), str(r[4]), r[5], int(r[6])) for r in rows]
+        return [ModelRow(**row) for row in session.execute(query).mappings()]
 
 
 def working_precisions(app: AppContext, model_id: int) -> tuple[str, ...]:
