@@ -17,6 +17,7 @@ stored), 3 the catalog or the store is unavailable (try again later).
     │   ├── TestInputError                   test-load inputs or options that do not fit the engine
     │   ├── ExportError                      an export that cannot be written as asked
     │   ├── AmbiguousError                   a name that matches more than one row
+    │   ├── ModelNameError                   a model name outside the pattern, or taken by other bytes
     │   └── ServeError                       `serve` cannot start as asked (port taken, bad address)
     ├── NotFoundError                        exit 2: no row with that id, name or digest
     ├── IntegrityCheckError                  bytes that do not match their recorded digest (CORRUPT)
