@@ -53,8 +53,13 @@ print(job.status)
 """
 
 
-def _env() -> dict[str, str]:
-    return {**os.environ, testkinds.ENABLE_ENV: "1"}
+# The one-shot worker's job lease in the takeover test: its waiter's job is taken over once this
+# has passed since the killed waiter's last heartbeat (every third of it), instead of the default 30 s.
+TAKEOVER_LEASE_SECONDS = "6"
+
+
+def _env(**extra: str) -> dict[str, str]:
+    return {**os.environ, testkinds.ENABLE_ENV: "1", **extra}
 
 
 def _waiter_argv(app: AppContext, job_id: int) -> list[str]:
@@ -62,12 +67,14 @@ def _waiter_argv(app: AppContext, job_id: int) -> list[str]:
 
 
 @contextlib.contextmanager
-def _waiter_running(app: AppContext, job_id: int, log: Path) -> Iterator[subprocess.Popen[bytes]]:
+def _waiter_running(
+    app: AppContext, job_id: int, log: Path, env: dict[str, str] | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
     """A WAITER process in a session of its own (its output in `log`), once its one-shot worker runs
     the job; on the way out its process group is killed, if anything of it is left."""
     with open(log, "wb") as sink:
         waiter = subprocess.Popen(
-            _waiter_argv(app, job_id), cwd=ROOT, stdout=sink, stderr=sink, env=_env(), start_new_session=True
+            _waiter_argv(app, job_id), cwd=ROOT, stdout=sink, stderr=sink, env=env or _env(), start_new_session=True
         )
     try:
         wait_for(
@@ -130,7 +137,8 @@ def test_waiter_killed_with_sigkill_leaves_no_live_worker_and_its_job_is_taken_o
     app = catalog_ctx
     job = queue.enqueue(app.catalog, kind="sleep", payload={"seconds": 5}, requirements={"backend": "ort"}).job
     job_id = job.id or 0
-    with _waiter_running(app, job_id, tmp_path / "killed.log") as killed:
+    lease = _env(ENGINECACHE_LEASE_SECONDS=TAKEOVER_LEASE_SECONDS)
+    with _waiter_running(app, job_id, tmp_path / "killed.log", env=lease) as killed:
         os.killpg(killed.pid, signal.SIGKILL)  # the waiter, its zygote and the job's child: no cleanup runs
     (row,) = queue.list_workers(app.catalog)
     assert row.status == "online" and row.name.startswith("oneshot-")  # it never got to say otherwise
@@ -140,7 +148,7 @@ def test_waiter_killed_with_sigkill_leaves_no_live_worker_and_its_job_is_taken_o
     assert live_workers(app, clock=clock) == []  # its liveness lease is past: not live at all
 
     rescued = subprocess.run(
-        _waiter_argv(app, job_id), cwd=ROOT, capture_output=True, text=True, env=_env(), timeout=BOUND, check=False
+        _waiter_argv(app, job_id), cwd=ROOT, capture_output=True, text=True, env=lease, timeout=BOUND, check=False
     )
     assert rescued.returncode == 0, rescued.stderr
     done = queue.get_job(app.catalog, job_id)
@@ -204,3 +212,17 @@ def test_waiter_stopped_by_a_signal_hands_the_job_back_and_goes_offline(
     assert row.status == "offline", log.read_text()
     back = queue.get_job(app.catalog, job_id)
     assert back.status == JobStatus.QUEUED and back.phase == "handed back" and back.attempts == 0
+
+
+def test_the_lease_length_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from enginecache.errors import BuildOptionError
+    from enginecache.service.worker import DEFAULT_LEASE_SECONDS, LEASE_SECONDS_ENV, lease_seconds_from_env
+
+    monkeypatch.delenv(LEASE_SECONDS_ENV, raising=False)
+    assert lease_seconds_from_env() == DEFAULT_LEASE_SECONDS == 30.0
+    monkeypatch.setenv(LEASE_SECONDS_ENV, "6")
+    assert lease_seconds_from_env() == 6.0
+    for bad in ("0", "-5", "abc", "1e9"):
+        monkeypatch.setenv(LEASE_SECONDS_ENV, bad)
+        with pytest.raises(BuildOptionError, match=LEASE_SECONDS_ENV):
+            lease_seconds_from_env()

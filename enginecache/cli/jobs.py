@@ -17,7 +17,10 @@ def worker(
     once: Annotated[bool, typer.Option("--once", help="Run until no job is claimable, then exit.")] = False,
     concurrency: Annotated[int, typer.Option(help="Jobs run at the same time.")] = 1,
     lease_seconds: Annotated[
-        float, typer.Option("--lease-seconds", help="Lease length; heartbeat every third.")
+        float,
+        typer.Option(
+            "--lease-seconds", envvar="ENGINECACHE_LEASE_SECONDS", help="Lease length; heartbeat every third."
+        ),
     ] = 30.0,
     poll_seconds: Annotated[float, typer.Option("--poll-seconds", help="Idle poll interval.")] = 0.2,
 ) -> None:

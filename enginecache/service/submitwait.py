@@ -26,7 +26,7 @@ from enginecache.errors import BadInputError, JobWaitError
 from enginecache.service.context import AppContext
 from enginecache.service.jobs import TERMINAL, cancel_job, capable_workers, get_job, wait_for_job
 from enginecache.service.routing import can_run, describe_requirements, worker_capabilities
-from enginecache.service.worker import Worker, WorkerConfig, default_worker_name
+from enginecache.service.worker import Worker, WorkerConfig, default_worker_name, lease_seconds_from_env
 from enginecache.service.zygote import Zygote
 
 logger = logging.getLogger(__name__)
@@ -160,7 +160,9 @@ class _LocalWorker:
         self.job_id = job.id or 0
         self.host = host_fingerprint()
         self.capabilities = worker_capabilities(self.host)
-        self.config = WorkerConfig(name=f"oneshot-{default_worker_name()}", job_id=self.job_id)
+        self.config = WorkerConfig(
+            name=f"oneshot-{default_worker_name()}", job_id=self.job_id, lease_seconds=lease_seconds_from_env()
+        )
         self.worker: Worker | None = None
         self.zygote: Zygote | None = None
         self.error: BaseException | None = None

@@ -28,6 +28,7 @@ from enginecache.core.fingerprint import HostFingerprint, host_fingerprint
 from enginecache.db import queue
 from enginecache.db.models import TERMINAL_JOB_STATUSES, utcnow
 from enginecache.db.queue import Clock
+from enginecache.errors import BuildOptionError
 from enginecache.service.context import AppContext
 from enginecache.service.jobsupervisor import AttemptDeadline, AttemptSupervisor, child_error
 from enginecache.service.routing import SCOPE_JOB, SCOPE_QUEUE, can_run, worker_capabilities
@@ -50,10 +51,29 @@ OFFLINE_ATTEMPTS = 5  # tries to record "offline" as the worker ends
 WARM_MODULES = ("enginecache.service.jobchild", "onnx", "onnxruntime", "tensorrt_rtx", "onnxconverter_common")
 
 
+LEASE_SECONDS_ENV = "ENGINECACHE_LEASE_SECONDS"
+DEFAULT_LEASE_SECONDS = 30.0
+
+
+def lease_seconds_from_env() -> float:
+    """A job lease's length: $ENGINECACHE_LEASE_SECONDS (how long a job whose worker died waits
+    before another worker may take it over; heartbeats every third of it), else 30 s."""
+    raw = os.environ.get(LEASE_SECONDS_ENV, "").strip()
+    if not raw:
+        return DEFAULT_LEASE_SECONDS
+    try:
+        value = float(raw)
+    except ValueError:
+        value = 0.0
+    if not 1.0 <= value <= 86_400.0:
+        raise BuildOptionError(f"{LEASE_SECONDS_ENV}={raw!r}: give seconds between 1 and 86400")
+    return value
+
+
 @dataclass(frozen=True)
 class WorkerConfig:
     name: str
-    lease_seconds: float = 30.0
+    lease_seconds: float = DEFAULT_LEASE_SECONDS
     poll_seconds: float = 0.2
     concurrency: int = 1
     once: bool = False  # run until nothing is claimable, then exit
