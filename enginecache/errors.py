@@ -18,6 +18,7 @@ stored), 3 the catalog or the store is unavailable (try again later).
     │   ├── ExportError                      an export that cannot be written as asked
     │   ├── AmbiguousError                   a name that matches more than one row
     │   ├── ModelNameError                   a model name outside the pattern, or taken by other bytes
+    │   ├── BackupRefusedError               backup or restore refused: the destination, home or catalog is not empty
     │   └── ServeError                       `serve` cannot start as asked (port taken, bad address)
     ├── NotFoundError                        exit 2: no row with that id, name or digest
     ├── IntegrityCheckError                  bytes that do not match their recorded digest (CORRUPT)
@@ -32,6 +33,7 @@ stored), 3 the catalog or the store is unavailable (try again later).
     │   └── EngineQueuedError                ... and queued a build for it (job id)
     ├── StaleLeaseError                      a job holder's write after its lease was taken over
     ├── JobWaitError                         a wait for a job ended first: it ran out, or nothing can run the job
+    ├── BackupToolError                      pg_dump or pg_restore is missing, too old for the server, or failed
     └── UnavailableError                     exit 3: the catalog or the store cannot be reached or written
         ├── CatalogUnavailableError          the database is down, unreachable or refuses the connection
         └── StoreError                       the artifact store could not write or read (disk full, I/O)
@@ -121,6 +123,11 @@ class ModelNameError(BadInputError):
 
 class ServeError(BadInputError):
     """`enginecache serve` cannot start as asked (port in use, bad address)."""
+
+
+class BackupRefusedError(BadInputError):
+    """`backup` or `restore` refused before writing anything: the destination is not empty, the home
+    or the target catalog already holds something, or the source is not a backup this version reads."""
 
 
 # -- not found (exit 2) ---------------------------------------------------------------------
@@ -247,6 +254,13 @@ class JobWaitError(EngineCacheError):
     @property
     def timed_out(self) -> bool:
         return self.seconds is not None
+
+
+class BackupToolError(EngineCacheError):
+    """A PostgreSQL client program a backup or restore runs (pg_dump, pg_restore) is missing, older
+    than it must be, or failed; the message carries its own words."""
+
+    kind = "backup_tool"
 
 
 # -- unavailable (exit 3) -------------------------------------------------------------------

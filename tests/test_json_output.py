@@ -81,6 +81,11 @@ RECIPES: dict[str, tuple[list[str], list[str], str]] = {
     "engine show": (["engine", "show", "{engine_id}"], ["engine", "show", "999999"], "not_found"),
     "job show": (["job", "show", "{job_id}"], ["job", "show", "999999"], "not_found"),
     "job cancel": (["job", "cancel", "{job_id}"], ["job", "cancel", "999999"], "not_found"),
+    "gc": (["gc"], ["gc", "--grace-days", "-1"], "usage"),
+    "audit": (["audit"], ["audit", "--limit", "0"], "usage"),
+    "backup": (["backup", "{tmp}/backup-ok"], ["backup", "{home}"], "bad_input"),  # not inside the home
+    # restore goes into an empty home of its own (a leading --home replaces the catalog's)
+    "restore": (["--home", "{tmp}/restored", "restore", "{tmp}/backup"], ["restore", "{tmp}/no-backup"], "bad_input"),
 }
 
 
@@ -106,6 +111,8 @@ def small_catalog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Catalog]
     assert built.returncode == 0, built.stderr
     engine = json.loads(built.stdout)
     jobs = json.loads(_cli(home, "jobs", "--json").stdout)
+    backed_up = _cli(home, "backup", str(tmp / "backup"), "--json")  # what the restore recipe restores
+    assert backed_up.returncode == 0, backed_up.stderr
     yield Catalog(
         home=home,
         db=f"sqlite:///{home / 'catalog.db'}",
@@ -119,7 +126,10 @@ def small_catalog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Catalog]
 
 def _args(catalog: Catalog, template: list[str]) -> list[str]:
     fields = {k: str(v) for k, v in vars(catalog).items()}
-    return catalog.argv(*(word.format(**fields) for word in template), "--json")
+    words = [word.format(**fields) for word in template]
+    if words[0] == "--home":  # a home of its own, on its own SQLite catalog
+        return [*words, "--json"]
+    return catalog.argv(*words, "--json")
 
 
 def test_recipes_cover_every_json_command() -> None:

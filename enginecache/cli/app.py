@@ -35,7 +35,7 @@ EXIT_INTERRUPTED = 130
 # enginecache.cli that registers it, and the first paragraph of its help.
 COMMANDS: dict[str, tuple[str, str]] = {
     "fingerprint": ("host", "This host: OS, CPU and ISA, GPUs (NVML), driver, CUDA runtime, library versions."),
-    "verify": ("engines", "Re-hash engine blobs; a mismatch marks the engine CORRUPT and exits 1."),
+    "verify": ("engines", "Re-hash stored model bundles and engine blobs; a mismatch marks it CORRUPT and exits 1."),
     "check": ("engines", "Can this host load this engine? compatible | incompatible | unknown, with the reason."),
     "build": ("builds", "Build (or find in the cache) one engine; without --queue, wait and show progress."),
     "worker": ("jobs", "Claim and run jobs this host can run, until stopped (SIGINT/SIGTERM: finish, then exit)."),
@@ -50,9 +50,22 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Write a Triton model repository or the per-hardware tree with a manifest of fingerprints and sha256.",
     ),
     "serve": ("serve", "Start the dashboard and one local worker on this catalog; ^C stops both."),
+    "backup": (
+        "backupcmd",
+        "Back up the catalog and every blob it references into DEST, online; a manifest lists each digest.",
+    ),
+    "restore": (
+        "backupcmd",
+        "Restore a backup into an empty home and catalog, verified against its manifest, migrated to head.",
+    ),
+    "audit": ("auditcmd", "The audit log: every change, who made it, when and from where; newest first."),
     "model": ("models", "Register and inspect ONNX models."),
     "engine": ("engines", "List and inspect engines."),
     "job": ("jobs", "Inspect and cancel jobs."),
+    "gc": (
+        "maintenance",
+        "Remove unreferenced blobs, retired ones past the grace and stale temp folders (a dry run without --apply).",
+    ),
 }
 
 

@@ -55,30 +55,55 @@ def verify(
     engine_ids: Annotated[
         list[int] | None, typer.Argument(help="Engine ids (default with --all: every READY or CORRUPT engine).")
     ] = None,
-    all_engines: Annotated[bool, typer.Option("--all", help="Verify every engine.")] = False,
+    all_engines: Annotated[
+        bool, typer.Option("--all", help="Verify every stored model bundle (sources and variants) and every engine.")
+    ] = False,
+    models: Annotated[
+        list[str] | None, typer.Option("--model", help="Verify this model's stored bundle (name, id or digest).")
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Re-hash engine blobs; a mismatch marks the engine CORRUPT and exits 1."""
-    if not engine_ids and not all_engines:
-        fail("name engine ids or pass --all", EXIT_BAD_INPUT)
-    from enginecache.service.engines import verify_engines
+    """Re-hash stored model bundles and engine blobs; a mismatch marks it CORRUPT and exits 1.
 
-    results = verify_engines(app_context(ctx), list(engine_ids or []))
+    --json: one array, the models' results (`"kind": "model"`) then the engines' (`"kind": "engine"`)."""
+    if not engine_ids and not all_engines and not models:
+        fail("name engine ids or --model, or pass --all", EXIT_BAD_INPUT)
+    from enginecache.core.plaintext import printable
+    from enginecache.service.engines import verify_engines
+    from enginecache.service.models import get_model
+    from enginecache.service.modelverify import verify_models
+
+    app = app_context(ctx)
+    model_results = []
+    if models:
+        model_results = verify_models(app, [get_model(app, ref) for ref in models])
+    elif all_engines:
+        model_results = verify_models(app)
+    engine_results = verify_engines(app, list(engine_ids or [])) if engine_ids or all_engines else []
+    lines = [
+        f"model {r.model_id} ({printable(r.name)}): {'ok' if r.ok else 'FAILED'} - {printable(r.message)}"
+        for r in model_results
+    ] + [f"engine {r.engine_id}: {'ok' if r.ok else 'FAILED'} - {r.message}" for r in engine_results]
     emit(
-        [r.to_dict() for r in results],
+        [r.to_dict() for r in model_results] + [r.to_dict() for r in engine_results],
         as_json,
-        "\n".join(f"engine {r.engine_id}: {'ok' if r.ok else 'FAILED'} - {r.message}" for r in results) or "no engines",
+        "\n".join(lines) or "no models or engines",
     )
-    if not all(r.ok for r in results):
+    if not (all(r.ok for r in model_results) and all(r.ok for r in engine_results)):
         raise typer.Exit(EXIT_FAILED)
 
 
 def check(ctx: typer.Context, engine_id: EngineIdArgument, as_json: JsonOption = False) -> None:
-    """Can this host load this engine? compatible | incompatible | unknown, with the reason."""
-    from enginecache.service.engines import check_engine
+    """Can this host load this engine? compatible | incompatible | unknown, with the reason.
+
+    The blob is re-hashed first: one that does not match its digest is `corrupt` (exit 1), the engine
+    is marked CORRUPT and its header is never handed to the backend."""
+    from enginecache.service.engines import CORRUPT_VERDICT, check_engine
 
     result = check_engine(app_context(ctx), engine_id)
     emit({"id": engine_id, **result.to_dict()}, as_json, f"{result.verdict}: {result.reason}")
+    if result.verdict == CORRUPT_VERDICT:
+        raise typer.Exit(EXIT_FAILED)
 
 
 def register(app: typer.Typer) -> None:

@@ -4,7 +4,8 @@ types, every (sub)graph and node, external data references (validated), paramete
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator, Sequence
+import re
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
@@ -112,70 +113,130 @@ def all_tensors(model: ModelProto) -> Iterator[TensorProto]:
                 yield sparse.indices
 
 
-def external_refs(model: ModelProto) -> Iterator[tuple[str, str, int | None]]:
-    """(tensor name, location, offset + length or None) for each externally stored tensor."""
+@dataclass(frozen=True)
+class ExternalExtent:
+    """Where a tensor's bytes sit in its external file, as the model writes it (``offset`` and
+    ``length`` are the raw strings; "" where absent), and how many bytes its dims and type need
+    (None where they do not say: strings, unknown types)."""
+
+    offset: str
+    length: str
+    needs: int | None
+
+
+# What `resolve_refs` takes: (tensor name, location, extent); extent None checks the location only.
+ExternalRef = tuple[str, str, ExternalExtent | None]
+
+
+def external_refs(model: ModelProto) -> Iterator[ExternalRef]:
+    """(tensor name, location, extent) for each externally stored tensor; nothing is parsed or
+    checked here (`resolve_refs` does both, with the file at hand)."""
     for tensor in all_tensors(model):
         if tensor.data_location != TensorProto.EXTERNAL:
             continue
         info = {entry.key: entry.value for entry in tensor.external_data}
-        location = info.get("location", "")
-        end: int | None = None
-        if "length" in info:
-            try:
-                end = int(info.get("offset", "0") or "0") + int(info["length"])
-            except ValueError as err:
-                raise ExternalDataError(
-                    f"tensor {tensor.name!r}: external data offset/length are not integers "
-                    f"({info.get('offset')!r}, {info.get('length')!r})"
-                ) from err
-        yield tensor.name, location, end
+        extent = ExternalExtent(info.get("offset", ""), info.get("length", ""), _needed_bytes(tensor))
+        yield tensor.name, info.get("location", ""), extent
+
+
+def _needed_bytes(tensor: TensorProto) -> int | None:
+    """The bytes a tensor's dims and element type need as raw data, or None where they do not say."""
+    if tensor.data_type in (TensorProto.UNDEFINED, TensorProto.STRING) or any(d < 0 for d in tensor.dims):
+        return None
+    count, nbytes = tensor_size(tensor)
+    return None if count and not nbytes else nbytes  # an element type of unknown width
 
 
 def normalise_location(location: str) -> str:
     return PurePosixPath(location).as_posix()
 
 
-def resolve_refs(model_path: Path, refs: Sequence[tuple[str, str, int | None]]) -> list[Path]:
+def resolve_refs(model_path: Path, refs: Sequence[ExternalRef]) -> list[Path]:
+    """Validate each reference and return its file's path, one per reference, in order.
+
+    The location must be a relative posix path without ``..`` that passes through no symlink inside
+    the model's folder, stays inside it and names a regular file. With an extent, the offset and
+    length must be non-negative decimal integers inside that file (offset + length <= its size; an
+    offset alone < its size), and the length must be the bytes the tensor's dims and type need.
+    Raises `ExternalDataError` naming the model, the tensor, the location and the bad value."""
     folder = model_path.absolute().parent
     real_folder = folder.resolve()
+    sizes: dict[str, tuple[Path, int]] = {}  # location -> (file, size): each file checked once
     out: list[Path] = []
-    for tensor, location, end in refs:
+    for tensor, location, extent in refs:
 
         def fail(problem: str, tensor: str = tensor, location: str = location) -> ExternalDataError:
             who = f"tensor {tensor!r} external data" if tensor else "external data"
             return ExternalDataError(f"{model_path}: {who} location {location!r} {problem}")
 
-        if not location:
-            raise fail("is empty")
-        if "\x00" in location:
-            raise fail("contains a NUL byte")
-        if location.startswith(("/", "\\")) or PureWindowsPath(location).drive:
-            raise fail("is an absolute path; it must be relative to the model's folder")
-        if "\\" in location:
-            raise fail("contains a backslash; external data locations are posix paths")
-        parts = [p for p in location.split("/") if p not in ("", ".")]
-        if ".." in parts:
-            raise fail("contains '..'; it must stay inside the model's folder")
-        if not parts:
-            raise fail("does not name a file")
-        candidate = folder
-        for part in parts:
-            candidate = candidate / part
-            if candidate.is_symlink():
-                raise fail(f"goes through a symlink ({candidate}); symlinks are not followed")
-        if not candidate.exists():
-            raise fail(f"names a missing file: {candidate} does not exist")
-        if not candidate.is_file():
-            raise fail(f"is not a regular file: {candidate}")
-        real = candidate.resolve()
-        if not real.is_relative_to(real_folder):
-            raise fail(f"resolves outside the model's folder {real_folder}: {real}")
-        if end is not None and end > candidate.stat().st_size:
-            raise fail(
-                f"is truncated: the tensor needs bytes up to {end} but {candidate.name} has {candidate.stat().st_size}"
-            )
+        if location not in sizes:
+            candidate = _check_location(location, folder, real_folder, fail)
+            sizes[location] = (candidate, candidate.stat().st_size)
+        candidate, size = sizes[location]
+        if extent is not None:
+            problem = _extent_problem(extent, size, candidate.name)
+            if problem is not None:
+                raise fail(problem)
         out.append(candidate)
     return out
+
+
+def _check_location(location: str, folder: Path, real_folder: Path, fail: Callable[[str], ExternalDataError]) -> Path:
+    if not location:
+        raise fail("is empty")
+    if "\x00" in location:
+        raise fail("contains a NUL byte")
+    if location.startswith(("/", "\\")) or PureWindowsPath(location).drive:
+        raise fail("is an absolute path; it must be relative to the model's folder")
+    if "\\" in location:
+        raise fail("contains a backslash; external data locations are posix paths")
+    parts = [p for p in location.split("/") if p not in ("", ".")]
+    if ".." in parts:
+        raise fail("contains '..'; it must stay inside the model's folder")
+    if not parts:
+        raise fail("does not name a file")
+    candidate = folder
+    for part in parts:
+        candidate = candidate / part
+        if candidate.is_symlink():
+            raise fail(f"goes through a symlink ({candidate}); symlinks are not followed")
+    if not candidate.exists():
+        raise fail(f"names a missing file: {candidate} does not exist")
+    if not candidate.is_file():
+        raise fail(f"is not a regular file: {candidate}")
+    real = candidate.resolve()
+    if not real.is_relative_to(real_folder):
+        raise fail(f"resolves outside the model's folder {real_folder}: {real}")
+    return candidate
+
+
+_DECIMAL = re.compile(r"[0-9]+")
+
+
+def _extent_problem(extent: ExternalExtent, size: int, file: str) -> str | None:
+    """Why `extent` does not fit a `size`-byte `file`, or None."""
+    for key, text in (("offset", extent.offset), ("length", extent.length)):
+        if text and _DECIMAL.fullmatch(text) is None:
+            return f"has {key} {text!r}, which is not a non-negative integer"
+    offset = int(extent.offset) if extent.offset else 0
+    if not extent.length:
+        if offset >= size:
+            return f"has offset {offset}, past the end of {file} ({size} bytes)"
+        if extent.needs is not None and size - offset < extent.needs:
+            return (
+                f"is truncated: the tensor needs {extent.needs} bytes from offset {offset} "
+                f"but {file} has {size - offset} after it ({size} bytes)"
+            )
+        return None
+    length = int(extent.length)
+    if extent.needs is not None and length != extent.needs:
+        return f"has length {length}, but the tensor's dims and type need {extent.needs} bytes"
+    if offset + length > size:
+        return (
+            f"is truncated: the tensor needs bytes up to {offset + length} (offset {offset}, length {length}) "
+            f"but {file} has {size}"
+        )
+    return None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -7,7 +7,10 @@ initializers and of Constant-node weights, never from the weights themselves), w
 model is already quantized, and the external data files the model refers to. Every external
 data reference is validated before anything else touches it: it must be a relative path
 without ``..``, must not be or pass through a symlink inside the model's folder, must stay
-inside that folder, and must exist.
+inside that folder, and must exist; its ``offset`` and ``length`` must be non-negative decimal
+integers that fit the file (offset + length <= its size; an offset alone < its size), and the
+length must be what the tensor's dims and type need (so a converter or a backend never reads
+bytes the file does not have: `check_external_data` runs the same checks on a stored model).
 The model also goes through ``onnx.checker.check_model`` on its path (which checks external
 data references but does not read their bytes, so it stays cheap for models over 2 GB).
 
@@ -57,6 +60,7 @@ __all__ = [
     "BUNDLE_HEADER",
     "ModelInfo",
     "TensorInfo",
+    "check_external_data",
     "inspect_model",
     "model_digest",
     "resolve_external_data",
@@ -182,6 +186,19 @@ def inspect_model(path: Path) -> ModelInfo:
     )
 
 
+def check_external_data(path: Path) -> tuple[str, ...]:
+    """Run `inspect_model`'s external data checks alone (locations, offsets, lengths) on `path`,
+    reading only the model's proto, neither the data nor a digest; returns the files it names.
+
+    Raises `InvalidModelError` for a model file that is not one and `ExternalDataError` for a
+    reference that is unsafe, names a missing file, or names bytes the file does not hold."""
+    path = Path(path)
+    _check_file(path)
+    refs = list(external_refs(_load_proto(path)))
+    resolve_refs(path, refs)
+    return tuple(sorted({normalise_location(loc) for _, loc, _ in refs}))
+
+
 def model_digest(path: Path, external_data_files: Sequence[str]) -> str:
     """The model's identity: sha256 of the file, or of the bundle listing (module docstring)."""
     path = Path(path)
@@ -260,9 +277,10 @@ def _diagnose_parse_failure(path: Path, err: DecodeError) -> str:
     """
     data = path.read_bytes()
     n = len(data)
+    # Never the bytes themselves: the message may be shown to someone who may not read the file.
     not_onnx = (
-        f"{path} is not an ONNX model: it does not parse as an ONNX ModelProto "
-        f"(first bytes {data[:8]!r}; protobuf says: {err})"
+        f"{path} is not an ONNX model: it does not parse as an ONNX ModelProto{_looks_like(data)} "
+        f"(protobuf says: {err})"
     )
     key, pos = _varint(data, 0)
     ir_version, pos = _varint(data, pos)
@@ -286,6 +304,21 @@ def _diagnose_parse_failure(path: Path, err: DecodeError) -> str:
                 )
             pos += value
     return f"{path} is a truncated or corrupt ONNX model (protobuf says: {err})"
+
+
+# Files often registered by mistake, told apart by their first bytes (which are never echoed).
+_LOOKALIKES = (
+    (b"version https://git-lfs", "a Git LFS pointer file, not the model it points to (run `git lfs pull`)"),
+    (b"PK\x03\x04", "a zip archive"),
+    (b"\x1f\x8b", "a gzip file"),
+)
+
+
+def _looks_like(data: bytes) -> str:
+    for magic, what in _LOOKALIKES:
+        if data.startswith(magic):
+            return f": it is {what}"
+    return ""
 
 
 def _varint(data: bytes, pos: int) -> tuple[int | None, int]:

@@ -5,17 +5,28 @@ Layout under `home`:
 - `models/<digest>/<file names>`: ONNX bundles (model plus external data files, keeping the
   relative names the model refers to), named by the model digest (core.onnx_info).
 - `tmp/`: work space on the same filesystem, so a finished file is published by a rename.
+- `gc.lock`: the lock that keeps `enginecache gc` (service.gc) and publishing apart.
 
 Writes go to a temp file while the bytes are hashed, are fsynced, then published with
 `os.link` (which never replaces an existing name) or `os.replace` for a whole directory, and
 the parent directory is fsynced. Nothing is ever overwritten: publishing bytes that already
 exist keeps the existing copy, unless that copy no longer hashes to its name (damaged on disk),
 in which case the fresh bytes, hashed as they were written, replace it.
+
+Publishing and gc: a blob or bundle is published first and referenced by a catalog row a moment
+later, so for that moment nothing in the catalog names it. Giving a blob or bundle its name (the
+link, the rename, or finding it already there) happens under `publish_lock`, a shared `flock` on
+`gc.lock`, and sets its mtime to now (an existing one is touched); gc holds the same lock exclusive
+(`gc_lock`) while it reads the catalog's references and removes what nothing references, and it
+never removes a blob or bundle younger than its age threshold. So gc either runs wholly before a
+publish (which then writes the name anew) or wholly after it (and finds it fresh). The shared lock
+costs a publish an open, a flock and a close; publishers never wait for each other.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
 import os
 import shutil
@@ -29,6 +40,8 @@ from enginecache.core.hashing import CHUNK_BYTES, DigestResult, StreamHasher, ha
 from enginecache.errors import IntegrityCheckError, StoreError
 
 logger = logging.getLogger(__name__)
+
+GC_LOCK_NAME = "gc.lock"
 
 
 @dataclass(frozen=True)
@@ -75,6 +88,49 @@ class ArtifactStore:
     def ensure(self) -> None:
         for path in (self.objects_dir, self.models_dir, self.tmp_dir):
             path.mkdir(parents=True, exist_ok=True)
+
+    # -- publishing and gc --------------------------------------------------------------
+
+    @property
+    def lock_path(self) -> Path:
+        return self.home / GC_LOCK_NAME
+
+    @contextlib.contextmanager
+    def publish_lock(self) -> Iterator[None]:
+        """Held while a blob or bundle gets its name: shared, so only `gc_lock` waits for it."""
+        with self._flock(fcntl.LOCK_SH):
+            yield
+
+    @contextlib.contextmanager
+    def gc_lock(self) -> Iterator[None]:
+        """Held by gc while it decides and removes: it waits for every publish under way, and each
+        publish that starts meanwhile waits for it."""
+        with self._flock(fcntl.LOCK_EX):
+            yield
+
+    @contextlib.contextmanager
+    def _flock(self, operation: int) -> Iterator[None]:
+        try:
+            self.home.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as err:
+            raise StoreError(f"could not open the store's lock {self.lock_path}: {err}") from err
+        try:
+            self._take(fd, operation)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
+
+    def _take(self, fd: int, operation: int) -> None:
+        try:
+            try:
+                fcntl.flock(fd, operation | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if operation == fcntl.LOCK_EX:
+                    logger.info("waiting for the publishes (or a backup) holding %s to finish", self.lock_path)
+                fcntl.flock(fd, operation)
+        except OSError as err:
+            raise StoreError(f"could not lock the store's {self.lock_path}: {err}") from err
 
     # -- engine blobs -------------------------------------------------------------------
 
@@ -135,11 +191,14 @@ class ArtifactStore:
             if not final.parent.is_dir():
                 final.parent.mkdir(parents=True, exist_ok=True)
                 fsync_dir(self.objects_dir)
-            try:
-                os.link(temp, final)
-                created = True
-            except FileExistsError:
-                created = self._repair_if_damaged(temp, final, digest.sha256)
+            with self.publish_lock():
+                try:
+                    os.link(temp, final)  # its mtime is the last write's, just now
+                    created = True
+                except FileExistsError:
+                    created = self._repair_if_damaged(temp, final, digest.sha256)
+                    if not created:
+                        os.utime(final)  # published again: young to gc, as a new blob is
             fsync_dir(final.parent)
             return BlobInfo(digest.sha256, digest.blake3, digest.size, final, created)
         except OSError as err:
@@ -179,7 +238,7 @@ class ArtifactStore:
         self.ensure()
         target = self.model_dir(digest)
         stored_model = target / model_path.name
-        if target.is_dir():
+        if self._touch_bundle(target):
             return stored_model
         staging = Path(tempfile.mkdtemp(prefix="model-", dir=self.tmp_dir))
         try:
@@ -192,15 +251,28 @@ class ArtifactStore:
                 with open(dest, "rb") as stream:
                     os.fsync(stream.fileno())
             fsync_dir(staging)
-            try:
-                os.rename(staging, target)
-            except OSError:
-                if not target.is_dir():
-                    raise
-                logger.debug("model bundle %s was stored concurrently; keeping that copy", digest)
+            with self.publish_lock():
+                try:
+                    os.rename(staging, target)
+                except OSError:
+                    if not target.is_dir():
+                        raise
+                    logger.debug("model bundle %s was stored concurrently; keeping that copy", digest)
+                os.utime(target)  # young to gc from now, however long the copy took
             fsync_dir(self.models_dir)
             return stored_model
         except OSError as err:
             raise StoreError(f"could not store model bundle {digest}: {err}") from err
         finally:
             shutil.rmtree(staging, ignore_errors=True)
+
+    def _touch_bundle(self, target: Path) -> bool:
+        """Whether the bundle is stored already; if so it is touched (young to gc, see above)."""
+        try:
+            with self.publish_lock():
+                if not target.is_dir():
+                    return False
+                os.utime(target)
+        except OSError as err:
+            raise StoreError(f"could not use the stored model bundle {target}: {err}") from err
+        return True

@@ -3,6 +3,11 @@
 An `st.navigation` router over one module per view. Views read the catalog through the service
 layer and enqueue jobs; no engine is built or loaded in this process.
 
+Each script run acts as its Streamlit user (`session_actor`, set with `service.audit.acting_as` around
+the page), so the audit log records who changed what from here. A fragment's own reruns (the Build
+view's job cards) run without this script, in a thread of their own: `service.audit.use_actor_source`
+names the same user to them.
+
 A view's module (and the dashboard's data layer) is imported when a view first runs, not when the
 router does: the first page a new server process renders (Overview) then imports what it uses
 (pandas, plotly's graph objects, the catalog and its read models) and not what Build and Engines
@@ -15,7 +20,8 @@ from __future__ import annotations
 import importlib
 import logging
 import sys
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 # `streamlit run .../enginecache/dashboard/app.py` puts the dashboard folder (not the one holding the
@@ -25,6 +31,9 @@ if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
 import streamlit as st  # noqa: E402
+
+from enginecache.core.plaintext import markdown_literal  # noqa: E402
+from enginecache.service.audit import Actor, acting_as, use_actor_source  # noqa: E402
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +47,31 @@ VIEWS: tuple[tuple[str, str, str, str], ...] = (
     ("engines", "Engines", "engines", ":material/memory:"),
     ("timings", "Timings", "timings", ":material/timer:"),
     ("hosts", "Hosts", "hosts", ":material/dns:"),
+    ("audit", "Audit", "audit", ":material/history:"),
 )
+NO_LOGIN = "dashboard (no login)"
+
+
+def session_actor() -> Actor:
+    """Who this session acts as: the logged-in user (e-mail, else name, else subject), else
+    `dashboard (no login)`; from `dashboard` and the client's address where Streamlit knows it (none
+    for a client on localhost)."""
+    address = st.context.ip_address
+    origin = f"dashboard {address}" if isinstance(address, str) and address else "dashboard"
+    if st.user.get("is_logged_in") is not True:
+        return Actor(NO_LOGIN, origin)
+    name = st.user.get("email") or st.user.get("name") or st.user.get("sub")
+    return Actor(str(name) if name else "dashboard (login without a name)", origin)
+
+
+def script_run_actor() -> Actor | None:
+    """The audit's actor source (`use_actor_source`): the session's user inside a Streamlit script
+    run, a fragment's own rerun included; nobody in any other thread."""
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+    if get_script_run_ctx(suppress_warning=True) is None:
+        return None
+    return session_actor()
 
 
 def view_render(module: str) -> Callable[[], None]:
@@ -66,8 +99,47 @@ def guarded(render: Callable[[], None]) -> Callable[[], None]:
     return run
 
 
+def login_configured() -> bool:
+    """Whether Streamlit has a login to offer: an `[auth]` section in its secrets (the same rule
+    `serve` used to decide it may listen beyond 127.0.0.1)."""
+    from streamlit.errors import StreamlitSecretNotFoundError
+
+    try:
+        auth = st.secrets.get("auth")
+    except StreamlitSecretNotFoundError:  # no secrets.toml at all: no login configured
+        return False
+    return auth is not None
+
+
+def session_expired(claims: Mapping[str, object], now: float) -> bool:
+    """Whether the identity token's own expiry (`exp`, seconds since the epoch) has passed: the
+    cookie Streamlit keeps cannot be revoked server-side, so the token's maximum age ends the session."""
+    expiry = claims.get("exp")
+    return isinstance(expiry, int | float) and expiry <= now
+
+
+def gate_login() -> bool:
+    """Where a login is configured: True for a logged-in user whose token has not expired; else
+    shows the login button (and logs an expired session out) and returns False."""
+    if not login_configured():
+        return True
+    if st.user.get("is_logged_in") is True and not session_expired(st.user.to_dict(), time.time()):
+        st.sidebar.caption(f"Signed in as {markdown_literal(str(st.user.get('email') or st.user.get('name')))}")
+        st.sidebar.button("Log out", on_click=st.logout, key="logout")
+        return True
+    if st.user.get("is_logged_in") is True:
+        st.logout()  # the token's maximum age has passed
+    st.title("enginecache")
+    st.write("Log in to use this dashboard.")
+    st.button("Log in", on_click=st.login, key="login", type="primary")
+    return False
+
+
 def main() -> None:
     st.set_page_config(page_title="enginecache", page_icon=":material/memory:", layout="wide")
+    if not gate_login():
+        return
+    use_actor_source(script_run_actor)
     # Streamlit's first element in a process walks the stack and maps every loaded module to its
     # file (its REPL check): emitted before a view imports pandas and SQLAlchemy, that is cheap.
     st.sidebar.caption("enginecache: build TensorRT engines once, load them in milliseconds.")
@@ -75,7 +147,8 @@ def main() -> None:
         st.Page(guarded(view_render(module)), title=title, url_path=path, icon=icon, default=index == 0)
         for index, (module, title, path, icon) in enumerate(VIEWS)
     ]
-    st.navigation(pages).run()
+    with acting_as(session_actor()):
+        st.navigation(pages).run()
 
 
 if __name__ == "__main__":

@@ -28,6 +28,11 @@ class EngineStatus(StrEnum):
     RETIRED = "RETIRED"
 
 
+class ModelStatus(StrEnum):
+    OK = "OK"
+    CORRUPT = "CORRUPT"  # the stored bundle no longer hashes to the digest (re-add the original to repair)
+
+
 def _json() -> Any:
     return Field(default_factory=dict, sa_column=sa.Column(sa.JSON, nullable=False))
 
@@ -55,6 +60,11 @@ class ModelRecord(SQLModel, table=True):
     recipe: dict[str, Any] = _json()
     recipe_key: str | None = Field(default=None, index=True)
     created_at: datetime = _tz_time()
+    # ModelStatus (migration 0009): CORRUPT once `verify` or a build found the stored bundle changed
+    status: str = Field(
+        default=ModelStatus.OK,
+        sa_column=sa.Column(sa.String(), nullable=False, default=ModelStatus.OK.value, server_default="OK"),
+    )
 
 
 class EngineRecord(SQLModel, table=True):
@@ -319,3 +329,22 @@ class EngineMemoRecord(SQLModel, table=True):
     hostname: str
     request: dict[str, Any] = _json()
     created_at: datetime = _tz_time()
+
+
+class AuditEventRecord(SQLModel, table=True):
+    """One change, as `service.audit.record` wrote it right after the change succeeded: when (`at`),
+    who (`actor`: an OS user or a dashboard login), from where (`origin`: `cli <host> pid <pid>`,
+    `dashboard <client address>`), what (`action`, `target`, `details`).
+
+    Append-only: the database refuses UPDATE and DELETE of its rows (and TRUNCATE on PostgreSQL), by
+    the triggers of migration 0010."""
+
+    __tablename__ = "audit_events"
+
+    id: int | None = Field(default=None, primary_key=True)
+    at: datetime = _tz_time(index=True)
+    actor: str
+    origin: str
+    action: str = Field(index=True)
+    target: str
+    details: dict[str, Any] = _json()

@@ -1,27 +1,81 @@
-"""The `build` job kind: plan the build on this worker, then run it, writing progress under the lease."""
+"""The `build` job kind: plan the build on this worker, then run it, writing progress under the lease.
+
+How an attempt that fails ends is decided by what caused it (`failure_is_transient`), however the
+error was wrapped on the way up (a BuildFailedError carries the backend's or the converter's error
+as its cause):
+
+- transient: an UnavailableError (the catalog or the store) or an OSError of the host's disks
+  (ENOSPC, EDQUOT, EIO) anywhere among the causes. The attempt is counted and the job retried after
+  a backoff, DEAD once out of attempts (the child raises; `service.jobsupervisor` records it);
+- deterministic, any other EngineCacheError (a BadInputError such as ExternalDataError or
+  PrecisionError among the causes, the backend's own refusal, a CORRUPT model). The job is FAILED
+  on this attempt: the same input fails the same way on every attempt;
+- an exception from outside the tree is unexpected: retried like a transient one (the parent
+  records its traceback).
+
+Before anything is built, a model with external data has its offsets and lengths checked again
+(`core.onnx_info.check_external_data`, the model's proto only): a model registered before `model add`
+checked them may name bytes its files do not hold, which a converter or a backend would fail on
+(or crash on) the same way every attempt.
+"""
 
 from __future__ import annotations
 
 import collections
+import errno
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 from sqlmodel import Session
 
 from enginecache.core.backends.base import ProgressEvent
+from enginecache.core.onnx_info import check_external_data, model_digest
 from enginecache.db import queue
-from enginecache.db.models import JobStatus
-from enginecache.errors import BuildFailedError, EngineCacheError
+from enginecache.db.models import JobStatus, ModelRecord
+from enginecache.errors import (
+    EngineCacheError,
+    ExternalDataError,
+    InvalidModelError,
+    StaleLeaseError,
+    UnavailableError,
+)
 from enginecache.service.builds import BuildResult, find_ready_engine, plan_build, run_build
 from enginecache.service.context import AppContext
 from enginecache.service.jobattempt import EXIT_RECORDED, ChildSpec
 from enginecache.service.jobs import request_from_payload
+from enginecache.service.models import model_path
 
 logger = logging.getLogger(__name__)
 
 PROGRESS_INTERVAL_SECONDS = 0.5
 LOG_TAIL_LINES = 30
+# OSErrors that say the host's disks are full or failing, not that the input is wrong.
+HOST_DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO})
+# What hashing a stored bundle raises where one of its files is gone (it is not what was registered).
+_GONE = (ExternalDataError, FileNotFoundError, IsADirectoryError, NotADirectoryError)
+
+
+def causes(err: BaseException) -> Iterator[BaseException]:
+    """`err` and the chain it was raised from (`raise ... from`), outermost first, each once. An
+    exception merely raised while handling another (a cleanup that failed) is not its cause."""
+    seen: set[int] = set()
+    current: BaseException | None = err
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__
+
+
+def failure_is_transient(err: BaseException) -> bool:
+    """Whether an attempt that failed with `err` may succeed when retried: the catalog or the store
+    was unavailable, or a disk was full or failing, whatever wrapped that on the way up."""
+    return any(isinstance(e, UnavailableError) or _host_disk_error(e) for e in causes(err))
+
+
+def _host_disk_error(err: BaseException) -> bool:
+    return isinstance(err, OSError) and err.errno in HOST_DISK_ERRNOS
 
 
 class ProgressWriter:
@@ -74,13 +128,16 @@ class ProgressWriter:
 
 def run_build_job(app: AppContext, spec: ChildSpec) -> int:
     """JOB_RUNNERS entry for `build`. The plan is made again here: a worker whose host would give
-    another cache key than the one submitted fails the job rather than build a different engine."""
+    another cache key than the one submitted fails the job rather than build a different engine.
+    A failure ends the job FAILED on this attempt unless it is transient (module docstring)."""
     request = request_from_payload(spec.payload)
     try:
         plan = plan_build(app, request, host=spec.host)
+        refuse_bad_external_data(app, plan.model)
+    except StaleLeaseError:
+        raise
     except EngineCacheError as err:
-        spec.finish(app, JobStatus.FAILED, error=str(err))
-        return EXIT_RECORDED
+        return _failed(app, spec, err)
     if spec.job_key is not None and plan.cache_key != spec.job_key:
         error = (
             f"this worker plans cache key {plan.cache_key[:16]}, the job was submitted for {spec.job_key[:16]}: "
@@ -108,9 +165,43 @@ def run_build_job(app: AppContext, spec: ChildSpec) -> int:
             job_attempt=spec.attempt,
             finalize=finalize,
         )
-    except BuildFailedError as err:
+    except StaleLeaseError:
+        raise
+    except EngineCacheError as err:  # BuildFailedError (the engine row is FAILED), or around the build
         writer.flush(force=True)
-        spec.finish(app, JobStatus.FAILED, error=str(err), result_engine_id=err.engine_id)
-        return EXIT_RECORDED
+        return _failed(app, spec, err, engine_id=getattr(err, "engine_id", None))
     logger.info("job %s built engine %s", spec.job_id, result.engine.id)
     return EXIT_RECORDED
+
+
+def _failed(app: AppContext, spec: ChildSpec, err: EngineCacheError, *, engine_id: int | None = None) -> int:
+    """FAILED on this attempt; a transient failure is raised instead, for the parent to retry."""
+    if failure_is_transient(err):
+        logger.warning("job %s attempt %s: transient failure, to be retried: %s", spec.job_id, spec.attempt, err)
+        raise err
+    spec.finish(app, JobStatus.FAILED, error=str(err), result_engine_id=engine_id)
+    return EXIT_RECORDED
+
+
+def refuse_bad_external_data(app: AppContext, model: ModelRecord) -> None:
+    """Raise ExternalDataError where the stored model names external bytes its files do not hold
+    (offsets or lengths `model add` did not check when it was registered). A stored bundle that is
+    no longer what was registered is left to the build's own integrity check, which names it."""
+    files = tuple(str(name) for name in model.info.get("external_data_files") or ())
+    if not files:
+        return
+    path = model_path(app, model)
+    try:
+        check_external_data(path)
+    except InvalidModelError:
+        if _as_registered(path, files, model.digest):
+            raise
+        logger.warning("model %s: its stored bundle changed since it was registered", model.id)
+
+
+def _as_registered(path: Path, files: tuple[str, ...], digest: str) -> bool:
+    """Whether the stored bundle still hashes to the digest it was registered under."""
+    try:
+        return model_digest(path, files) == digest
+    except _GONE:
+        return False

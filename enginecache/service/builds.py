@@ -6,6 +6,11 @@ validates all of it (bad input raises before anything is stored) and derives the
 running converts the precision (the converted ONNX is stored as a model of its own, linked to
 its source), builds with the backend into a scratch file, publishes the blob, then flips the
 engine row PENDING -> READY. A failure leaves only a FAILED row with the backend's message.
+
+The model bundle a converter or a backend reads (`models/<digest>/`, the path the digest implies) is
+re-hashed right before it is read (`service.modelverify.check_bundle`); one that no longer hashes to its
+digest marks the model CORRUPT and fails the build, naming the model and digest. (The backends read the
+ONNX by path, so the check is a streaming pass of its own just before theirs, not the same pass.)
 """
 
 from __future__ import annotations
@@ -30,17 +35,19 @@ from enginecache.core.fingerprint import HostFingerprint, host_fingerprint
 from enginecache.core.precision import PrecisionSpec, convert_precision, plan_recipe
 from enginecache.core.profiles import ProfileResult, parse_profile_args, resolve_profile
 from enginecache.db import queue
-from enginecache.db.models import EngineRecord, EngineStatus, ModelRecord, utcnow
+from enginecache.db.models import EngineRecord, EngineStatus, ModelRecord, ModelStatus, utcnow
 from enginecache.errors import (
     BackendUnavailableError,
     BuildFailedError,
     BuildOptionError,
     EngineCacheError,
+    IntegrityCheckError,
     LoadFailedError,
     TargetError,
 )
 from enginecache.service.context import AppContext
 from enginecache.service.models import get_model, model_inputs, model_path, register_model
+from enginecache.service.modelverify import check_bundle
 from enginecache.service.routing import WORKER_ALIVE_SECONDS, can_run, requirement_words
 
 logger = logging.getLogger(__name__)
@@ -262,7 +269,7 @@ def run_build(
     started = time.perf_counter()
     try:
         with app.store.temp_dir(prefix=f"build-{engine_id}-") as work:
-            variant, warnings = _precision_variant(app, plan, work)
+            variant, warnings = _precision_variant(app, plan, work)  # its stored bundle re-hashed just now
             source = model_path(app, variant)
             spec = BuildSpec(
                 onnx_path=source,
@@ -361,14 +368,28 @@ def recipe_key(source_digest: str, recipe: dict[str, Any]) -> str:
 
 
 def _precision_variant(app: AppContext, plan: BuildPlan, work: Path) -> tuple[ModelRecord, tuple[str, ...]]:
-    """The model to build from: the source for fp32, else its stored converted variant."""
+    """The model to build from, its stored bundle re-hashed (`check_bundle`): the source for fp32, else
+    its stored converted variant. A source that does not hash to its digest is marked CORRUPT and fails
+    the build (IntegrityCheckError); a CORRUPT variant is converted again from the (verified) source: the
+    same bytes repair it in place (`register_model`), other bytes become a new variant of the recipe."""
     if not plan.precision.precision or plan.precision.precision == "fp32":
+        check_bundle(app, plan.model)
         return plan.model, ()
     key = recipe_key(plan.model.digest, plan.recipe)
+    query = select(ModelRecord).where(ModelRecord.recipe_key == key)
+    ok_first = (col(ModelRecord.status) != ModelStatus.OK, col(ModelRecord.id))  # then the oldest
     with app.catalog.read() as session:
-        existing = session.exec(select(ModelRecord).where(ModelRecord.recipe_key == key)).first()
+        existing = session.exec(query.order_by(*ok_first)).first()
+    notes: tuple[str, ...] = ()
     if existing is not None:
-        return existing, tuple(str(w) for w in existing.recipe.get("warnings", []))
+        try:
+            check_bundle(app, existing)
+        except IntegrityCheckError as err:
+            logger.warning("converting %s again: its stored variant is corrupt (%s)", plan.model.name, err)
+            notes = (f"stored {plan.precision.precision} variant (model {existing.id}) was CORRUPT: converted again",)
+        else:
+            return existing, tuple(str(w) for w in existing.recipe.get("warnings", []))
+    check_bundle(app, plan.model)  # the converter reads the source's bytes
     converted = convert_precision(
         model_path(app, plan.model),
         plan.precision,
@@ -384,4 +405,5 @@ def _precision_variant(app: AppContext, plan: BuildPlan, work: Path) -> tuple[Mo
         recipe=recipe,
         recipe_key=key,
     )
-    return registered.model, converted.warnings
+    check_bundle(app, registered.model)  # the stored copy the backend reads
+    return registered.model, (*notes, *converted.warnings)

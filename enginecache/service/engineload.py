@@ -12,6 +12,9 @@ repeats the header check on the verified bytes and deserializes them. (Reading o
 runtime's import was tried: on 2 busy cores it was no faster, 1.00-1.09x.) A blob whose header is
 damaged is therefore refused as INCOMPATIBLE (its header is what the library judged), not CORRUPT;
 `enginecache verify` re-hashes it.
+
+The blob is read from the path its sha256 implies (`core.blobpaths`, a string operation), never from
+the catalog's `blob_path`: an edited row cannot point a load at another file.
 """
 
 from __future__ import annotations
@@ -25,20 +28,22 @@ from typing import Any
 
 from enginecache.core.backends.base import ENGINE_HEADER_BYTES, EngineSession, LoadSpec, PhaseTimer
 from enginecache.core.backends.registry import get_backend
+from enginecache.core.blobpaths import blob_path
 from enginecache.core.lazyimport import import_backend
 from enginecache.errors import EngineRejectedError, IncompatibleEngineError, IntegrityCheckError, LoadFailedError
 
 
 @dataclass(frozen=True)
 class EngineFacts:
-    """What loading an engine needs from its catalog row (and what a serving state file records)."""
+    """What loading an engine needs from its catalog row (and what a serving state file records).
+    `home` is the store's; the blob's path follows from the digest (`blob`)."""
 
     id: int
     backend: str
     backend_version: str
     precision: str
     targets: tuple[str, ...]
-    blob: Path
+    home: Path
     sha256: str | None
     blake3: str | None
     input_shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
@@ -53,11 +58,16 @@ class EngineFacts:
             backend_version=str(row["backend_version"]),
             precision=str(row.get("precision") or ""),
             targets=tuple(t for t in str(row.get("targets") or "").split(",") if t),
-            blob=home / str(row.get("blob_path") or ""),
+            home=home,
             sha256=row.get("sha256"),
             blake3=row.get("blake3"),
             input_shapes={name: tuple(p["opt"]) for name, p in profiles.items()},
         )
+
+    @property
+    def blob(self) -> Path:
+        """The blob's path in the store, from its sha256 (IntegrityCheckError where none is recorded)."""
+        return blob_path(self.home, self.sha256)
 
     @property
     def verified_digest(self) -> dict[str, str]:
@@ -110,7 +120,7 @@ def check_engine_header(facts: EngineFacts, timer: PhaseTimer, on_corrupt: Calla
     try:
         with open(facts.blob, "rb") as stream:
             header = stream.read(ENGINE_HEADER_BYTES)
-    except OSError as err:
+    except (IntegrityCheckError, OSError) as err:
         raise _corrupt(facts, err, on_corrupt) from err
     try:
         get_backend(facts.backend).check_header(header, facts.load_spec(), timer)

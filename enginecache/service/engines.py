@@ -3,6 +3,10 @@
 Compatibility is the backend's one rule (`Backend.compatibility`): `check_engine` adds the library's
 header check here (`check_compatibility`); `host_verdict` decides the same rule from a worker's
 fingerprint as the catalog recorded it, so the dashboard's per-host column and `check` agree.
+
+A blob is always the file its sha256 implies (`core.blobpaths`), never the row's `blob_path`; `verify`
+and `check` re-hash it in full (sha256, and BLAKE3 where recorded) before anything judges its bytes, so
+`check` never hands a library the header of a blob that does not match its digest.
 """
 
 from __future__ import annotations
@@ -10,15 +14,19 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from sqlmodel import col, select
 
 from enginecache.core.backends.base import CompatibilityResult
 from enginecache.core.backends.registry import get_backend
+from enginecache.core.blobpaths import blob_path
 from enginecache.core.fingerprint import HostFingerprint, host_fingerprint
+from enginecache.core.hashing import hash_file
 from enginecache.db.models import EngineRecord, EngineStatus, ModelRecord, utcnow
 from enginecache.errors import IntegrityCheckError, NotFoundError
+from enginecache.service import audit
 from enginecache.service.context import AppContext
 from enginecache.service.enginerefs import engine_ref
 from enginecache.service.listing import engine_dict
@@ -73,11 +81,22 @@ class VerifyResult:
     message: str
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.engine_id, "ok": self.ok, "status": self.status, "message": self.message}
+        return {"kind": "engine", "id": self.engine_id, "ok": self.ok, "status": self.status, "message": self.message}
+
+
+def verify_blob_at(path: Path, engine: EngineRecord) -> None:
+    """Re-hash the blob at `path` in one pass against the engine's recorded sha256 (and BLAKE3 where
+    recorded: what a load checks). Raises IntegrityCheckError on a mismatch; OSError where unreadable."""
+    got = hash_file(path)
+    if got.sha256 != engine.sha256:
+        raise IntegrityCheckError(f"blob {path} hashes to sha256 {got.sha256}, recorded {engine.sha256}")
+    if engine.blake3 and got.blake3 != engine.blake3:
+        raise IntegrityCheckError(f"blob {path} hashes to blake3 {got.blake3}, recorded {engine.blake3}")
 
 
 def verify_engines(app: AppContext, engine_ids: list[int] | None = None) -> list[VerifyResult]:
-    """Re-hash each engine's blob in one pass; a mismatch or a missing blob marks it CORRUPT."""
+    """Re-hash each engine's blob (at the path its sha256 implies) in one pass; a mismatch or a missing
+    blob marks it CORRUPT. A row whose `blob_path` names another file is set to the digest's path."""
     if engine_ids:
         engines = [get_engine(app, engine_id) for engine_id in engine_ids]
     else:
@@ -90,38 +109,83 @@ def verify_engines(app: AppContext, engine_ids: list[int] | None = None) -> list
             )
             continue
         try:
-            app.store.verify_blob(engine.sha256)
+            path = blob_path(app.home, engine.sha256)
+            if not path.is_file():
+                raise IntegrityCheckError(f"blob {engine.sha256} is missing from {path.parent}")
+            verify_blob_at(path, engine)
         except IntegrityCheckError as err:
-            _set_status(app, engine.id or 0, EngineStatus.CORRUPT)
+            was = _set_status(app, engine.id or 0, EngineStatus.CORRUPT)
             logger.warning("engine %s is corrupt: %s", engine.id, err)
+            _record_status(app, engine.id or 0, was, EngineStatus.CORRUPT, "verify", str(err))
             results.append(VerifyResult(engine.id or 0, False, EngineStatus.CORRUPT, str(err)))
             continue
         status = EngineStatus.READY if engine.status == EngineStatus.CORRUPT else engine.status
-        _set_status(app, engine.id or 0, status, verified=True)
-        results.append(VerifyResult(engine.id or 0, True, status, f"sha256 {engine.sha256} matches"))
+        message = f"sha256 {engine.sha256} matches"
+        relative = app.store.relative(path)
+        if engine.blob_path != relative:
+            message += f" (its blob_path {engine.blob_path!r} named another file: set to {relative!r})"
+        was = _set_status(app, engine.id or 0, status, verified=True, blob_path=relative)
+        _record_status(app, engine.id or 0, was, status, "verify", message)
+        results.append(VerifyResult(engine.id or 0, True, status, message))
     return results
 
 
-def _set_status(app: AppContext, engine_id: int, status: str, *, verified: bool = False) -> None:
+def _set_status(
+    app: AppContext, engine_id: int, status: str, *, verified: bool = False, blob_path: str | None = None
+) -> str | None:
+    """Set the engine's status; returns the status it had (None: no such engine)."""
     with app.catalog.write() as session:
         row = session.get(EngineRecord, engine_id)
         if row is None:
-            return
+            return None
+        was = row.status
         row.status = status
         if verified:
             row.verified_at = utcnow()
+        if blob_path is not None:
+            row.blob_path = blob_path
         session.add(row)
+    return was
+
+
+def _record_status(app: AppContext, engine_id: int, was: str | None, status: str, by: str, reason: str) -> None:
+    """Audit a change of status to CORRUPT (`engine.corrupt`) or from CORRUPT to READY (`engine.ready`)."""
+    if was is None or was == status:
+        return
+    if status == EngineStatus.CORRUPT:
+        action = audit.ENGINE_CORRUPT
+    elif was == EngineStatus.CORRUPT and status == EngineStatus.READY:
+        action = audit.ENGINE_READY
+    else:
+        return
+    audit.record(app, action, f"engine {engine_id}", {"by": by, "was": was, "reason": reason})
+
+
+CORRUPT_VERDICT = "corrupt"  # `check_engine`'s verdict for a blob that does not match its digest
 
 
 def check_engine(app: AppContext, engine_id: int, *, host: HostFingerprint | None = None) -> CompatibilityResult:
-    """Can this host load the engine? Verdict compatible | incompatible | unknown, with a reason."""
+    """Can this host load the engine? Verdict compatible | incompatible | unknown, with a reason; or
+    `corrupt`: the blob (the file its sha256 implies, re-hashed in full first) does not match its
+    recorded digest, the engine is marked CORRUPT and the backend is never handed its header."""
     engine = get_engine(app, engine_id)
-    if engine.status != EngineStatus.READY or engine.blob_path is None:
+    if engine.status != EngineStatus.READY or engine.sha256 is None:
         return CompatibilityResult("unknown", f"engine {engine_id} is {engine.status}, there is no engine to load")
-    path = app.home / engine.blob_path
-    if not path.is_file():
+    try:
+        path = blob_path(app.home, engine.sha256)
+        if not path.is_file():
+            return CompatibilityResult(
+                "unknown", f"engine {engine_id}'s blob is missing from the store ({path}); run verify"
+            )
+        verify_blob_at(path, engine)
+    except IntegrityCheckError as err:
+        was = _set_status(app, engine_id, EngineStatus.CORRUPT)
+        logger.warning("engine %s is corrupt: %s", engine_id, err)
+        _record_status(app, engine_id, was, EngineStatus.CORRUPT, "check", str(err))
         return CompatibilityResult(
-            "unknown", f"engine {engine_id}'s blob is missing from the store ({path}); run verify"
+            CORRUPT_VERDICT,
+            f"engine {engine_id} is CORRUPT (now marked so; its header was not checked): {err}",
+            {"sha256": engine.sha256, "blake3": engine.blake3},
         )
     return get_backend(engine.backend).check_compatibility(engine_ref(engine, path), host or host_fingerprint())
 
@@ -133,9 +197,12 @@ def retire_engine(app: AppContext, engine_id: int) -> EngineRecord:
         row = session.get(EngineRecord, engine_id)
         if row is None:
             raise NotFoundError(f"no engine with id {engine_id} in the catalog")
+        was = row.status
         row.status = EngineStatus.RETIRED
         session.add(row)
     logger.info("engine %s retired", engine_id)
+    if was != EngineStatus.RETIRED:
+        audit.record(app, audit.ENGINE_RETIRE, f"engine {engine_id}", {"was": was, "model_id": row.model_id})
     return row
 
 

@@ -36,6 +36,7 @@ from typing import Any
 from sqlmodel import col, select
 
 from enginecache.core.backends.registry import get_backend
+from enginecache.core.blobpaths import blob_path
 from enginecache.core.hashing import hash_file
 from enginecache.core.onnx_shapes import infer_output_shapes
 from enginecache.db.models import EngineRecord, EngineStatus, ModelRecord
@@ -106,7 +107,7 @@ def _engines(app: AppContext, model: ModelRecord, backend: str | None, precision
 
 
 def _copy_verified(app: AppContext, engine: EngineRecord, dest: Path) -> Path:
-    source = app.home / (engine.blob_path or "")
+    source = blob_path(app.home, engine.sha256)
     dest.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(source, dest)
     got = hash_file(dest)
@@ -146,7 +147,7 @@ def _place_blob(app: AppContext, engine: EngineRecord, dests: list[Path]) -> str
     """One file for the engine under every name in `dests`: the store's blob hard-linked, else one
     copy (another filesystem) linked under the other names; hashed once against the catalog.
     Returns "link" or "copy"."""
-    source = app.home / (engine.blob_path or "")
+    source = blob_path(app.home, engine.sha256)
     first, *others = dests
     how = _put(source, first, copy_if_refused=True)
     got = hash_file(first)

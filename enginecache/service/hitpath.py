@@ -14,8 +14,9 @@ SQLAlchemy, SQLModel, Alembic (its migration check) and onnx (profiles from the 
    spec, backend and tool versions, host facts, code), confirmed still READY and with the model's
    READY engines unchanged since (a retired, corrupt or newly built engine sends it down the full
    path), read in one read transaction;
-4. load through `service.engineload` (header check, verified read, `Backend.load`), then one
-   INSERT of the load event. A CORRUPT blob is marked so with one UPDATE.
+4. load through `service.engineload` (header check, verified read, `Backend.load`) from the path the
+   engine's sha256 implies (`core.blobpaths`; the row's `blob_path` is not read), then one INSERT of
+   the load event. A CORRUPT blob is marked so with one UPDATE.
 
 Anything it cannot vouch for (a PostgreSQL URL, a calibration file, another schema revision, no
 memo, a stat mismatch, a racy entry, a backend library missing) returns None and the caller takes
@@ -73,7 +74,6 @@ _ENGINE_COLUMNS = (
     "backend_version",
     "precision",
     "targets",
-    "blob_path",
     "sha256",
     "blake3",
     "build_options",

@@ -11,6 +11,7 @@ from typing import Any
 
 from enginecache.db import queue
 from enginecache.db.models import (
+    ACTIVE_JOB_STATUSES,
     TERMINAL_JOB_STATUSES,
     EngineRecord,
     JobRecord,
@@ -21,6 +22,7 @@ from enginecache.db.models import (
 )
 from enginecache.db.queue import Clock
 from enginecache.errors import JobWaitError
+from enginecache.service import audit
 from enginecache.service.builds import BuildPlan, BuildRequest, find_ready_engine, plan_build
 from enginecache.service.context import AppContext
 from enginecache.service.events import record_event
@@ -109,6 +111,20 @@ def submit_build(
         timeout_seconds=timeout_seconds,
     )
     _record_request(app, plan, "joined" if result.joined else "queued", started)
+    if not result.joined:
+        audit.record(
+            app,
+            audit.BUILD_SUBMIT,
+            f"model {plan.model.id}",
+            {
+                "job_id": result.job.id,
+                "model": plan.model.name,
+                "backend": plan.backend.name,
+                "precision": plan.precision.precision,
+                "targets": list(plan.targets),
+                "cache_key": plan.cache_key,
+            },
+        )
     return SubmitResult(cache_hit=False, engine=None, job=result.job, joined=result.joined, notes=plan.notes)
 
 
@@ -166,7 +182,14 @@ def job_to_dict(app: AppContext | None, job: JobRecord) -> dict[str, Any]:
 
 
 def cancel_job(app: AppContext, job_id: int) -> JobRecord:
-    return queue.request_cancel(app.catalog, job_id)
+    """Cancel a QUEUED job at once, or ask a RUNNING one's worker to stop it; a job already finished,
+    or already asked, is left as it is (and nothing is recorded)."""
+    before = queue.get_job(app.catalog, job_id)
+    job = queue.request_cancel(app.catalog, job_id)
+    if before.status in ACTIVE_JOB_STATUSES and not before.cancel_requested:
+        details = {"kind": job.kind, "was": before.status, "status": job.status}
+        audit.record(app, audit.JOB_CANCEL, f"job {job_id}", details)
+    return job
 
 
 def get_job(app: AppContext, job_id: int) -> JobRecord:

@@ -1,4 +1,5 @@
-"""Loading a catalog engine here (the ORM path): its facts from the row, then `service.engineload`.
+"""Loading a catalog engine here (the ORM path): its facts from the row, then `service.engineload`
+(which reads the blob from the path its digest implies, not the row's `blob_path`).
 
 Whatever refuses the engine is an `EngineRejectedError` with its verdict: CORRUPT (the bytes do not
 match the recorded digest, or the blob is gone; the engine is marked CORRUPT), INCOMPATIBLE (the
@@ -26,7 +27,7 @@ def engine_facts(app: AppContext, engine: EngineRecord) -> EngineFacts:
         backend_version=engine.backend_version,
         precision=engine.precision,
         targets=engine_targets(engine),
-        blob=app.home / (engine.blob_path or ""),
+        home=app.home,  # the blob's path follows from its sha256, never from the row's blob_path
         sha256=engine.sha256,
         blake3=engine.blake3,
         input_shapes={name: tuple(p["opt"]) for name, p in profiles.items()},

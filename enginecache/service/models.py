@@ -1,4 +1,4 @@
-"""Use cases for models: register (inspect, hash, store, record), find, list."""
+"""Use cases for models: register (inspect, hash, store, record; repair a damaged stored bundle), find, list."""
 
 from __future__ import annotations
 
@@ -15,8 +15,10 @@ from enginecache.core.onnx_info import TensorInfo, inspect_model
 from enginecache.db.catalog import ConnectionRows
 from enginecache.db.models import ModelRecord
 from enginecache.errors import ModelNameError, NotFoundError
+from enginecache.service import audit
 from enginecache.service.context import AppContext
 from enginecache.service.listing import model_dict, resolve_model_id
+from enginecache.service.modelverify import bundle_path, restore_bundle
 
 logger = logging.getLogger(__name__)
 
@@ -25,6 +27,7 @@ logger = logging.getLogger(__name__)
 class RegisterResult:
     model: ModelRecord
     created: bool
+    repaired: bool = False  # bytes already registered whose stored bundle was damaged (or marked CORRUPT)
 
 
 def register_model(
@@ -39,7 +42,9 @@ def register_model(
 ) -> RegisterResult:
     """Inspect and hash `path`, copy it (and its external data) into the store, record it.
 
-    The same bytes registered twice return the existing record. Bad input raises an
+    The same bytes registered twice return the existing record, after checking that its stored
+    bundle still hashes to the digest: a damaged or missing one is rewritten from `path` (itself
+    hashed to that digest first) and a CORRUPT model set back to OK (`repaired`). Bad input raises an
     InvalidModelError before anything is stored. A source model's name must match
     `core.names` (ModelNameError otherwise; without a name, one is made from the file name), and
     a name another source model holds with other bytes is refused unless `new_version` (the newest
@@ -50,6 +55,10 @@ def register_model(
     info = inspect_model(Path(path))
     existing = find_model_by_digest(app, info.digest)
     if existing is not None:
+        if restore_bundle(app, existing, info.path):
+            repaired = find_model_by_digest(app, info.digest) or existing
+            audit.record(app, audit.MODEL_REPAIR, f"model {repaired.id}", _audit_details(repaired))
+            return RegisterResult(repaired, created=False, repaired=True)
         return RegisterResult(existing, created=False)
     if parent_id is None:
         name = name if name is not None else name_from_filename(info.path.stem)
@@ -77,7 +86,20 @@ def register_model(
             raise
         return RegisterResult(concurrent, created=False)
     logger.info("registered model %s (%s) as id %s", record.name, info.digest[:12], record.id)
+    details = {**_audit_details(record), "new_version": new_version}
+    audit.record(app, audit.MODEL_REGISTER, f"model {record.id}", details)
     return RegisterResult(record, created=True)
+
+
+def _audit_details(model: ModelRecord) -> dict[str, Any]:
+    return {
+        "name": model.name,
+        "digest": model.digest,
+        "filename": model.filename,
+        "size_bytes": model.size_bytes,
+        "parent_id": model.parent_id,
+        "recipe_key": model.recipe_key,
+    }
 
 
 def _refuse_taken_name(app: AppContext, name: str) -> None:
@@ -115,7 +137,9 @@ def list_models(app: AppContext, *, limit: int | None = None, offset: int = 0) -
 
 
 def model_path(app: AppContext, model: ModelRecord) -> Path:
-    return app.home / model.store_path
+    """The stored model file, derived from the model's digest (`models/<digest>/<file name>`), not from
+    the catalog's `store_path`: an edited row cannot point a build at other bytes."""
+    return bundle_path(app, model)
 
 
 def model_inputs(model: ModelRecord) -> tuple[TensorInfo, ...]:

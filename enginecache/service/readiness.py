@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from enginecache.core.backends.registry import get_backend
+from enginecache.core.blobpaths import blob_path
 from enginecache.core.fingerprint import HostFingerprint
 from enginecache.errors import EngineRejectedError
 from enginecache.service.builds import plan_build
@@ -45,7 +46,7 @@ def check_ready(
         read_engine(app, engine)
     except EngineRejectedError as err:
         return ReadyResult(False, str(err), engine.id)
-    ref = engine_ref(engine, app.home / (engine.blob_path or ""))
+    ref = engine_ref(engine, blob_path(app.home, engine.sha256))  # the digest's path, just verified
     compat = get_backend(engine.backend).check_compatibility(ref, host)
     if not compat.compatible:
         return ReadyResult(False, f"engine {engine.id} is {compat.verdict} here: {compat.reason}", engine.id)

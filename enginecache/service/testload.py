@@ -23,11 +23,13 @@ from sqlmodel import Session
 
 from enginecache.core.backends.base import TensorIO
 from enginecache.core.backends.registry import get_backend
+from enginecache.core.blobpaths import blob_path
 from enginecache.core.fingerprint import HostFingerprint, host_fingerprint
 from enginecache.core.validate import CORRUPT, ERROR, TestLoadResult, TestLoadSpec, tolerances_for, validate_engine
 from enginecache.db import queue
 from enginecache.db.models import EngineRecord, EngineStatus, JobRecord, LoadRunRecord, ModelRecord
 from enginecache.errors import EngineCacheError, StaleLeaseError, TestInputError, UnavailableError
+from enginecache.service import audit
 from enginecache.service.context import AppContext
 from enginecache.service.enginerefs import engine_targets
 from enginecache.service.engines import get_engine
@@ -112,6 +114,9 @@ def submit_test_load(
         max_attempts=2,
         timeout_seconds=timeout_seconds,
     )
+    if not result.joined:
+        details = {k: payload[k] for k in ("iterations", "batch", "inputs_sha256", "tolerances")}
+        audit.record(app, audit.TEST_LOAD_SUBMIT, f"engine {engine_id}", {"job_id": result.job.id, **details})
     return result.job
 
 
@@ -167,6 +172,9 @@ def run_test_load(
         with app.catalog.write() as session:
             write(session)
     logger.info("test-load of engine %s: %s (%s)", engine_id, result.verdict, result.reason)
+    if result.verdict == CORRUPT and engine.status != EngineStatus.CORRUPT:
+        details = {"by": "test-load", "was": engine.status, "job_id": job_id, "reason": result.reason}
+        audit.record(app, audit.ENGINE_CORRUPT, f"engine {engine_id}", details)
     return record
 
 
@@ -175,7 +183,7 @@ def _validate(app: AppContext, engine: EngineRecord, model: ModelRecord, options
         raise TestInputError(f"engine {engine.id} is {engine.status}: there is no engine to load")
     backend = get_backend(engine.backend)
     spec = TestLoadSpec(
-        engine_path=app.home / engine.blob_path,
+        engine_path=blob_path(app.home, engine.sha256),  # the digest's path, never the row's
         sha256=engine.sha256 or "",
         blake3=engine.blake3,
         source_onnx=model_path(app, model),

@@ -67,8 +67,12 @@ def _serve(conn: Connection, warm: Sequence[str], parent: int) -> None:
         if request is None:
             return
         target, args = request
+        zygote = os.getpid()
         pid = os.fork()
         if pid == 0:
+            # First thing: a fork clears the parent-death signal, and the command (so this zygote) may
+            # be killed before the job's own code sets it again; from here on the child dies with us.
+            _die_with_parent(zygote)
             conn.close()
             code = 1
             try:

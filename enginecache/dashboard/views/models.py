@@ -1,27 +1,49 @@
 """Models: upload an ONNX model (with external data, or a zip/tar of a model folder) or register
 a path on the server; list models; inspect one (IO with dynamic dims, ops, opset, producer,
-parameters, size, digest) and its lineage (source -> converted variants -> engines)."""
+parameters, size, digest) and its lineage (source -> converted variants -> engines).
+
+"Path on the server" registers a file already on this server, and only one under the folders
+ENGINECACHE_IMPORT_ROOTS names (`os.pathsep`-separated absolute paths); without it the form is not
+shown. The path given is resolved (`os.path.realpath`: a symlink out of a root is refused) and must be
+a regular `.onnx` file inside a root; anything else, missing or not allowed alike, gets one message
+("not an ONNX file under the import roots") that says nothing of what is there, and no error shown
+here quotes a file's bytes. Every visitor of the dashboard may use the form: admin-only comes with roles.
+
+Names, producers, file names and every error message (which may quote them) come from uploaded
+files: they are shown as plain text (`core.plaintext.markdown_literal` inside Markdown), so a
+producer named ``![x](http://evil/i.png)`` shows those characters and no image is fetched.
+"""
 
 from __future__ import annotations
 
+import html
+import logging
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pandas as pd
 import plotly.express as px
 import streamlit as st
 
+from enginecache.core.plaintext import markdown_literal
 from enginecache.core.shapetext import shape_text
 from enginecache.dashboard import data
-from enginecache.dashboard.uploads import UploadedFile, stage_upload
+from enginecache.dashboard.uploads import UploadedFile, remove_tree, stage_upload
+from enginecache.errors import BadInputError, EngineCacheError, StoreError, UnavailableError
 from enginecache.service.context import AppContext
 from enginecache.service.models import RegisterResult, get_model, model_to_dict, register_model
 from enginecache.service.readmodels.models import model_lineage
 
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
 EXTRACT_LIMIT_ENV = "ENGINECACHE_MAX_EXTRACT_MB"
+IMPORT_ROOTS_ENV = "ENGINECACHE_IMPORT_ROOTS"
+NOT_IMPORTABLE = "not an ONNX file under the import roots"
 
 
 def upload_limit_mb() -> int:
@@ -38,12 +60,64 @@ def extract_limit_bytes() -> int:
 def register_upload(
     app: AppContext, files: Sequence[UploadedFile], *, name: str | None, max_extract_bytes: int
 ) -> RegisterResult:
-    """Stage the upload in a private temp folder, register its model, remove the folder.
+    """Stage the upload in a private folder under the store's tmp/ (its filesystem, not /tmp's),
+    register its model, remove the folder.
 
-    Bad input raises (InvalidModelError and its kin) before the store or catalog is touched."""
-    with tempfile.TemporaryDirectory(prefix="enginecache-upload-") as tmp:
-        model_file = stage_upload(files, Path(tmp) / "upload", max_extract_bytes=max_extract_bytes)
+    Bad input raises (InvalidModelError and its kin) before the store or catalog is touched; a disk
+    full or failing while the upload is written raises StoreError, with nothing of it left."""
+    try:
+        app.store.ensure()
+        staging = Path(tempfile.mkdtemp(prefix="upload-", dir=app.store.tmp_dir))
+    except OSError as err:
+        raise StoreError(f"could not make a folder for the upload in {app.store.tmp_dir}: {err.strerror}") from err
+    try:
+        model_file = stage_upload(files, staging / "upload", max_extract_bytes=max_extract_bytes)
         return register_model(app, model_file, name=name or None)
+    finally:
+        remove_tree(staging)
+
+
+def import_roots() -> tuple[Path, ...]:
+    """The folders "Path on the server" may register from: ENGINECACHE_IMPORT_ROOTS, resolved
+    (`os.path.realpath`); entries that are not absolute paths are left out. Empty: the form is off."""
+    entries = (e.strip() for e in os.environ.get(IMPORT_ROOTS_ENV, "").split(os.pathsep))
+    return tuple(Path(os.path.realpath(e)) for e in entries if e and os.path.isabs(e))
+
+
+def importable_path(text: str, roots: Sequence[Path]) -> Path:
+    """The real path of `text` where it is a regular `.onnx` file inside one of `roots`, else
+    BadInputError with one message for every case (missing, outside, a symlink out, a folder), so
+    the answer tells nothing about the file system beyond the roots."""
+    refused = BadInputError(f"{text!r}: {NOT_IMPORTABLE} ({os.pathsep.join(str(r) for r in roots)})")
+    if not text or "\x00" in text or not os.path.isabs(text):
+        raise refused
+    real = Path(os.path.realpath(text))
+    if not any(real.is_relative_to(root) for root in roots):
+        raise refused
+    if real.suffix.lower() != ".onnx" or not real.is_file():
+        raise refused
+    return real
+
+
+def register_server_path(app: AppContext, text: str, *, name: str | None, roots: Sequence[Path]) -> RegisterResult:
+    """Register the `.onnx` file at `text` on this server, which must be inside `roots`."""
+    return register_model(app, importable_path(text, roots), name=name or None)
+
+
+def _attempt(what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T | None:
+    """`data.attempt` for this view: the reason shown as plain text (it may quote a user's names)."""
+    try:
+        return fn(*args, **kwargs)
+    except Exception as err:  # every failure is shown to the operator with its reason
+        if isinstance(err, UnavailableError):
+            message = f"the store or the catalog is unavailable, try again later: {err}"
+        elif isinstance(err, EngineCacheError | OSError | ValueError):
+            message = f"{what}: {err}"
+        else:
+            logger.exception("dashboard error")
+            message = f"{what}: {type(err).__name__}: {err}"
+        st.error(markdown_literal(message), icon=":material/error:")
+        return None
 
 
 def render() -> None:
@@ -98,7 +172,7 @@ def _add_section(app: AppContext) -> None:
             name = st.text_input("Name in the catalog (default: file name)", key="models_upload_name")
             if st.button("Register upload", key="models_upload_submit", disabled=not files):
                 uploaded = [UploadedFile(f.name, f, f.size) for f in files or []]
-                result = data.attempt(
+                result = _attempt(
                     "upload rejected",
                     register_upload,
                     app,
@@ -108,14 +182,28 @@ def _add_section(app: AppContext) -> None:
                 )
                 _registered(result)
         with path_tab:
-            st.caption("A model file already on this server (external data beside it is included).")
-            path = st.text_input("Path", key="models_path", placeholder="/data/models/resnet18.onnx")
-            name2 = st.text_input("Name in the catalog (default: file name)", key="models_path_name")
-            if st.button("Register path", key="models_path_submit", disabled=not path.strip()):
-                result = data.attempt(
-                    "cannot register", register_model, app, Path(path.strip()).expanduser(), name=name2.strip() or None
+            roots = import_roots()
+            if not roots:
+                st.caption(
+                    "Registering a file already on this server is off. To allow it, start the dashboard with "
+                    f"`{IMPORT_ROOTS_ENV}` naming the folders it may register from (absolute paths, "
+                    f"separated by `{os.pathsep}`)."
                 )
-                _registered(result)
+            else:
+                shown = ", ".join(markdown_literal(str(r)) for r in roots)
+                st.caption(f"A model file already on this server, under {shown} (external data beside it is included).")
+                path = st.text_input("Path", key="models_path", placeholder=str(roots[0] / "resnet18.onnx"))
+                name2 = st.text_input("Name in the catalog (default: file name)", key="models_path_name")
+                if st.button("Register path", key="models_path_submit", disabled=not path.strip()):
+                    result = _attempt(
+                        "cannot register",
+                        register_server_path,
+                        app,
+                        os.path.expanduser(path.strip()),
+                        name=name2.strip() or None,
+                        roots=roots,
+                    )
+                    _registered(result)
 
 
 def _registered(result: RegisterResult | None) -> None:
@@ -126,14 +214,14 @@ def _registered(result: RegisterResult | None) -> None:
     st.session_state["models_selected_id"] = model.id
     st.session_state["models_detail"] = model.id
     verb = "Registered" if result.created else "Already registered (same bytes)"
-    st.success(f"{verb}: {model.name} (id {model.id}), sha256 {model.digest}")
+    st.success(f"{verb}: {markdown_literal(model.name)} (id {model.id}), sha256 {model.digest}")
 
 
 def _io_frame(tensors: list[dict[str, Any]]) -> pd.DataFrame:
     return pd.DataFrame(
         [
             {
-                "name": t["name"],
+                "name": t["name"],  # a dataframe cell is plain text
                 "dtype": t["dtype"],
                 "shape": shape_text(t["shape"]),
                 "dynamic dims": ", ".join(str(d) for d in t["shape"] if not isinstance(d, int)) or "-",
@@ -144,26 +232,25 @@ def _io_frame(tensors: list[dict[str, Any]]) -> pd.DataFrame:
 
 
 def _detail(app: AppContext, model_id: int) -> None:
-    model = data.attempt("cannot read the model", get_model, app, model_id)
+    model = _attempt("cannot read the model", get_model, app, model_id)
     if model is None:
         return
     info = model_to_dict(model)
-    st.subheader(f"{model.name} (id {model.id})")
+    st.subheader(f"{markdown_literal(model.name)} (id {model.id})")
     cols = st.columns(4)
     cols[0].metric("Size", data.fmt_bytes(model.size_bytes))
     cols[1].metric("Parameters", f"{info.get('parameter_count', 0):,d}")
     opsets = info.get("opsets") or {}
-    cols[2].metric(
-        "Opset", ", ".join(f"{d}:{v}" if d not in ("", "ai.onnx") else str(v) for d, v in opsets.items()) or "-"
-    )
+    opset_text = ", ".join(f"{d}:{v}" if d not in ("", "ai.onnx") else str(v) for d, v in opsets.items())
+    cols[2].metric("Opset", markdown_literal(opset_text) or "-")  # a metric's value is Markdown too
     cols[3].metric("IR version", info.get("ir_version", "-"))
     producer = f"{info.get('producer_name') or '-'} {info.get('producer_version') or ''}".strip()
     st.markdown(
-        f"**producer** {producer}  \n**sha256** `{model.digest}`  \n"
-        f"**file** `{model.filename}` stored at `{model.store_path}`"
+        f"**producer** {markdown_literal(producer)}  \n**sha256** `{model.digest}`  \n"
+        f"**file** {markdown_literal(model.filename)} stored at {markdown_literal(model.store_path)}"
     )
     if info.get("external_data_files"):
-        st.markdown("**External data:** " + ", ".join(f"`{f}`" for f in info["external_data_files"]))
+        st.markdown("**External data:** " + ", ".join(markdown_literal(str(f)) for f in info["external_data_files"]))
     if model.recipe:
         st.markdown("**Precision recipe**")
         st.json(model.recipe, expanded=False)
@@ -178,20 +265,24 @@ def _detail(app: AppContext, model_id: int) -> None:
         histogram = info.get("op_histogram") or {}
         st.markdown(f"**Operators** ({sum(histogram.values())} nodes, {len(histogram)} kinds)")
         if histogram:
-            frame = pd.DataFrame(sorted(histogram.items(), key=lambda kv: -kv[1]), columns=["op", "count"])
+            # Plotly renders a subset of HTML in tick labels: op names (any string in a custom domain) escaped.
+            ops = sorted(((html.escape(op), n) for op, n in histogram.items()), key=lambda kv: -kv[1])
+            frame = pd.DataFrame(ops, columns=["op", "count"])
             fig = px.bar(frame.head(30), x="count", y="op", orientation="h", height=max(250, 22 * min(len(frame), 30)))
             fig.update_layout(yaxis={"autorange": "reversed"}, margin={"l": 0, "r": 0, "t": 10, "b": 0})
             st.plotly_chart(fig, key="models_ops_chart")
 
-    lineage = data.attempt("cannot read the lineage", model_lineage, app, model_id)
+    lineage = _attempt("cannot read the lineage", model_lineage, app, model_id)
     if lineage is None:
         return
     st.markdown("**Lineage**")
-    lines = [f"- source **{lineage.source.name}** (id {lineage.source.id}, `{lineage.source.digest[:16]}`)"]
+    source = lineage.source
+    lines = [f"- source **{markdown_literal(source.name)}** (id {source.id}, `{source.digest[:16]}`)"]
     for variant in lineage.variants:
         recipe = variant.recipe or {}
-        tool = recipe.get("tool") or recipe.get("converter") or ""
-        lines.append(f"  - converted **{variant.name}** (id {variant.id}, `{variant.digest[:16]}`) {tool}".rstrip())
+        tool = markdown_literal(str(recipe.get("tool") or recipe.get("converter") or ""))
+        name = markdown_literal(variant.name)
+        lines.append(f"  - converted **{name}** (id {variant.id}, `{variant.digest[:16]}`) {tool}".rstrip())
     st.markdown("\n".join(lines))
     if lineage.engines:
         names = {lineage.source.id: lineage.source.name, **{v.id: v.name for v in lineage.variants}}

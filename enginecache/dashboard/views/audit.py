@@ -1,0 +1,65 @@
+"""Audit: every change (models registered or repaired, builds and test-loads submitted, jobs
+cancelled, engines retired, anything marked CORRUPT), newest first, with who made it, when and from
+where; filtered by action. Every string in it came from someone: shown in tables (plain text) or
+escaped inside Markdown (`core.plaintext.markdown_literal`)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from enginecache.core.plaintext import markdown_literal
+from enginecache.dashboard import data
+from enginecache.service import audit
+
+ANY = "(any)"
+PAGE_SIZES = (100, 500, 1000)
+
+
+@st.cache_data(ttl=data.LIST_TTL, show_spinner=False)
+def _actions(key: data.CatalogKey) -> list[str]:
+    return audit.audit_actions(data.get_app())
+
+
+@st.cache_data(ttl=data.LIVE_TTL, show_spinner=False)
+def _events(key: data.CatalogKey, action: str | None, limit: int, offset: int) -> list[dict[str, Any]]:
+    return [audit.audit_dict(e) for e in audit.list_audit(data.get_app(), action=action, limit=limit, offset=offset)]
+
+
+def _row(event: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": event["id"],
+        "at (UTC)": event["at"][:19].replace("T", " "),
+        "actor": event["actor"],
+        "origin": event["origin"],
+        "action": event["action"],
+        "target": event["target"],
+        "details": json.dumps(event["details"], sort_keys=True, default=str) if event["details"] else "",
+    }
+
+
+def render() -> None:
+    st.title("Audit")
+    key = data.catalog_key()
+    me = audit.current_actor()
+    st.caption(
+        "Every change, newest first: who made it, when and from where. The log is append-only: the "
+        f"database refuses to change or delete its rows. Changes you make here are recorded as "
+        f"{markdown_literal(me.name)} ({markdown_literal(me.origin)})."
+    )
+    cols = st.columns([3, 1, 1])
+    with cols[0]:
+        chosen = st.selectbox("Action", [ANY, *_actions(key)], key="audit_action")
+    with cols[1]:
+        size = int(st.selectbox("Rows per page", PAGE_SIZES, key="audit_page_size"))
+    with cols[2]:
+        page = int(st.number_input("Page", min_value=1, value=1, step=1, key="audit_page"))
+    action = None if chosen == ANY else str(chosen)
+    events = _events(key, action, size, (page - 1) * size)
+    if not events:
+        st.info("No change recorded yet." if action is None and page == 1 else "No event on this page.")
+        return
+    st.dataframe(pd.DataFrame([_row(e) for e in events]), hide_index=True, key="audit_table")

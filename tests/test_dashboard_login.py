@@ -1,0 +1,66 @@
+"""With a login configured (Streamlit's [auth]), the dashboard shows nothing but its login until the
+user is logged in, and a session whose identity token has expired is logged out (Streamlit's cookie
+cannot be revoked server-side, so the token's own maximum age ends it)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from enginecache.dashboard.app import session_expired
+from enginecache.service import audit
+from tests.dashboardkit import serve_home
+
+TIMEOUT = 60
+AUTH = {
+    "redirect_uri": "http://localhost:8501/oauth2callback",
+    "cookie_secret": "a-test-secret",
+    "client_id": "enginecache",
+    "client_secret": "s3cret",
+    "server_metadata_url": "http://127.0.0.1:9/.well-known/openid-configuration",
+}
+
+
+@pytest.fixture
+def router(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[AppTest]:
+    serve_home(tmp_path / "home", monkeypatch)
+    at = AppTest.from_string("from enginecache.dashboard import app\napp.main()\n", default_timeout=TIMEOUT)
+    at.secrets["auth"] = AUTH
+    yield at
+    audit.use_actor_source(None)
+
+
+def _buttons(at: AppTest) -> list[str]:
+    return [b.label for b in at.button]
+
+
+def test_with_a_login_configured_a_visitor_sees_only_the_login(router: AppTest) -> None:
+    router.user = {"is_logged_in": False}
+    router.run()
+    assert not router.exception
+    assert _buttons(router) == ["Log in"]
+    assert [t.value for t in router.title] == ["enginecache"], "no page of the dashboard ran"
+
+
+def test_a_logged_in_user_with_a_live_token_gets_the_dashboard(router: AppTest) -> None:
+    router.user = {"is_logged_in": True, "email": "op@example.com", "exp": time.time() + 3600}
+    router.run()
+    assert not router.exception
+    assert "Log in" not in _buttons(router) and "Log out" in _buttons(router)
+    assert any("op@example.com" in c.value.replace("\\", "") for c in router.sidebar.caption)
+    assert [t.value for t in router.title] != ["enginecache"], "a page of the dashboard ran"
+
+
+def test_an_expired_token_ends_the_session(router: AppTest) -> None:
+    router.user = {"is_logged_in": True, "email": "op@example.com", "exp": time.time() - 1}
+    router.run()
+    assert _buttons(router) == ["Log in"]
+
+
+def test_session_expiry_reads_the_tokens_exp_claim() -> None:
+    assert session_expired({"exp": 100}, now=100.0) and not session_expired({"exp": 101}, now=100.0)
+    assert not session_expired({}, now=100.0), "no exp claim: Streamlit's cookie lifetime applies"
