@@ -315,3 +315,38 @@ def test_tree_copies_once_per_engine_across_filesystems(
     assert _inode(sm86) == _inode(sm89) != _inode(_blobs(app)["sm86,sm89"])
     assert sm86.read_bytes() == _blobs(app)["sm86,sm89"].read_bytes()
     assert verify_tree(result.root) == []
+
+
+@pytest.mark.parametrize("legacy_name", ["..", "."])
+@pytest.mark.parametrize("fmt", ["tree", "triton"])
+def test_an_export_never_writes_outside_dest_even_for_a_legacy_name(
+    app: AppContext, tmp_path: Path, legacy_name: str, fmt: str
+) -> None:
+    """Names are constrained at registration now; a catalog from before may still hold `..`."""
+    from sqlmodel import select as select_rows
+
+    from enginecache.db.models import ModelRecord
+
+    with app.catalog.write() as session:
+        model = session.exec(select_rows(ModelRecord).where(ModelRecord.name == "mlp")).one()
+        model.name = legacy_name
+        session.add(model)
+    dest = tmp_path / "out" / "dest"
+    with pytest.raises(ExportError, match="would write outside"):
+        export_model(app, str(model.id), dest, fmt=fmt)
+    assert not any((tmp_path / "out").rglob("*.plan")) and not any((tmp_path / "out").rglob("*.engine"))
+    assert not (tmp_path / "out" / "config.pbtxt").exists()
+
+
+def test_a_legacy_name_with_separators_is_exported_under_dest(app: AppContext, tmp_path: Path) -> None:
+    from sqlmodel import select as select_rows
+
+    from enginecache.db.models import ModelRecord
+
+    with app.catalog.write() as session:
+        model = session.exec(select_rows(ModelRecord).where(ModelRecord.name == "mlp")).one()
+        model.name = "../../escape"
+        session.add(model)
+    dest = tmp_path / "out" / "dest"
+    result = export_model(app, str(model.id), dest, fmt="tree")
+    assert all(path.resolve().is_relative_to(dest.resolve()) for path in result.files)

@@ -165,6 +165,17 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-").lower()
 
 
+def _model_root(dest: Path, model_name: str) -> Path:
+    """`dest/<slug of the name>`, checked after resolving to be a folder strictly under DEST: a
+    catalog from before names were constrained may hold `..` or `.`, which would write beside or
+    into DEST itself."""
+    root = dest / _slug(model_name)
+    resolved, base = root.resolve(), dest.resolve()
+    if resolved == base or not resolved.is_relative_to(base):
+        raise ExportError(f"model name {model_name!r} would write outside {dest}: rename the model first")
+    return root
+
+
 def export_model(
     app: AppContext,
     model: str,
@@ -198,7 +209,7 @@ def export_tree(
     engines = _engines(app, model, backend, precision)
     if not engines:
         raise ExportError(f"model {model.name} has no READY engine to export" + _filter_text(backend, precision))
-    root = dest / _slug(model.name)
+    root = _model_root(dest, model.name)
     root.mkdir(parents=True, exist_ok=True)
     entries: list[dict[str, Any]] = []
     files: list[Path] = []
@@ -316,8 +327,8 @@ def export_triton(
     chosen = min((get_backend(b) for b in by_backend), key=lambda b: b.triton.rank)
     engines = by_backend[chosen.name]
     base = engines[0]
-    name = _slug(model.name)
-    root = dest / name
+    root = _model_root(dest, model.name)
+    name = root.name
     version_dir = root / "1"
     version_dir.mkdir(parents=True, exist_ok=True)
     files: list[Path] = []
