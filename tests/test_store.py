@@ -100,3 +100,17 @@ def test_republishing_repairs_a_damaged_blob(tmp_path: Path) -> None:
     assert again.created is True, "the damaged copy was replaced"
     assert blob.path.read_bytes() == data
     assert store.verify_blob(blob.sha256).sha256 == blob.sha256
+
+
+def test_a_store_that_cannot_make_its_folders_is_unavailable_not_bad_input(tmp_path: Path) -> None:
+    """An OSError making the store's folders (here: the home is under a file) is a StoreError, exit 3."""
+    from enginecache.errors import EXIT_UNAVAILABLE, exit_code_for
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    store = ArtifactStore(blocker / "home")
+    with pytest.raises(StoreError, match="could not create the store's folder") as raised:
+        store.ensure()
+    assert exit_code_for(raised.value) == EXIT_UNAVAILABLE
+    with pytest.raises(StoreError), store.temp_dir():
+        pass

@@ -87,7 +87,16 @@ class ArtifactStore:
 
     def ensure(self) -> None:
         for path in (self.objects_dir, self.models_dir, self.tmp_dir):
-            path.mkdir(parents=True, exist_ok=True)
+            try:
+                path.mkdir(parents=True, exist_ok=True)
+            except OSError as err:  # disk full, read-only, permissions: the store, not the request
+                raise StoreError(f"could not create the store's folder {path}: {err}") from err
+
+    def _mkdtemp(self, prefix: str) -> Path:
+        try:
+            return Path(tempfile.mkdtemp(prefix=prefix, dir=self.tmp_dir))
+        except OSError as err:
+            raise StoreError(f"could not make a temporary folder in {self.tmp_dir}: {err}") from err
 
     # -- publishing and gc --------------------------------------------------------------
 
@@ -146,7 +155,7 @@ class ArtifactStore:
     def temp_dir(self, prefix: str = "work-") -> Iterator[Path]:
         """A scratch directory on the store's filesystem, removed afterwards."""
         self.ensure()
-        path = Path(tempfile.mkdtemp(prefix=prefix, dir=self.tmp_dir))
+        path = self._mkdtemp(prefix)
         try:
             yield path
         finally:
@@ -240,7 +249,7 @@ class ArtifactStore:
         stored_model = target / model_path.name
         if self._touch_bundle(target):
             return stored_model
-        staging = Path(tempfile.mkdtemp(prefix="model-", dir=self.tmp_dir))
+        staging = self._mkdtemp("model-")
         try:
             names = [model_path.name, *external_files]
             for name in names:
