@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import stat
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -141,9 +141,35 @@ def inspect_model(path: Path) -> ModelInfo:
     """Inspect `path` without loading weights; validate it; hash it (see the module docstring).
 
     Raises `InvalidModelError` for a missing, empty, non-ONNX, truncated or checker-rejected
-    file and `ExternalDataError` for an unsafe or missing external data reference.
+    file (a string field that is not UTF-8 included: ONNX's proto2 strings are not checked when
+    parsed) and `ExternalDataError` for an unsafe or missing external data reference.
     """
     path = Path(path)
+    try:
+        info = _inspect(path)
+    except UnicodeDecodeError as err:  # found by tests/test_fuzz_model_add.py
+        raise InvalidModelError(
+            f"{path}: a name or string in the model is not valid UTF-8 ({err.reason} at byte {err.start})"
+        ) from err
+    undecodable = next(_bytes_fields(info.to_dict(), "model"), None)  # protobuf hands such strings back as bytes
+    if undecodable is not None:
+        raise InvalidModelError(f"{path}: {undecodable} is not valid UTF-8 text")
+    return info
+
+
+def _bytes_fields(value: object, where: str) -> Iterator[str]:
+    """Where in an inspection's dict a string field came back as bytes (not valid UTF-8)."""
+    if isinstance(value, bytes):
+        yield where
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _bytes_fields(item, f"{where}.{key}")
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            yield from _bytes_fields(item, f"{where}[{index}]")
+
+
+def _inspect(path: Path) -> ModelInfo:
     model_size = _check_file(path)
     model = _load_proto(path)
 
