@@ -21,6 +21,7 @@ stored), 3 the catalog or the store is unavailable (try again later).
     │   ├── BackupRefusedError               backup or restore refused: the destination, home or catalog is not empty
     │   └── ServeError                       `serve` cannot start as asked (port taken, bad address)
     ├── NotFoundError                        exit 2: no row with that id, name or digest
+    ├── AccessDeniedError                    exit 2 ("forbidden"): the user's role does not allow it
     ├── IntegrityCheckError                  bytes that do not match their recorded digest (CORRUPT)
     ├── BuildFailedError                     the backend ran and failed; carries its own words
     ├── LoadFailedError                      an engine could not be loaded (deserialize, context, I/O)
@@ -138,6 +139,17 @@ class NotFoundError(EngineCacheError):
 
     exit_code = EXIT_BAD_INPUT
     kind = "not_found"
+
+
+# -- access denied (exit 2) ------------------------------------------------------------------
+
+
+class AccessDeniedError(EngineCacheError):
+    """The acting user's role (or their lack of one) does not allow what they asked; the message
+    names the user, their role and the role it needs. Nothing was changed."""
+
+    exit_code = EXIT_BAD_INPUT
+    kind = "forbidden"
 
 
 # -- failed or refused (exit 1) ---------------------------------------------------------------

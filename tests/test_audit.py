@@ -28,7 +28,7 @@ from enginecache.core.blobpaths import blob_path
 from enginecache.core.plaintext import markdown_literal
 from enginecache.dashboard import app as dashboard_app
 from enginecache.db.catalog import MIGRATIONS_DIR
-from enginecache.db.models import AuditEventRecord, EngineStatus, JobStatus, ModelStatus
+from enginecache.db.models import AuditEventRecord, EngineStatus, JobStatus, ModelStatus, UserRoleRecord
 from enginecache.db.reader import sqlite_url
 from enginecache.service import audit
 from enginecache.service.audit import Actor, acting_as, current_actor, list_audit, local_actor, record
@@ -43,7 +43,13 @@ from tests.clirunner import run_cli
 from tests.conftest import corrupt_blob
 from tests.dashboardkit import TIMEOUT, frame, serve_home, view
 
-ALICE = Actor("alice@example.com", "dashboard 10.0.0.7")
+ALICE = Actor("alice@example.com", "dashboard 10.0.0.7")  # a logged-in user (not local): her role is a row
+
+
+def _grant(app: AppContext, subject: str, role: str = "admin") -> None:
+    """A role row written directly (no `role.set` event among the events a test counts)."""
+    with app.catalog.write() as session:
+        session.add(UserRoleRecord(subject=subject.lower(), role=role, granted_by="test"))
 
 
 def _events(app: AppContext) -> list[tuple[str, str]]:
@@ -57,6 +63,7 @@ def _events(app: AppContext) -> list[tuple[str, str]]:
 def test_every_change_is_recorded_once_with_its_actor_origin_and_target(catalog_ctx: AppContext, mlp: Path) -> None:
     app = catalog_ctx
     request = BuildRequest(model="mlp", backend="ort")
+    _grant(app, ALICE.name)
     with acting_as(ALICE):
         model = register_model(app, mlp, name="mlp").model
         register_model(app, mlp)  # the same bytes, nothing changed: not recorded
@@ -360,6 +367,8 @@ def test_the_router_runs_each_page_as_the_streamlit_user(served: AppContext, mon
     the default page here, says whom it records)."""
     views = dashboard_app.VIEWS
     monkeypatch.setattr(dashboard_app, "VIEWS", tuple(sorted(views, key=lambda v: v[0] != "audit")))
+    _grant(served, "alice@example.com")  # the Audit view is for admins
+    _grant(served, "[Bob](http://evil)")
     at = AppTest.from_string("from enginecache.dashboard import app\napp.main()\n", default_timeout=TIMEOUT)
     at.user = {"is_logged_in": True, "email": "alice@example.com", "name": "Alice"}
     at.run()

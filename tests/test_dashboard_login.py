@@ -13,6 +13,8 @@ from streamlit.testing.v1 import AppTest
 
 from enginecache.dashboard.app import session_expired
 from enginecache.service import audit
+from enginecache.service.access import Role, set_role
+from enginecache.service.context import AppContext
 from tests.dashboardkit import serve_home
 
 TIMEOUT = 60
@@ -28,6 +30,9 @@ AUTH = {
 @pytest.fixture
 def router(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[AppTest]:
     serve_home(tmp_path / "home", monkeypatch)
+    app = AppContext.from_settings(tmp_path / "home")
+    set_role(app, "op@example.com", Role.OPERATOR)  # as the local admin (the test's OS user)
+    app.close()
     at = AppTest.from_string("from enginecache.dashboard import app\napp.main()\n", default_timeout=TIMEOUT)
     at.secrets["auth"] = AUTH
     yield at

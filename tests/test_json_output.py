@@ -83,6 +83,13 @@ RECIPES: dict[str, tuple[list[str], list[str], str]] = {
     "job cancel": (["job", "cancel", "{job_id}"], ["job", "cancel", "999999"], "not_found"),
     "gc": (["gc"], ["gc", "--grace-days", "-1"], "usage"),
     "audit": (["audit"], ["audit", "--limit", "0"], "usage"),
+    "role set": (
+        ["role", "set", "Viewer@Example.com", "viewer"],
+        ["role", "set", "v@example.com", "root"],
+        "bad_input",
+    ),
+    "role remove": (["role", "remove", "gone@example.com"], ["role", "remove", "nobody@example.com"], "not_found"),
+    "role list": (["role", "list"], ["role", "list", "--no-such-option"], "usage"),
     "backup": (["backup", "{tmp}/backup-ok"], ["backup", "{home}"], "bad_input"),  # not inside the home
     # restore goes into an empty home of its own (a leading --home replaces the catalog's)
     "restore": (["--home", "{tmp}/restored", "restore", "{tmp}/backup"], ["restore", "{tmp}/no-backup"], "bad_input"),
@@ -111,6 +118,8 @@ def small_catalog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Catalog]
     assert built.returncode == 0, built.stderr
     engine = json.loads(built.stdout)
     jobs = json.loads(_cli(home, "jobs", "--json").stdout)
+    granted = _cli(home, "role", "set", "gone@example.com", "viewer", "--json")  # what `role remove` removes
+    assert granted.returncode == 0, granted.stderr
     backed_up = _cli(home, "backup", str(tmp / "backup"), "--json")  # what the restore recipe restores
     assert backed_up.returncode == 0, backed_up.stderr
     yield Catalog(

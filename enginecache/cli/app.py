@@ -59,6 +59,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Restore a backup into an empty home and catalog, verified against its manifest, migrated to head.",
     ),
     "audit": ("auditcmd", "The audit log: every change, who made it, when and from where; newest first."),
+    "role": ("rolescmd", "Give dashboard users roles (viewer < operator < admin); deny by default."),
     "model": ("models", "Register and inspect ONNX models."),
     "engine": ("engines", "List and inspect engines."),
     "job": ("jobs", "Inspect and cancel jobs."),

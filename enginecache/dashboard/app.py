@@ -8,6 +8,10 @@ the page), so the audit log records who changed what from here. A fragment's own
 view's job cards) run without this script, in a thread of their own: `service.audit.use_actor_source`
 names the same user to them.
 
+Each run reads the user's role again (`service.access`, after the login): a logged-in user with no
+role sees only a line saying so; the others get the views their role may see (Audit: admins), and
+views hide the actions the role may not take (`data.current_role`). The service layer checks again.
+
 A view's module (and the dashboard's data layer) is imported when a view first runs, not when the
 router does: the first page a new server process renders (Overview) then imports what it uses
 (pandas, plotly's graph objects, the catalog and its read models) and not what Build and Engines
@@ -33,6 +37,7 @@ if _ROOT not in sys.path:
 import streamlit as st  # noqa: E402
 
 from enginecache.core.plaintext import markdown_literal  # noqa: E402
+from enginecache.service.access import Role  # noqa: E402
 from enginecache.service.audit import Actor, acting_as, use_actor_source  # noqa: E402
 
 logger = logging.getLogger(__name__)
@@ -50,18 +55,23 @@ VIEWS: tuple[tuple[str, str, str, str], ...] = (
     ("audit", "Audit", "audit", ":material/history:"),
 )
 NO_LOGIN = "dashboard (no login)"
+# The least role a view needs to be listed in the navigation (every other view: viewer).
+VIEW_ROLES: dict[str, Role] = {"audit": Role.ADMIN}
+ROLE_STATE = "enginecache_role"  # st.session_state: this run's role (`data.current_role`), set by main()
+NO_ROLE = "your account {who} has no role on this dashboard; ask an admin"
 
 
 def session_actor() -> Actor:
-    """Who this session acts as: the logged-in user (e-mail, else name, else subject), else
-    `dashboard (no login)`; from `dashboard` and the client's address where Streamlit knows it (none
-    for a client on localhost)."""
+    """Who this session acts as: the logged-in user (e-mail, else name, else subject; not local:
+    their role is their row in `user_roles`), else `dashboard (no login)` (local: without a login the
+    dashboard listens on 127.0.0.1 only, and acts as the local admin); from `dashboard` and the
+    client's address where Streamlit knows it (none for a client on localhost)."""
     address = st.context.ip_address
     origin = f"dashboard {address}" if isinstance(address, str) and address else "dashboard"
     if st.user.get("is_logged_in") is not True:
-        return Actor(NO_LOGIN, origin)
+        return Actor(NO_LOGIN, origin, local=True)
     name = st.user.get("email") or st.user.get("name") or st.user.get("sub")
-    return Actor(str(name) if name else "dashboard (login without a name)", origin)
+    return Actor(str(name) if name else "dashboard (login without a name)", origin, local=False)
 
 
 def script_run_actor() -> Actor | None:
@@ -135,19 +145,39 @@ def gate_login() -> bool:
     return False
 
 
+def session_role(actor: Actor) -> Role | None:
+    """The actor's role, read again on every run (`service.access.role_of`): a local actor (no login
+    configured) is the local admin without a catalog read; a logged-in user's comes from the catalog."""
+    from enginecache.service.access import role_of
+
+    if actor.local:
+        return Role.ADMIN
+    from enginecache.dashboard.data import get_app
+
+    return role_of(get_app(), actor)
+
+
 def main() -> None:
     st.set_page_config(page_title="enginecache", page_icon=":material/memory:", layout="wide")
     if not gate_login():
         return
     use_actor_source(script_run_actor)
+    actor = session_actor()
+    role = session_role(actor)
+    st.session_state[ROLE_STATE] = role.value if role is not None else None
+    if role is None:  # deny by default: a logged-in user nobody gave a role sees nothing of the catalog
+        st.title("enginecache")
+        st.error(NO_ROLE.format(who=markdown_literal(actor.name)), icon=":material/block:")
+        return
     # Streamlit's first element in a process walks the stack and maps every loaded module to its
     # file (its REPL check): emitted before a view imports pandas and SQLAlchemy, that is cheap.
     st.sidebar.caption("enginecache: build TensorRT engines once, load them in milliseconds.")
+    shown = [view for view in VIEWS if role >= VIEW_ROLES.get(view[0], Role.VIEWER)]
     pages = [
         st.Page(guarded(view_render(module)), title=title, url_path=path, icon=icon, default=index == 0)
-        for index, (module, title, path, icon) in enumerate(VIEWS)
+        for index, (module, title, path, icon) in enumerate(shown)
     ]
-    with acting_as(session_actor()):
+    with acting_as(actor):
         st.navigation(pages).run()
 
 

@@ -15,7 +15,8 @@ from typing import Any, TypeVar
 import streamlit as st
 
 from enginecache.errors import EngineCacheError
-from enginecache.service import loadruns
+from enginecache.service import audit, loadruns
+from enginecache.service.access import Role, allowed, role_of
 from enginecache.service.context import DB_URL_ENV, HOME_ENV, AppContext
 from enginecache.service.readmodels import engines, hosts, models, overview, timings
 
@@ -57,6 +58,24 @@ def _open_app(home: str, db_url: str) -> AppContext:
 def get_app() -> AppContext:
     """The AppContext (catalog engine and store) of this process, opened once per catalog."""
     return _open_app(*catalog_key())
+
+
+ROLE_STATE = "enginecache_role"  # = dashboard.app.ROLE_STATE: this run's role, set by the router
+
+
+def current_role() -> Role | None:
+    """The role of whoever this run acts for: what the router read at the top of this run (it reads
+    it again on every rerun), else (a view run on its own) the current actor's, read now. Views
+    hide what it may not do; the service layer checks again on every call."""
+    if ROLE_STATE in st.session_state:
+        value = st.session_state[ROLE_STATE]
+        return Role(value) if value is not None else None
+    return role_of(get_app(), audit.current_actor())
+
+
+def may(permission: str) -> bool:
+    """Whether this run's role allows `permission` (a `service.access.PERMISSIONS` key)."""
+    return allowed(current_role(), permission)
 
 
 def clear_caches() -> None:

@@ -348,3 +348,18 @@ class AuditEventRecord(SQLModel, table=True):
     action: str = Field(index=True)
     target: str
     details: dict[str, Any] = _json()
+
+
+class UserRoleRecord(SQLModel, table=True):
+    """A dashboard user's role (`service.access.Role`: viewer, operator, admin), by `subject`: the
+    login's e-mail, lowercased. A user without a row is denied everything (deny by default); the
+    CLI and the processes of this machine act as the local admin and need none. `granted_by` names
+    the actor who set the role last, `granted_at` when."""
+
+    __tablename__ = "user_roles"
+    __table_args__ = (sa.CheckConstraint("role IN ('viewer', 'operator', 'admin')", name="ck_user_roles_role"),)
+
+    subject: str = Field(primary_key=True)
+    role: str
+    granted_by: str
+    granted_at: datetime = _tz_time()

@@ -9,7 +9,7 @@ Who acts is the `Actor` in effect (`acting_as`), a context variable, so each thr
 Streamlit script run has its own:
 
 - the CLI, and any process that names nobody, acts as the local OS user (`local_actor`: the local
-  admin, origin `cli <hostname> pid <pid>`);
+  admin, origin `cli <hostname> pid <pid>`, `local=True`);
 - the dashboard sets the Streamlit user at the top of each script run (`dashboard.app`), and names
   them through `use_actor_source` too: a Streamlit fragment's own reruns run in a new thread without
   the script that set the variable.
@@ -49,16 +49,22 @@ GC_APPLY = "gc.apply"  # `gc --apply` removed what the catalog no longer needs
 CATALOG_BACKUP = "catalog.backup"
 CATALOG_RESTORE = "catalog.restore"  # recorded in the restored catalog
 MODEL_SERVER_PATH = "model.server_path"  # the dashboard registered a file from the server's filesystem
+ROLE_SET = "role.set"  # a user granted a role (or their role changed)
+ROLE_REMOVE = "role.remove"  # a user's role taken away: they are denied from then on
 
 DEFAULT_LIMIT = 100
 
 
 @dataclass(frozen=True)
 class Actor:
-    """Who makes a change (`name`: an OS user, a login's e-mail) and from where (`origin`)."""
+    """Who makes a change (`name`: an OS user, a login's e-mail) and from where (`origin`), and
+    whether they act from this machine (`local`: the OS user of the CLI, a worker or serving process,
+    the dashboard without a login, all the local admin) or as a logged-in user, whose role the
+    catalog's `user_roles` names (`service.access`). An actor is not local unless it says so."""
 
     name: str
     origin: str
+    local: bool = False
 
 
 def local_actor() -> Actor:
@@ -68,7 +74,7 @@ def local_actor() -> Actor:
         name = getpass.getuser()
     except (KeyError, OSError):  # no login name in the environment and no passwd entry for the uid
         name = f"uid {os.getuid()}"
-    return Actor(name, f"cli {socket.gethostname()} pid {os.getpid()}")
+    return Actor(name, f"cli {socket.gethostname()} pid {os.getpid()}", local=True)
 
 
 ActorSource = Callable[[], "Actor | None"]

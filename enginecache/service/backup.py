@@ -50,7 +50,7 @@ from enginecache.db.catalog import normalize_url
 from enginecache.db.models import EngineStatus
 from enginecache.db.reader import sqlite_url
 from enginecache.errors import BackupRefusedError, EngineCacheError, IntegrityCheckError
-from enginecache.service import audit
+from enginecache.service import access, audit
 from enginecache.service.backupdb import (
     CORRUPT,
     POSTGRESQL,
@@ -163,6 +163,7 @@ def backup(
     """Back up the catalog and every blob it references into the new folder `dest` (see the module
     docstring); workers and serving processes may go on writing meanwhile. Writes nothing to the
     live catalog or store but the audit event of the backup, once it is published."""
+    access.require(app, "backup")
     dest = Path(dest).expanduser().resolve()
     home = app.home.resolve()
     if dest == home or dest.is_relative_to(home):
@@ -396,6 +397,7 @@ def restore(
     """Restore the backup at `src` into the app's home (absent or empty) and catalog (a new SQLite
     file, or a PostgreSQL database without rows), verified against its manifest and migrated to the
     head revision (see the module docstring)."""
+    access.require(app, "restore")
     src = Path(src).expanduser().resolve()
     manifest = read_manifest(src)
     catalog_meta = manifest["catalog"]

@@ -26,7 +26,7 @@ from enginecache.core.fingerprint import HostFingerprint, host_fingerprint
 from enginecache.core.hashing import hash_file
 from enginecache.db.models import EngineRecord, EngineStatus, ModelRecord, utcnow
 from enginecache.errors import IntegrityCheckError, NotFoundError
-from enginecache.service import audit
+from enginecache.service import access, audit
 from enginecache.service.context import AppContext
 from enginecache.service.enginerefs import engine_ref
 from enginecache.service.listing import engine_dict
@@ -193,6 +193,7 @@ def check_engine(app: AppContext, engine_id: int, *, host: HostFingerprint | Non
 def retire_engine(app: AppContext, engine_id: int) -> EngineRecord:
     """Mark an engine RETIRED: it stays in the catalog (and its blob in the store until gc), but
     no cache lookup returns it again, so the next request for its key builds anew."""
+    access.require(app, "retire")
     with app.catalog.write() as session:
         row = session.get(EngineRecord, engine_id)
         if row is None:

@@ -55,7 +55,7 @@ from enginecache.db.models import (
     utcnow,
 )
 from enginecache.db.queue import Clock
-from enginecache.service import audit
+from enginecache.service import access, audit
 from enginecache.service.context import AppContext
 
 logger = logging.getLogger(__name__)
@@ -156,7 +156,10 @@ class GcReport:
 def collect_garbage(
     app: AppContext, *, apply: bool = False, policy: GcPolicy | None = None, clock: Clock = utcnow
 ) -> GcReport:
-    """List (dry run) or remove what the catalog no longer needs; see the module docstring."""
+    """List (dry run) or remove what the catalog no longer needs; see the module docstring. Removing
+    (`apply`) needs the admin role; a dry run only reads."""
+    if apply:
+        access.require(app, "gc")
     policy = policy or GcPolicy()
     now = clock()
     report = GcReport(applied=apply, policy=policy)

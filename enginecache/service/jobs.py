@@ -22,7 +22,7 @@ from enginecache.db.models import (
 )
 from enginecache.db.queue import Clock
 from enginecache.errors import JobWaitError
-from enginecache.service import audit
+from enginecache.service import access, audit
 from enginecache.service.builds import BuildPlan, BuildRequest, find_ready_engine, plan_build
 from enginecache.service.context import AppContext
 from enginecache.service.events import record_event
@@ -90,6 +90,7 @@ def submit_build(
     A calibration file is copied into the store first, so the job does not depend on a path
     that only exists in the submitter's working directory.
     """
+    access.require(app, "build")
     started = time.perf_counter()
     plan = plan_build(app, request)
     ready = find_ready_engine(app, plan.cache_key)
@@ -184,6 +185,7 @@ def job_to_dict(app: AppContext | None, job: JobRecord) -> dict[str, Any]:
 def cancel_job(app: AppContext, job_id: int) -> JobRecord:
     """Cancel a QUEUED job at once, or ask a RUNNING one's worker to stop it; a job already finished,
     or already asked, is left as it is (and nothing is recorded)."""
+    access.require(app, "cancel")
     before = queue.get_job(app.catalog, job_id)
     job = queue.request_cancel(app.catalog, job_id)
     if before.status in ACTIVE_JOB_STATUSES and not before.cancel_requested:

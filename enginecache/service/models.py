@@ -15,7 +15,7 @@ from enginecache.core.onnx_info import TensorInfo, inspect_model
 from enginecache.db.catalog import ConnectionRows
 from enginecache.db.models import ModelRecord
 from enginecache.errors import ModelNameError, NotFoundError
-from enginecache.service import audit
+from enginecache.service import access, audit
 from enginecache.service.context import AppContext
 from enginecache.service.listing import model_dict, resolve_model_id
 from enginecache.service.modelverify import bundle_path, restore_bundle
@@ -50,6 +50,7 @@ def register_model(
     a name another source model holds with other bytes is refused unless `new_version` (the newest
     model of a name is the one the name resolves to): nothing takes a name over silently.
     """
+    access.require(app, "upload")
     if parent_id is None and name is not None:
         check_model_name(name)  # before any work
     info = inspect_model(Path(path))

@@ -29,7 +29,7 @@ from enginecache.core.validate import CORRUPT, ERROR, TestLoadResult, TestLoadSp
 from enginecache.db import queue
 from enginecache.db.models import EngineRecord, EngineStatus, JobRecord, LoadRunRecord, ModelRecord
 from enginecache.errors import EngineCacheError, StaleLeaseError, TestInputError, UnavailableError
-from enginecache.service import audit
+from enginecache.service import access, audit
 from enginecache.service.context import AppContext
 from enginecache.service.enginerefs import engine_targets
 from enginecache.service.engines import get_engine
@@ -82,6 +82,7 @@ def submit_test_load(
     or over `options`. The inputs file is copied into the store first, so the worker does not depend
     on the caller's path. Whether a worker can take it is `service.jobs.waiting_reason(app, job)`.
     """
+    access.require(app, "test_load")
     options = TestLoadOptions.of(options, fields)
     engine = get_engine(app, engine_id)
     if engine.status != EngineStatus.READY or engine.blob_path is None:

@@ -43,6 +43,9 @@ def _row(event: dict[str, Any]) -> dict[str, Any]:
 
 def render() -> None:
     st.title("Audit")
+    if not data.may("roles"):  # the router lists this view for admins only; a link to it says so too
+        st.error("The audit log is for admins.", icon=":material/block:")
+        return
     key = data.catalog_key()
     me = audit.current_actor()
     st.caption(

@@ -32,6 +32,9 @@ REFRESH_SECONDS = 1.0
 JOBS_SHOWN = 20
 
 
+BUILD_ROLE_CAPTION = "operators and admins can build"  # shown under the disabled submit to a viewer
+
+
 @dataclass(frozen=True)
 class Target:
     backend: str
@@ -258,7 +261,11 @@ def render() -> None:
         _matrix(cells, targets, precisions)
         to_submit = [c for c in cells if c.status in ("new", "queued", "running")]
         label = f"Submit {sum(c.status == 'new' for c in cells)} build(s)"
-        if st.button(label, type="primary", key="build_submit", disabled=not to_submit):
+        may_build = data.may("build")
+        clicked = st.button(label, type="primary", key="build_submit", disabled=not to_submit or not may_build)
+        if not may_build:
+            st.caption(BUILD_ROLE_CAPTION)
+        if clicked and may_build:
             lines = submit_cells(app, model_id, cells, options)
             data.clear_caches()
             st.session_state["build_submitted"] = lines
@@ -308,7 +315,9 @@ def _job_card(app: AppContext, job: JobRow) -> None:
         value = 1.0 if job.status == JobStatus.SUCCEEDED else max(0.0, min(1.0, job.progress))
         head.progress(value, text=f"job {job.id} · model {payload.get('model')} · {what} · {job.status} · {phase}")
         if job.status in (JobStatus.QUEUED, JobStatus.RUNNING):
-            clicked = button.button("Cancel", key=f"build_cancel_{job.id}", disabled=job.cancel_requested)
+            clicked = button.button(
+                "Cancel", key=f"build_cancel_{job.id}", disabled=job.cancel_requested or not data.may("cancel")
+            )
             if clicked and data.attempt(f"cannot cancel job {job.id}", cancel_job, app, job.id) is not None:
                 data.clear_caches()
                 st.rerun(scope="fragment")

@@ -188,7 +188,8 @@ def _actions(app: AppContext, engine_id: int, status: str, info: dict[str, Any])
         verdicts = data.attempt("compatibility check failed", engines.engine_host_verdicts, app, engine_id)
         if verdicts is not None:
             st.session_state["engines_verdicts"] = (engine_id, verdicts)
-    if cols[2].button("Test-load", key="engines_testload", disabled=status != EngineStatus.READY):
+    testable = status == EngineStatus.READY and data.may("test_load")
+    if cols[2].button("Test-load", key="engines_testload", disabled=not testable):
         job = data.attempt("test-load not submitted", submit_test_load, app, engine_id)
         if job is not None:
             data.clear_caches()
@@ -210,8 +211,12 @@ def _actions(app: AppContext, engine_id: int, status: str, info: dict[str, Any])
             key="engines_download",
         )
     confirm = st.session_state.get("engines_retire_confirm") == engine_id
-    if status not in (EngineStatus.RETIRED,) and cols[4].button(
-        "Confirm retire" if confirm else "Retire", key="engines_retire", type="primary" if confirm else "secondary"
+    if (
+        status not in (EngineStatus.RETIRED,)
+        and data.may("retire")
+        and cols[4].button(
+            "Confirm retire" if confirm else "Retire", key="engines_retire", type="primary" if confirm else "secondary"
+        )
     ):
         if not confirm:
             st.session_state["engines_retire_confirm"] = engine_id

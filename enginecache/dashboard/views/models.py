@@ -7,7 +7,8 @@ ENGINECACHE_IMPORT_ROOTS names (`os.pathsep`-separated absolute paths); without 
 shown. The path given is resolved (`os.path.realpath`: a symlink out of a root is refused) and must be
 a regular `.onnx` file inside a root; anything else, missing or not allowed alike, gets one message
 ("not an ONNX file under the import roots") that says nothing of what is there, and no error shown
-here quotes a file's bytes. Every visitor of the dashboard may use the form: admin-only comes with roles.
+here quotes a file's bytes. Only admins see the form (and `register_server_path` checks the role
+again); operators see the upload, viewers neither.
 
 Names, producers, file names and every error message (which may quote them) come from uploaded
 files: they are shown as plain text (`core.plaintext.markdown_literal` inside Markdown), so a
@@ -33,6 +34,7 @@ from enginecache.core.shapetext import shape_text
 from enginecache.dashboard import data
 from enginecache.dashboard.uploads import UploadedFile, remove_tree, stage_upload
 from enginecache.errors import BadInputError, EngineCacheError, StoreError, UnavailableError
+from enginecache.service import access
 from enginecache.service.context import AppContext
 from enginecache.service.models import RegisterResult, get_model, model_to_dict, register_model
 from enginecache.service.readmodels.models import model_lineage
@@ -44,6 +46,7 @@ T = TypeVar("T")
 EXTRACT_LIMIT_ENV = "ENGINECACHE_MAX_EXTRACT_MB"
 IMPORT_ROOTS_ENV = "ENGINECACHE_IMPORT_ROOTS"
 NOT_IMPORTABLE = "not an ONNX file under the import roots"
+SERVER_PATH_TAB = "Path on the server"  # the server-path form's tab: admins only
 
 
 def upload_limit_mb() -> int:
@@ -100,7 +103,8 @@ def importable_path(text: str, roots: Sequence[Path]) -> Path:
 
 
 def register_server_path(app: AppContext, text: str, *, name: str | None, roots: Sequence[Path]) -> RegisterResult:
-    """Register the `.onnx` file at `text` on this server, which must be inside `roots`."""
+    """Register the `.onnx` file at `text` on this server, which must be inside `roots` (admins only)."""
+    access.require(app, "server_path")
     return register_model(app, importable_path(text, roots), name=name or None)
 
 
@@ -124,12 +128,17 @@ def render() -> None:
     st.title("Models")
     app = data.get_app()
     key = data.catalog_key()
-    _add_section(app)
+    if data.may("upload"):
+        _add_section(app, server_path=data.may("server_path"))
 
     rows = data.model_rows(key)
     st.subheader(f"Models ({len(rows)})")
     if not rows:
-        st.info("No models yet: upload an ONNX file above or register a path on the server.")
+        st.info(
+            "No models yet: upload an ONNX file above or register a path on the server."
+            if data.may("upload")
+            else "No models yet."
+        )
         return
     st.dataframe(
         pd.DataFrame(
@@ -158,11 +167,12 @@ def render() -> None:
     _detail(app, int(chosen))
 
 
-def _add_section(app: AppContext) -> None:
+def _add_section(app: AppContext, *, server_path: bool) -> None:
+    """Upload (operators and admins) and, for admins, "Path on the server"."""
     limit = upload_limit_mb()
     with st.expander("Add a model", expanded=True):
-        upload_tab, path_tab = st.tabs(["Upload", "Path on the server"])
-        with upload_tab:
+        tabs = st.tabs(["Upload", SERVER_PATH_TAB] if server_path else ["Upload"])
+        with tabs[0]:
             st.caption(
                 f"An `.onnx` file, with its external data files if it has any, or one `.zip`/`.tar` holding a "
                 f"model folder. Upload limit: {limit} MB per file (server.maxUploadSize); an archive may "
@@ -181,29 +191,34 @@ def _add_section(app: AppContext) -> None:
                     max_extract_bytes=extract_limit_bytes(),
                 )
                 _registered(result)
-        with path_tab:
-            roots = import_roots()
-            if not roots:
-                st.caption(
-                    "Registering a file already on this server is off. To allow it, start the dashboard with "
-                    f"`{IMPORT_ROOTS_ENV}` naming the folders it may register from (absolute paths, "
-                    f"separated by `{os.pathsep}`)."
+        if server_path:
+            _server_path_form(app, tabs[1])
+
+
+def _server_path_form(app: AppContext, tab: Any) -> None:
+    with tab:
+        roots = import_roots()
+        if not roots:
+            st.caption(
+                "Registering a file already on this server is off. To allow it, start the dashboard with "
+                f"`{IMPORT_ROOTS_ENV}` naming the folders it may register from (absolute paths, "
+                f"separated by `{os.pathsep}`)."
+            )
+        else:
+            shown = ", ".join(markdown_literal(str(r)) for r in roots)
+            st.caption(f"A model file already on this server, under {shown} (external data beside it is included).")
+            path = st.text_input("Path", key="models_path", placeholder=str(roots[0] / "resnet18.onnx"))
+            name2 = st.text_input("Name in the catalog (default: file name)", key="models_path_name")
+            if st.button("Register path", key="models_path_submit", disabled=not path.strip()):
+                result = _attempt(
+                    "cannot register",
+                    register_server_path,
+                    app,
+                    os.path.expanduser(path.strip()),
+                    name=name2.strip() or None,
+                    roots=roots,
                 )
-            else:
-                shown = ", ".join(markdown_literal(str(r)) for r in roots)
-                st.caption(f"A model file already on this server, under {shown} (external data beside it is included).")
-                path = st.text_input("Path", key="models_path", placeholder=str(roots[0] / "resnet18.onnx"))
-                name2 = st.text_input("Name in the catalog (default: file name)", key="models_path_name")
-                if st.button("Register path", key="models_path_submit", disabled=not path.strip()):
-                    result = _attempt(
-                        "cannot register",
-                        register_server_path,
-                        app,
-                        os.path.expanduser(path.strip()),
-                        name=name2.strip() or None,
-                        roots=roots,
-                    )
-                    _registered(result)
+                _registered(result)
 
 
 def _registered(result: RegisterResult | None) -> None:
