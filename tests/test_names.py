@@ -90,3 +90,16 @@ def test_cli_model_add_refuses_a_bad_or_taken_name_with_exit_2(
     assert taken.code == EXIT_BAD_INPUT and "is taken by model" in taken.err
     versioned = run_cli(capsys, *home, "model", "add", str(tmp_path / "b.onnx"), "--name", "m", "--new-version")
     assert versioned.code == 0, versioned.err
+
+
+def test_the_dashboards_errors_show_a_hostile_message_as_literal_text() -> None:
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_string(
+        "from enginecache.dashboard import data\n"
+        "from enginecache.errors import InvalidModelError\n"
+        "data.show_error(InvalidModelError('model ![x](http://evil/i.png) **bold**'), 'register')\n"
+    ).run()
+    (shown,) = at.error
+    assert "![" not in shown.value and "**" not in shown.value, "no image to fetch, no markup"
+    assert shown.value.replace("\\", "") == "register: model ![x](http://evil/i.png) **bold**"

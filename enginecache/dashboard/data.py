@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 import streamlit as st
 
+from enginecache.core.plaintext import markdown_literal
 from enginecache.errors import EngineCacheError
 from enginecache.service import audit, loadruns
 from enginecache.service.access import Role, allowed, role_of
@@ -84,12 +85,14 @@ def clear_caches() -> None:
 
 
 def show_error(err: BaseException, what: str = "") -> None:
+    """The failure as literal text: messages quote names and paths from uploaded files, so no
+    Markdown in them may render (a link, an image the browser would fetch)."""
     prefix = f"{what}: " if what else ""
     if isinstance(err, EXPECTED_ERRORS):
-        st.error(f"{prefix}{err}", icon=":material/error:")
+        st.error(markdown_literal(f"{prefix}{err}"), icon=":material/error:")
     else:
         logger.exception("dashboard error")
-        st.error(f"{prefix}{type(err).__name__}: {err}", icon=":material/error:")
+        st.error(markdown_literal(f"{prefix}{type(err).__name__}: {err}"), icon=":material/error:")
 
 
 def attempt(what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T | None:
