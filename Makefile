@@ -8,10 +8,12 @@ STAMP_DEV := $(VENV)/.installed-dev
 export ENGINECACHE_CORPUS ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/enginecache-corpus
 STAMP_CORPUS := $(ENGINECACHE_CORPUS)/.fetched
 STAMP_BENCH := $(VENV)/.installed-bench
+# The OIDC provider the login tests run (tests/oidc/provider.mjs, `oidc-provider` from npm, as locked).
+STAMP_OIDC := tests/oidc/node_modules/.installed
 export ENGINECACHE_HOME ?= $(CURDIR)/engines
 PORT ?= 8501
 
-.PHONY: run test lint typecheck clean corpus
+.PHONY: run test lint typecheck clean corpus oidc
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +33,12 @@ $(STAMP_CORPUS): tests/corpus.py | $(BIN)/python
 
 corpus: $(STAMP_CORPUS)
 
+$(STAMP_OIDC): tests/oidc/package.json tests/oidc/package-lock.json
+	npm ci --prefix tests/oidc --no-audit --no-fund
+	touch $@
+
+oidc: $(STAMP_OIDC)
+
 run: $(STAMP_RUN)
 	$(BIN)/enginecache serve --port $(PORT)
 
@@ -42,7 +50,7 @@ lint: $(STAMP_DEV)
 typecheck: $(STAMP_DEV)
 	$(BIN)/mypy enginecache
 
-test: $(STAMP_DEV) corpus lint typecheck
+test: $(STAMP_DEV) corpus oidc lint typecheck
 	$(BIN)/pytest -q -p no:cacheprovider
 
 # Speed goals live here, not in the tests: each figure is new processes beside its floor, interleaved
@@ -56,4 +64,4 @@ bench: $(STAMP_BENCH)
 	$(BIN)/python bench/run_all.py $(if $(QUICK),--quick)
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache tests/oidc/node_modules
