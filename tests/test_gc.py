@@ -134,7 +134,7 @@ def test_a_retired_engines_blob_goes_past_the_grace_and_stays_within_it(app_ctx:
     app, clock = app_ctx, FakeClock()
     retired = _ort_engine(app, make_mlp(tmp_path / "a.onnx", seed=1), "a")
     ready = _ort_engine(app, make_mlp(tmp_path / "b.onnx", seed=2), "b")
-    retire_engine(app, retired.id or 0)
+    retire_engine(app, retired.id or 0, clock=clock)
     blob = app.home / (retired.blob_path or "")
     old_twin = _pending(  # a RETIRED row long past the grace, with the READY engine's very bytes
         app,
@@ -464,3 +464,20 @@ def test_a_one_shot_build_killed_with_sigkill_takes_its_jobs_child_with_it(app_c
         engines = session.exec(select(EngineRecord)).all()
     assert [e.status for e in engines] == [EngineStatus.PENDING]
     assert [p for p in app.store.objects_dir.rglob("*") if p.is_file()] == []  # nothing was published
+
+
+def test_the_grace_counts_from_the_retirement_not_from_the_build(app_ctx: AppContext, tmp_path: Path) -> None:
+    """An engine built a month ago and retired today keeps its blob for the grace period after today."""
+    app, clock = app_ctx, FakeClock()
+    old = _ort_engine(app, make_mlp(tmp_path / "old.onnx", seed=3), "old")
+    with app.catalog.write() as session:
+        row = session.get(EngineRecord, old.id)
+        assert row is not None
+        row.created_at = row.finished_at = clock.now - timedelta(days=30)
+        session.add(row)
+    retire_engine(app, old.id or 0, clock=clock)
+    assert get_engine(app, old.id or 0).retired_at == clock.now
+    clock.advance(6 * DAY)
+    assert _gc(app, clock, apply=True).removals == [], "retired 6 days ago: within the grace"
+    clock.advance(2 * DAY)
+    assert _paths(_gc(app, clock, apply=True), "retired_blob") == {old.blob_path}

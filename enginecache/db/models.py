@@ -119,6 +119,7 @@ class EngineRecord(SQLModel, table=True):
     created_at: datetime = _tz_time(index=True)
     finished_at: datetime | None = _tz_time(nullable=True)
     verified_at: datetime | None = _tz_time(nullable=True)
+    retired_at: datetime | None = _tz_time(nullable=True)  # when it was RETIRED: gc's grace counts from it
     job_id: int | None = Field(default=None, index=True)
     job_attempt: int | None = None
 

@@ -12,8 +12,9 @@ and `check` re-hash it in full (sha256, and BLAKE3 where recorded) before anythi
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -190,7 +191,7 @@ def check_engine(app: AppContext, engine_id: int, *, host: HostFingerprint | Non
     return get_backend(engine.backend).check_compatibility(engine_ref(engine, path), host or host_fingerprint())
 
 
-def retire_engine(app: AppContext, engine_id: int) -> EngineRecord:
+def retire_engine(app: AppContext, engine_id: int, *, clock: Callable[[], datetime] = utcnow) -> EngineRecord:
     """Mark an engine RETIRED: it stays in the catalog (and its blob in the store until gc), but
     no cache lookup returns it again, so the next request for its key builds anew."""
     access.require(app, "retire")
@@ -199,7 +200,8 @@ def retire_engine(app: AppContext, engine_id: int) -> EngineRecord:
         if row is None:
             raise NotFoundError(f"no engine with id {engine_id} in the catalog")
         was = row.status
-        row.status = EngineStatus.RETIRED
+        if was != EngineStatus.RETIRED:
+            row.status, row.retired_at = EngineStatus.RETIRED, clock()
         session.add(row)
     logger.info("engine %s retired", engine_id)
     if was != EngineStatus.RETIRED:

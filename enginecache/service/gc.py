@@ -5,10 +5,10 @@ Removed (a dry run lists them; `apply=True` removes them):
 - unreferenced blobs: `objects/sha256/<2>/<digest>` that no engine row (its sha256 or blob_path)
   names, nor the payload of an active job or of one finished within the grace period (a build's
   calibration file, a test-load's inputs: they are blobs too);
-- retired blobs: blobs that only RETIRED engines name, each of them last recorded (created, built or
-  verified) more than the grace period ago (default 7 days). The rows stay, their blob_path cleared.
-  There is no "pinned" state: an engine in any other status keeps its blob. The catalog records no
-  time of retirement, so the grace counts from the engine's latest recorded time;
+- retired blobs: blobs that only RETIRED engines name, each of them retired (`retired_at`) more than
+  the grace period ago (default 7 days; an engine retired before migration 0012 counts from its
+  latest recorded time). The rows stay, their blob_path cleared. There is no "pinned" state: an
+  engine in any other status keeps its blob;
 - unreferenced model bundles: `models/<digest>` folders that no model row names;
 - temp entries under `tmp/` older than the temp age (default 1 hour: a live build may be using
   them; age is the newest mtime within): job folders `job-<id>-<attempt>-<pid>` unless that worker
@@ -224,6 +224,7 @@ def read_references(app: AppContext, now: datetime, policy: GcPolicy) -> Referen
         col(EngineRecord.created_at),
         col(EngineRecord.finished_at),
         col(EngineRecord.verified_at),
+        col(EngineRecord.retired_at),
     )
     recent = now - policy.grace
     jobs = sa.select(col(JobRecord.id), col(JobRecord.status), col(JobRecord.attempts), col(JobRecord.payload)).where(
@@ -231,11 +232,13 @@ def read_references(app: AppContext, now: datetime, policy: GcPolicy) -> Referen
     )
     models = sa.select(col(ModelRecord.digest), col(ModelRecord.store_path))
     with app.catalog.read() as session:
-        for engine_id, status, sha256, blob_path, *times in session.execute(engines):
+        for engine_id, status, sha256, blob_path, *times, retired_at in session.execute(engines):
             if status == EngineStatus.PENDING:
                 pending.add(engine_id)
             digests = {d for d in (sha256, _digest_of(blob_path)) if d is not None}
-            if status == EngineStatus.RETIRED and max(t for t in times if t is not None) < recent:
+            # since it was retired; a row retired before migration 0012: its latest recorded time
+            since = retired_at or max(t for t in times if t is not None)
+            if status == EngineStatus.RETIRED and since < recent:
                 for digest in digests:
                     retired.setdefault(digest, []).append(engine_id)
             else:
