@@ -370,3 +370,41 @@ def test_a_zygote_is_never_forked_from_a_process_with_threads() -> None:
     finally:
         release.set()
         other.join()
+
+
+def test_a_job_child_whose_worker_is_already_gone_exits_without_running_the_job(
+    app_ctx: AppContext, tmp_path: Path
+) -> None:
+    """A fork clears the death signal, so a child whose worker (and fork server) died before it asked
+    for one again would run on unsupervised: it checks the worker right after asking, and exits."""
+    import multiprocessing
+
+    from enginecache.core.fingerprint import host_fingerprint
+    from enginecache.service.jobattempt import EXIT_LEASE_LOST, ChildSpec
+    from enginecache.service.jobchild import run_child
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # reaped: its pid names no process
+    job = queue.enqueue(app_ctx.catalog, kind="sleep", payload={"seconds": 30}, requirements=ANY_WORKER).job
+    work = tmp_path / "work"
+    work.mkdir()
+    spec = ChildSpec(  # a catalog nobody serves: a child that ran the job would fail on it instead
+        home=app_ctx.home,
+        db_url=NOBODY,
+        work_dir=work,
+        job_id=job.id or 0,
+        token="not-a-lease",
+        attempt=1,
+        kind="sleep",
+        payload=job.payload,
+        host=host_fingerprint(),
+        test_kinds=True,
+        worker_pid=gone.pid,
+    )
+    child = multiprocessing.get_context("spawn").Process(target=run_child, args=(spec,))
+    child.start()
+    child.join(timeout=120)
+    assert child.exitcode == EXIT_LEASE_LOST, "it exited before opening the catalog"
+    assert not (work / "child-error.txt").exists() and not list(work.iterdir())
+    after = queue.get_job(app_ctx.catalog, job.id or 0)
+    assert after.status == JobStatus.QUEUED and after.phase in (None, ""), "the job was never touched"

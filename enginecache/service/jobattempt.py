@@ -42,6 +42,9 @@ class ChildSpec:
     # from its own environment, so a fork server started earlier (under another environment) does
     # not decide it for the child.
     test_kinds: bool = False
+    # The worker that supervises the attempt: a child that finds it gone right after asking to die
+    # with its parent (the fork server may have exited between the fork and that request) exits.
+    worker_pid: int | None = None
 
     def finish(
         self,

@@ -35,10 +35,24 @@ def _die_with_parent() -> None:
         logger.warning("prctl(PR_SET_PDEATHSIG) failed: errno %s", ctypes.get_errno())
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    return True
+
+
 def run_child(spec: ChildSpec) -> None:
     """Entry point of the child process (multiprocessing target); exits with a code of `jobattempt`."""
     os.setsid()  # own process group: cancel and timeout kill the whole group
     _die_with_parent()
+    if spec.worker_pid is not None and not _alive(spec.worker_pid):
+        # The worker died before the request above took effect (a fork server exits with its
+        # worker, and a fork clears the death signal): no build may run on alone, unsupervised.
+        os._exit(EXIT_LEASE_LOST)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the worker decides; a terminal ^C must not reach us
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     os.chdir(spec.work_dir)

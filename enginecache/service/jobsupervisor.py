@@ -119,6 +119,7 @@ class AttemptSupervisor:
             host=self.host,
             job_key=job.idempotency_key if job.kind == "build" else None,
             test_kinds=test_kinds_enabled(),
+            worker_pid=os.getpid(),
         )
         process = self.children.Process(target=run_child, args=(spec,), name=f"job-{job_id}")
         process.start()
