@@ -106,6 +106,7 @@ def test_every_change_is_recorded_once_with_its_actor_origin_and_target(catalog_
         (audit.MODEL_REGISTER, m),
         (audit.BUILD_SUBMIT, m),
         (audit.JOB_CANCEL, j),
+        (audit.BUILD_RUN, e),  # build_engine built it in this process
         (audit.TEST_LOAD_SUBMIT, e),
         (audit.ENGINE_CORRUPT, e),
         (audit.ENGINE_READY, e),
@@ -414,3 +415,27 @@ def test_a_script_run_outside_acting_as_is_recorded_as_the_streamlit_user(served
         ("inside acting_as", "carol@example.com", "dashboard"),
         ("outside acting_as", *outside),
     ]
+
+
+def test_an_in_process_build_and_a_corrupt_engine_met_by_load_or_build_are_audited(
+    catalog_ctx: AppContext, tmp_path: Path
+) -> None:
+    from enginecache.errors import EngineRejectedError
+    from enginecache.service.runtime import load_or_build
+    from enginecache.service.runtimetypes import RuntimeSpec
+    from tests.conftest import corrupt_blob
+    from tests.modelfactory import make_mlp
+
+    app = catalog_ctx
+    onnx_path = make_mlp(tmp_path / "served.onnx", seed=11)
+    loaded = load_or_build(onnx_path, spec=RuntimeSpec(backend="ort"), app=app)  # a miss: built here
+    engine_id = loaded.engine_id
+    loaded.close()
+    (built,) = list_audit(app, action=audit.BUILD_RUN)
+    assert built.target == f"engine {engine_id}" and built.actor == local_actor().name
+    assert built.details["backend"] == "ort"
+    corrupt_blob(blob_path(app.home, get_engine(app, engine_id).sha256))
+    with pytest.raises(EngineRejectedError, match="CORRUPT"):
+        load_or_build(onnx_path, spec=RuntimeSpec(backend="ort"), app=app, on_miss="fail")
+    (marked,) = list_audit(app, action=audit.ENGINE_CORRUPT)
+    assert marked.target == f"engine {engine_id}" and marked.details == {"via": "load_or_build"}

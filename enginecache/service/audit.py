@@ -40,6 +40,7 @@ MODEL_REPAIR = "model.repair"  # bytes already registered: the damaged stored bu
 MODEL_CORRUPT = "model.corrupt"  # a re-hash found the stored bundle changed: marked CORRUPT
 MODEL_OK = "model.ok"  # a CORRUPT model's stored bundle hashes to its digest again: marked OK
 BUILD_SUBMIT = "build.submit"  # a build job enqueued (not a cache hit, not a join of an active job)
+BUILD_RUN = "build.run"  # an engine built in the calling process (build_engine; load_or_build on a miss)
 JOB_CANCEL = "job.cancel"
 TEST_LOAD_SUBMIT = "test_load.submit"
 ENGINE_RETIRE = "engine.retire"

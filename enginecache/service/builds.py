@@ -45,6 +45,7 @@ from enginecache.errors import (
     LoadFailedError,
     TargetError,
 )
+from enginecache.service import audit
 from enginecache.service.context import AppContext
 from enginecache.service.models import get_model, model_inputs, model_path, register_model
 from enginecache.service.modelverify import check_bundle
@@ -217,7 +218,11 @@ def build_engine(
     existing = find_ready_engine(app, plan.cache_key)
     if existing is not None:
         return BuildResult(existing, plan.model, cache_hit=True, notes=plan.notes)
-    return run_build(app, plan, progress=progress)
+    built = run_build(app, plan, progress=progress)
+    engine = built.engine
+    details = {"model_id": plan.model.id, "backend": engine.backend, "precision": engine.precision}
+    audit.record(app, audit.BUILD_RUN, f"engine {engine.id}", {**details, "targets": engine.targets})
+    return built
 
 
 def create_pending_engine(

@@ -30,6 +30,7 @@ from enginecache.db.models import (
     utcnow,
 )
 from enginecache.errors import EngineQueuedError, EngineRejectedError
+from enginecache.service import audit
 from enginecache.service.builds import BuildPlan, build_engine, plan_build
 from enginecache.service.context import AppContext
 from enginecache.service.events import record_event
@@ -187,6 +188,8 @@ def load_or_build_full(
                 session = load_engine_record(app, engine, timer)
             except EngineRejectedError as err:
                 finish("rejected", str(err), engine)
+                if err.verdict == "CORRUPT":  # the engine was just marked CORRUPT
+                    audit.record(app, audit.ENGINE_CORRUPT, f"engine {engine.id}", {"via": "load_or_build"})
                 remember_hit(app, spec, plan, engine, ready, host)  # the same verdict, sooner, next time
                 raise
             finish("hit", f"engine {engine.id}", engine)
