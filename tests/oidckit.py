@@ -12,7 +12,6 @@ import os
 import selectors
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -43,13 +42,6 @@ class OidcProvider:
     @property
     def metadata_url(self) -> str:
         return f"{self.issuer}/.well-known/openid-configuration"
-
-
-def free_port() -> int:
-    """A port free on 127.0.0.1 now (for the dashboard, whose redirect URI the provider must know)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def node_or_skip() -> str:

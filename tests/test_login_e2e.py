@@ -16,8 +16,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +28,7 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 from enginecache.service.context import DB_URL_ENV, HOME_ENV, AppContext
 from tests import oidckit
 from tests.conftest import skip_or_fail
+from tests.servekit import free_port, wait_for_dashboard
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -43,9 +42,7 @@ CHROMIUM_ARGS = [
 ]
 # Generous: the machines are shared, and a wait ends as soon as its condition holds.
 TIMEOUT_MS = 60_000  # every Playwright action, navigation and expect()
-HEALTH_SECONDS = 120.0  # `enginecache serve` answering /_stcore/health
 STOP_SECONDS = 60.0  # serve stopping its dashboard on SIGTERM (no worker here)
-POLL_SECONDS = 0.5  # how often the health endpoint is polled (not a margin)
 PASSWORD = "any-password"  # the provider's development login takes any password
 NO_ROLE = "no role"  # what the page for a logged-in user without a role says (case-insensitive)
 
@@ -81,21 +78,6 @@ def _set_role(site: Site, subject: str, role: str | None) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def _wait_health(port: int, process: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + HEALTH_SECONDS
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise AssertionError(f"enginecache serve exited with {process.returncode}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2) as response:
-                if response.read() == b"ok":
-                    return
-        except OSError:
-            pass  # not listening yet: poll again until the deadline
-        time.sleep(POLL_SECONDS)
-    raise AssertionError(f"the dashboard never answered /_stcore/health within {HEALTH_SECONDS:.0f} s")
-
-
 def _secrets_toml(redirect_uri: str, provider: oidckit.OidcProvider) -> str:
     return (
         "[auth]\n"
@@ -116,7 +98,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     root = tmp_path_factory.mktemp("login-e2e")
     home, cwd, import_root = root / "home", root / "site", root / "imports"
     import_root.mkdir()
-    port = oidckit.free_port()
+    port = free_port()
     redirect_uri = f"http://localhost:{port}/oauth2callback"
     with oidckit.running_provider([redirect_uri]) as provider:
         (cwd / ".streamlit").mkdir(parents=True)
@@ -127,7 +109,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
         env = _child_env(ENGINECACHE_IMPORT_ROOTS=str(import_root))
         process = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         try:
-            _wait_health(port, process)
+            wait_for_dashboard(port, process)
             yield Site(f"http://localhost:{port}", home, provider, import_root)
         finally:
             process.send_signal(signal.SIGTERM)

@@ -8,11 +8,9 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,6 +23,7 @@ from playwright.sync_api import Page, expect, sync_playwright
 from enginecache.db.models import EngineRecord, EngineStatus, JobRecord
 from enginecache.service.context import DB_URL_ENV, HOME_ENV, AppContext
 from tests.conftest import shared_model, skip_or_fail
+from tests.servekit import free_port, wait_for_dashboard
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = Path("/usr/bin/chromium")
@@ -41,32 +40,10 @@ VIEWPORT = {"width": 1440, "height": 1600}
 # Generous everywhere: the machines running this are shared, and a wait ends as soon as its
 # condition holds, so a long limit costs nothing when things are fast.
 TIMEOUT_MS = 60_000  # every Playwright action, navigation and expect()
-HEALTH_SECONDS = 120.0  # `enginecache serve` answering /_stcore/health
 READY_SECONDS = 600.0  # both builds READY (fp16 converts the model first)
 FRESH_SECONDS = 120.0  # a cached list showing what the worker just wrote (TTLs are seconds)
 STOP_SECONDS = 120.0  # serve stopping its dashboard and worker on SIGTERM (the worker may get 30 s)
-POLL_SECONDS = 0.5  # how often the catalog and the health endpoint are polled (not a margin)
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def _wait_health(port: int, process: subprocess.Popen[bytes], timeout: float = HEALTH_SECONDS) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise AssertionError(f"enginecache serve exited with {process.returncode}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2) as response:
-                if response.read() == b"ok":
-                    return
-        except OSError:
-            pass  # not listening yet: poll again until the deadline
-        time.sleep(POLL_SECONDS)
-    raise AssertionError(f"the dashboard never answered /_stcore/health within {timeout:.0f} s")
+POLL_SECONDS = 0.5  # how often the catalog is polled (not a margin)
 
 
 def _wait_for_app_run(page: Page) -> None:
@@ -96,13 +73,13 @@ def served(tmp_path: Path) -> Iterator[tuple[str, AppContext]]:
     if not CHROMIUM.exists():
         skip_or_fail(f"{CHROMIUM} is absent (apt-get install chromium); browser tests need it")
     home = tmp_path / "home"
-    port = _free_port()
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in (HOME_ENV, DB_URL_ENV)}
     command = [sys.executable, "-m", "enginecache.cli", "--home", str(home), "serve", "--port", str(port)]
     process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     app = AppContext.from_settings(home)
     try:
-        _wait_health(port, process)
+        wait_for_dashboard(port, process)
         yield f"http://127.0.0.1:{port}", app
     finally:
         process.send_signal(signal.SIGTERM)

@@ -1,0 +1,34 @@
+"""Starting `enginecache serve` in the end-to-end tests: a free port, and waiting for the dashboard."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+import urllib.request
+
+HEALTH_SECONDS = 120.0  # `enginecache serve` answering /_stcore/health
+POLL_SECONDS = 0.5  # how often the health endpoint is polled (not a margin)
+
+
+def free_port() -> int:
+    """A port free on 127.0.0.1 now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def wait_for_dashboard(port: int, process: subprocess.Popen[bytes], timeout: float = HEALTH_SECONDS) -> None:
+    """Until the dashboard answers /_stcore/health with ok; AssertionError if `process` exits or time runs out."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"enginecache serve exited with {process.returncode}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2) as response:
+                if response.read() == b"ok":
+                    return
+        except OSError:
+            pass  # not listening yet: poll again until the deadline
+        time.sleep(POLL_SECONDS)
+    raise AssertionError(f"the dashboard never answered /_stcore/health within {timeout:.0f} s")
