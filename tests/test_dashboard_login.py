@@ -69,3 +69,20 @@ def test_an_expired_token_ends_the_session(router: AppTest) -> None:
 def test_session_expiry_reads_the_tokens_exp_claim() -> None:
     assert session_expired({"exp": 100}, now=100.0) and not session_expired({"exp": 101}, now=100.0)
     assert not session_expired({}, now=100.0), "no exp claim: Streamlit's cookie lifetime applies"
+
+
+def test_an_auth_section_without_a_provider_is_no_login_for_the_dashboard_as_for_serve(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """serve listens on loopback for it (service.exposure); the dashboard must not then ask for a
+    login it cannot perform."""
+    from enginecache.service.exposure import has_login_provider
+
+    no_provider = {"redirect_uri": AUTH["redirect_uri"], "cookie_secret": AUTH["cookie_secret"]}
+    assert not has_login_provider(no_provider) and has_login_provider(AUTH)
+    serve_home(tmp_path / "home", monkeypatch)
+    at = AppTest.from_string("from enginecache.dashboard import app\napp.main()\n", default_timeout=TIMEOUT)
+    at.secrets["auth"] = no_provider
+    at.run()
+    assert not at.exception and "Log in" not in _buttons(at)
+    audit.use_actor_source(None)

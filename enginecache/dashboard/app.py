@@ -39,6 +39,7 @@ import streamlit as st  # noqa: E402
 from enginecache.core.plaintext import markdown_literal  # noqa: E402
 from enginecache.service.access import Role  # noqa: E402
 from enginecache.service.audit import Actor, acting_as, use_actor_source  # noqa: E402
+from enginecache.service.exposure import has_login_provider  # noqa: E402
 
 logger = logging.getLogger(__name__)
 
@@ -118,7 +119,7 @@ def login_configured() -> bool:
         auth = st.secrets.get("auth")
     except StreamlitSecretNotFoundError:  # no secrets.toml at all: no login configured
         return False
-    return auth is not None
+    return has_login_provider(auth)
 
 
 def session_expired(claims: Mapping[str, object], now: float) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import tomllib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,13 +35,18 @@ def login_configured(secrets_files: Iterable[Path]) -> bool:
         except (OSError, tomllib.TOMLDecodeError) as err:
             raise ServeError(f"cannot read {path}: {err}") from err
         auth = data.get("auth")
-        if isinstance(auth, dict) and _has_provider(auth):
+        if has_login_provider(auth):
             return True
     return False
 
 
-def _has_provider(auth: dict[str, object]) -> bool:
-    tables = [auth, *(v for v in auth.values() if isinstance(v, dict))]
+def has_login_provider(auth: object) -> bool:
+    """Whether an `[auth]` table names a provider Streamlit can log in with (`server_metadata_url`
+    and `client_id`, directly or in a named provider's table): the one rule `serve` (deciding its
+    address) and the dashboard (deciding to ask for a login) both follow."""
+    if not isinstance(auth, Mapping):
+        return False
+    tables = [auth, *(v for v in auth.values() if isinstance(v, Mapping))]
     return any(t.get("server_metadata_url") and t.get("client_id") for t in tables)
 
 
