@@ -25,13 +25,14 @@ import pytest
 from sqlmodel import select
 
 from enginecache.core.hashing import hash_file
+from enginecache.core.processes import pid_alive
 from enginecache.core.store import BlobInfo
 from enginecache.db import queue
 from enginecache.db.models import EngineRecord, EngineStatus, JobRecord, JobStatus
 from enginecache.service.builds import BuildRequest, build_engine
 from enginecache.service.context import AppContext
 from enginecache.service.engines import get_engine, retire_engine
-from enginecache.service.gc import GcPolicy, GcReport, collect_garbage, pid_alive
+from enginecache.service.gc import GcPolicy, GcReport, collect_garbage
 from enginecache.service.models import register_model
 from tests.clirunner import run_cli
 from tests.conftest import FakeClock, skip_or_fail, wait_for

@@ -34,7 +34,6 @@ import os
 import re
 import shutil
 import stat
-import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -44,6 +43,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlmodel import col
 
+from enginecache.core.processes import pid_alive
 from enginecache.db.models import (
     ACTIVE_JOB_STATUSES,
     TERMINAL_JOB_STATUSES,
@@ -442,25 +442,6 @@ def _live_owner(name: str, refs: References, dead: set[int]) -> str | None:
         if engine_id in refs.pending and engine_id not in dead:
             return f"engine {engine_id} is PENDING (its build may be running)"
     return None
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether process `pid` runs on this host (a zombie has ended: it is not alive)."""
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's process
-    if not sys.platform.startswith("linux"):
-        return True
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return state not in ("Z", "X")
 
 
 def _blob_files(objects_dir: Path) -> Iterator[Path]:

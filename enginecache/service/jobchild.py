@@ -13,6 +13,7 @@ import signal
 import sys
 import traceback
 
+from enginecache.core.processes import pid_alive
 from enginecache.db.models import JobStatus
 from enginecache.errors import StaleLeaseError
 from enginecache.service.context import AppContext
@@ -35,21 +36,11 @@ def _die_with_parent() -> None:
         logger.warning("prctl(PR_SET_PDEATHSIG) failed: errno %s", ctypes.get_errno())
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, another user's
-        return True
-    return True
-
-
 def run_child(spec: ChildSpec) -> None:
     """Entry point of the child process (multiprocessing target); exits with a code of `jobattempt`."""
     os.setsid()  # own process group: cancel and timeout kill the whole group
     _die_with_parent()
-    if spec.worker_pid is not None and not _alive(spec.worker_pid):
+    if spec.worker_pid is not None and not pid_alive(spec.worker_pid):
         # The worker died before the request above took effect (a fork server exits with its
         # worker, and a fork clears the death signal): no build may run on alone, unsupervised.
         os._exit(EXIT_LEASE_LOST)
