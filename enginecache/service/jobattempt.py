@@ -9,6 +9,7 @@ module and neither the table nor the child: no import cycle.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,16 @@ EXIT_RECORDED = 0  # the child wrote the job's terminal state
 EXIT_TRANSIENT = 3  # an unexpected error: the parent counts the attempt and retries
 EXIT_LEASE_LOST = 4  # the lease was taken over: nothing of ours was written
 CHILD_ERROR_FILE = "child-error.txt"  # an unexpected error's traceback, for the parent to record
+
+
+# The switch for the test-only job kinds (service.testkinds): decided in the worker from its own
+# environment and passed to each child in its spec (`ChildSpec.test_kinds`).
+TEST_KINDS_ENV = "ENGINECACHE_TEST_JOB_KINDS"
+
+
+def test_kinds_enabled() -> bool:
+    """Whether this process's environment lets its jobs run the test-only kinds."""
+    return os.environ.get(TEST_KINDS_ENV) == "1"
 
 
 @dataclass(frozen=True)

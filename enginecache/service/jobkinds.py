@@ -3,21 +3,22 @@
 The product's kinds are `build` and `test_load`. Another kind is added with `register_job_kind`
 (in the child, before the job runs: the child looks its kind up here, `job_runner`). Test-only
 kinds live in `enginecache.service.testkinds` and are found only while `ENGINECACHE_TEST_JOB_KINDS=1`
-is set in the worker's environment (the worker passes that decision to each job's child in its spec): that module
-defines `JOB_KINDS: dict[str, JobRunner]` and imports `service.jobattempt` only (never this module
-or `service.jobchild`), so there is no import cycle and no test code is imported in production.
+is set in the worker's environment (`jobattempt.test_kinds_enabled`; the worker passes that
+decision to each job's child in its spec): that module defines `JOB_KINDS: dict[str, JobRunner]`
+and imports `service.jobattempt` only (never this module or `service.jobchild`), so there is no
+import cycle and no test code is imported in production.
 """
 
 from __future__ import annotations
 
 import importlib
-import os
 
 from enginecache.service.buildjob import run_build_job
-from enginecache.service.jobattempt import JobRunner
+from enginecache.service.jobattempt import TEST_KINDS_ENV, JobRunner, test_kinds_enabled
 from enginecache.service.testloadjob import run_test_load_job
 
-TEST_KINDS_ENV = "ENGINECACHE_TEST_JOB_KINDS"
+__all__ = ["JOB_RUNNERS", "TEST_KINDS_ENV", "job_runner", "register_job_kind", "test_kinds_enabled"]
+
 TEST_KINDS_MODULE = "enginecache.service.testkinds"
 
 # Job kind -> the function that runs one attempt of it in the child and returns an exit code.
@@ -31,11 +32,6 @@ def register_job_kind(name: str, runner: JobRunner) -> None:
     if current is not None and current is not runner:
         raise ValueError(f"job kind {name!r} is already registered to {current.__module__}.{current.__qualname__}")
     JOB_RUNNERS[name] = runner
-
-
-def test_kinds_enabled() -> bool:
-    """Whether this process's environment lets its jobs run the test-only kinds."""
-    return os.environ.get(TEST_KINDS_ENV) == "1"
 
 
 def job_runner(kind: str, *, test_kinds: bool | None = None) -> JobRunner | None:

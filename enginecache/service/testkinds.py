@@ -26,14 +26,12 @@ from enginecache.db import queue
 from enginecache.db.models import JobStatus
 from enginecache.service.context import AppContext
 from enginecache.service.jobattempt import EXIT_RECORDED, ChildSpec, JobRunner
+from enginecache.service.jobattempt import TEST_KINDS_ENV as ENABLE_ENV
+from enginecache.service.jobattempt import test_kinds_enabled as enabled
 
-ENABLE_ENV = "ENGINECACHE_TEST_JOB_KINDS"
+__all__ = ["ENABLE_ENV", "JOB_KINDS", "TEST_JOB_RUNNERS", "enabled", "run_crash", "run_sleep"]
+
 PROGRESS_SECONDS = 0.5
-
-
-def enabled() -> bool:
-    """Whether this process (a worker, its fork server, a job's child) may run the test kinds."""
-    return os.environ.get(ENABLE_ENV) == "1"
 
 
 def run_sleep(app: AppContext, spec: ChildSpec) -> int:
