@@ -10,8 +10,9 @@ per-pair ratio, CPU from rusage, load average around every run):
    1 GB model (an MLP of four 8192x8192 fp32 initializers in external data, made under the
    scratch folder and removed after; --quick: 256 MB). Goal 1.25x.
 2. TensorRT-RTX on a host without a supported GPU: the hit ends in EngineRejectedError
-   INCOMPATIBLE; time to that verdict against `import tensorrt_rtx`, a Runtime and
-   `get_engine_validity` on the header (`floor_rtx`). Goal 1.25x. Skipped where a GPU is present.
+   INCOMPATIBLE; time to that verdict against `import tensorrt_rtx`, a Runtime, reading the engine
+   file and `get_engine_validity` on its header (`floor_rtx`; ours verifies every byte before the
+   header reaches the library). Goal 1.25x. Skipped where a GPU is present.
 3. Host fingerprint: `host_fingerprint()` in a new process, with the NVML answer kept on disk and
    without (ENGINECACHE_HOST_CACHE=off), against the interpreter alone; goal: the fingerprint's
    own time (import + call, timed in the child) under 20 ms.
@@ -163,7 +164,10 @@ def rtx_figures(
         report.compare(
             child("load_or_build hit (rtx) -> INCOMPATIBLE", "hit", str(path), "rtx", "sm86", env=env),
             child(
-                "import tensorrt_rtx + get_engine_validity (floor)", "floor_rtx", str(home / engine.blob_path), env=env
+                "import tensorrt_rtx + read + get_engine_validity (floor)",
+                "floor_rtx",
+                str(home / engine.blob_path),
+                env=env,
             ),
             section=RTX,
             name=f"{name} ({engine.size_bytes / 1e6:,.0f} MB engine)",

@@ -11,7 +11,8 @@ Only the modes that need enginecache import it, and each floor imports only what
   when EngineRejectedError INCOMPATIBLE is raised. BENCH_JSON: import seconds and load phases.
 - floor_ort BLOB: `import onnxruntime` and an `InferenceSession` of the stored ORT-format engine
   (by path, CPU provider), what a serving process without enginecache does.
-- floor_rtx BLOB: `import tensorrt_rtx`, a Runtime, and `get_engine_validity` on the header.
+- floor_rtx BLOB: `import tensorrt_rtx`, a Runtime, the engine file read (as a user's own
+  `deserialize_cuda_engine(open(path).read())` starts) and `get_engine_validity` on its header.
 - fingerprint: `host_fingerprint()` of a new process (BENCH_JSON: import and call seconds).
 - noop: nothing (the interpreter's own start, the floor of the fingerprint).
 """
@@ -88,8 +89,8 @@ def floor_rtx(blob: str) -> None:
     imported = time.perf_counter()
     runtime = trt.Runtime(trt.Logger(trt.Logger.ERROR))
     with open(blob, "rb") as stream:
-        header = stream.read(runtime.engine_header_size)
-    validity, _mask = runtime.get_engine_validity(header)
+        engine = stream.read()
+    validity, _mask = runtime.get_engine_validity(engine[: runtime.engine_header_size])
     ready(import_s=imported - T0, validity=str(validity))
 
 

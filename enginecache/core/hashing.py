@@ -99,8 +99,11 @@ class StreamHasher:
         )
 
 
-def hash_stream(stream: BinaryIO, *, chunk_bytes: int = CHUNK_BYTES) -> DigestResult:
-    """Hash a readable binary stream to its end with one reused buffer."""
+def hash_stream(
+    stream: BinaryIO, *, chunk_bytes: int = CHUNK_BYTES, sink: Callable[[memoryview], object] | None = None
+) -> DigestResult:
+    """Hash a readable binary stream to its end with one reused buffer; `sink`, where given, is handed
+    each chunk right after it was hashed (so what it receives is exactly what was hashed)."""
     hasher = StreamHasher()
     buffer = bytearray(chunk_bytes)
     view = memoryview(buffer)
@@ -109,6 +112,8 @@ def hash_stream(stream: BinaryIO, *, chunk_bytes: int = CHUNK_BYTES) -> DigestRe
         if not n:
             break
         hasher.update(view[:n])
+        if sink is not None:
+            sink(view[:n])
     return hasher.result()
 
 
@@ -116,6 +121,13 @@ def hash_file(path: Path, *, chunk_bytes: int = CHUNK_BYTES) -> DigestResult:
     """Hash a file in one pass (sha256 and BLAKE3 over the same chunks)."""
     with open(path, "rb", buffering=0) as stream:
         return hash_stream(stream, chunk_bytes=chunk_bytes)
+
+
+def copy_hashed(source: Path, dest: Path, *, chunk_bytes: int = CHUNK_BYTES) -> DigestResult:
+    """Copy `source` to `dest` (a new file: an existing one raises FileExistsError) in one pass that
+    hashes the bytes it writes: the digests are the copy's, whatever `source` does afterwards."""
+    with open(source, "rb", buffering=0) as stream, open(dest, "xb") as out:
+        return hash_stream(stream, chunk_bytes=chunk_bytes, sink=out.write)
 
 
 def sha256_file(path: Path) -> str:

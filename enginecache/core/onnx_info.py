@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import stat
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,7 +41,7 @@ from onnx import (
     ModelProto,
 )
 
-from enginecache.core.hashing import hash_file
+from enginecache.core.hashing import DigestResult, hash_file
 from enginecache.core.onnx_graph import (
     TensorInfo,
     domain_name,
@@ -225,22 +225,31 @@ def check_external_data(path: Path) -> tuple[str, ...]:
     return tuple(sorted({normalise_location(loc) for _, loc, _ in refs}))
 
 
-def model_digest(path: Path, external_data_files: Sequence[str]) -> str:
-    """The model's identity: sha256 of the file, or of the bundle listing (module docstring)."""
+def _hash_only(path: Path, _relpath: str) -> DigestResult:
+    return hash_file(path)
+
+
+def model_digest(
+    path: Path, external_data_files: Sequence[str], *, read: Callable[[Path, str], DigestResult] = _hash_only
+) -> str:
+    """The model's identity: sha256 of the file, or of the bundle listing (module docstring).
+
+    `read(file, relpath)` hashes each file once (the model file's relpath is its name); by default it
+    only hashes, `service.modelverify.stage_bundle` passes one that copies while it hashes."""
     path = Path(path)
     if not external_data_files:
-        return hash_file(path).sha256
+        return read(path, path.name).sha256
     resolved = resolve_external_data(path, external_data_files)
     entries = sorted(zip((normalise_location(loc) for loc in external_data_files), resolved, strict=True))
     bundle = hashlib.sha256(BUNDLE_HEADER.encode("utf-8"))
-    model = hash_file(path)
+    model = read(path, path.name)
     bundle.update(f"{path.name}\t{model.size}\t{model.sha256}\n".encode())
     seen: set[str] = set()
     for relpath, file in entries:
         if relpath in seen:
             continue
         seen.add(relpath)
-        digest = hash_file(file)
+        digest = read(file, relpath)
         bundle.update(f"{relpath}\t{digest.size}\t{digest.sha256}\n".encode())
     return bundle.hexdigest()
 

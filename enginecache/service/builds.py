@@ -7,15 +7,18 @@ running converts the precision (the converted ONNX is stored as a model of its o
 its source), builds with the backend into a scratch file, publishes the blob, then flips the
 engine row PENDING -> READY. A failure leaves only a FAILED row with the backend's message.
 
-The model bundle a converter or a backend reads (`models/<digest>/`, the path the digest implies) is
-re-hashed right before it is read (`service.modelverify.check_bundle`); one that no longer hashes to its
-digest marks the model CORRUPT and fails the build, naming the model and digest. (The backends read the
-ONNX by path, so the check is a streaming pass of its own just before theirs, not the same pass.)
+A converter or a backend never reads the store: the model bundle (`models/<digest>/`, the path the
+digest implies) is copied into the build's own work folder in the pass that hashes it
+(`service.modelverify.stage_bundle`), and the converter or backend reads that copy, so what is built
+from is exactly the bytes that hashed to the digest. A bundle that no longer hashes to its digest
+marks the model CORRUPT and fails the build, naming the model and digest. (The cost: one copy of the
+model per build, a few seconds per GB beside builds of minutes.)
 """
 
 from __future__ import annotations
 
 import logging
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -48,7 +51,7 @@ from enginecache.errors import (
 from enginecache.service import audit
 from enginecache.service.context import AppContext
 from enginecache.service.models import get_model, model_inputs, model_path, register_model
-from enginecache.service.modelverify import check_bundle
+from enginecache.service.modelverify import stage_bundle
 from enginecache.service.routing import WORKER_ALIVE_SECONDS, can_run, requirement_words
 
 logger = logging.getLogger(__name__)
@@ -274,8 +277,7 @@ def run_build(
     started = time.perf_counter()
     try:
         with app.store.temp_dir(prefix=f"build-{engine_id}-") as work:
-            variant, warnings = _precision_variant(app, plan, work)  # its stored bundle re-hashed just now
-            source = model_path(app, variant)
+            variant, source, warnings = _precision_variant(app, plan, work)  # a verified private copy
             spec = BuildSpec(
                 onnx_path=source,
                 targets=plan.targets,
@@ -372,14 +374,14 @@ def recipe_key(source_digest: str, recipe: dict[str, Any]) -> str:
     return canonical_digest({"source": source_digest, "recipe": recipe})
 
 
-def _precision_variant(app: AppContext, plan: BuildPlan, work: Path) -> tuple[ModelRecord, tuple[str, ...]]:
-    """The model to build from, its stored bundle re-hashed (`check_bundle`): the source for fp32, else
-    its stored converted variant. A source that does not hash to its digest is marked CORRUPT and fails
-    the build (IntegrityCheckError); a CORRUPT variant is converted again from the (verified) source: the
-    same bytes repair it in place (`register_model`), other bytes become a new variant of the recipe."""
+def _precision_variant(app: AppContext, plan: BuildPlan, work: Path) -> tuple[ModelRecord, Path, tuple[str, ...]]:
+    """The model to build from and a verified private copy of its bundle under `work`
+    (`stage_bundle`): the source for fp32, else its stored converted variant. A source that does not
+    hash to its digest is marked CORRUPT and fails the build (IntegrityCheckError); a CORRUPT variant is
+    converted again from the (verified) source: the same bytes repair it in place (`register_model`),
+    other bytes become a new variant of the recipe."""
     if not plan.precision.precision or plan.precision.precision == "fp32":
-        check_bundle(app, plan.model)
-        return plan.model, ()
+        return plan.model, stage_bundle(app, plan.model, work / "source"), ()
     key = recipe_key(plan.model.digest, plan.recipe)
     query = select(ModelRecord).where(ModelRecord.recipe_key == key)
     ok_first = (col(ModelRecord.status) != ModelStatus.OK, col(ModelRecord.id))  # then the oldest
@@ -388,15 +390,15 @@ def _precision_variant(app: AppContext, plan: BuildPlan, work: Path) -> tuple[Mo
     notes: tuple[str, ...] = ()
     if existing is not None:
         try:
-            check_bundle(app, existing)
+            staged = stage_bundle(app, existing, work / "variant")
         except IntegrityCheckError as err:
             logger.warning("converting %s again: its stored variant is corrupt (%s)", plan.model.name, err)
             notes = (f"stored {plan.precision.precision} variant (model {existing.id}) was CORRUPT: converted again",)
+            shutil.rmtree(work / "variant")
         else:
-            return existing, tuple(str(w) for w in existing.recipe.get("warnings", []))
-    check_bundle(app, plan.model)  # the converter reads the source's bytes
+            return existing, staged, tuple(str(w) for w in existing.recipe.get("warnings", []))
     converted = convert_precision(
-        model_path(app, plan.model),
+        stage_bundle(app, plan.model, work / "source"),  # the converter reads the source's verified bytes
         plan.precision,
         work / "convert",
         input_shapes=plan.profile.opt_shapes(),
@@ -410,5 +412,5 @@ def _precision_variant(app: AppContext, plan: BuildPlan, work: Path) -> tuple[Mo
         recipe=recipe,
         recipe_key=key,
     )
-    check_bundle(app, registered.model)  # the stored copy the backend reads
-    return registered.model, (*notes, *converted.warnings)
+    staged = stage_bundle(app, registered.model, work / "variant")  # the stored copy, as the backend reads it
+    return registered.model, staged, (*notes, *converted.warnings)

@@ -4,14 +4,15 @@ No catalog here (both `load_or_build` paths use it: the ORM one through `service
 stdlib-sqlite cache hit through `service.hitpath`); what the catalog must do about a corrupt blob
 is the caller's `on_corrupt`.
 
-Order: the runtime's import, then the backend's own validity test on the engine's first bytes (`Backend.check_header`:
-TensorRT-RTX's `get_engine_validity`, the ORT-format identifier and version), so an engine this host
-cannot run is refused without reading all of it; then one pass that reads the blob into the buffer
-the runtime gets while hashing it (BLAKE3 where recorded, else sha256); then `Backend.load`, which
-repeats the header check on the verified bytes and deserializes them. (Reading on a thread beside the
-runtime's import was tried: on 2 busy cores it was no faster, 1.00-1.09x.) A blob whose header is
-damaged is therefore refused as INCOMPATIBLE (its header is what the library judged), not CORRUPT;
-`enginecache verify` re-hashes it.
+Order: the runtime's import (a missing library fails before anything is read), then one pass that
+reads the blob into the buffer the runtime gets while hashing it (BLAKE3 where recorded, else
+sha256), then `Backend.load`, which starts with the backend's own validity test on the verified
+bytes (`Backend.check_header`: TensorRT-RTX's `get_engine_validity`, the ORT-format identifier and
+version) and then deserializes them. No byte reaches a runtime, not even the header its validity
+test parses, before every byte of the blob matched its digest: a damaged header is CORRUPT, and an
+engine this host cannot run is INCOMPATIBLE after a read that the user's own load would make too.
+(Reading on a thread beside the runtime's import was tried: on 2 busy cores it was no faster,
+1.00-1.09x.)
 
 The blob is read from the path its sha256 implies (`core.blobpaths`, a string operation), never from
 the catalog's `blob_path`: an edited row cannot point a load at another file.
@@ -26,7 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from enginecache.core.backends.base import ENGINE_HEADER_BYTES, EngineSession, LoadSpec, PhaseTimer
+from enginecache.core.backends.base import EngineSession, LoadSpec, PhaseTimer
 from enginecache.core.backends.registry import get_backend
 from enginecache.core.blobpaths import blob_path
 from enginecache.core.lazyimport import import_backend
@@ -102,9 +103,7 @@ def _corrupt(facts: EngineFacts, err: BaseException, on_corrupt: Callable[[], No
 def read_blob(facts: EngineFacts, timer: PhaseTimer, on_corrupt: Callable[[], None]) -> bytes:
     """The engine's blob, verified in the pass that reads it (phase `read_verify`). A mismatch or a
     missing blob calls `on_corrupt` and raises EngineRejectedError (verdict CORRUPT)."""
-    from enginecache.core.hashing import (
-        read_verified,
-    )  # not before the header passed: an INCOMPATIBLE verdict needs none
+    from enginecache.core.hashing import read_verified
 
     try:
         with timer.phase("read_verify"):
@@ -115,22 +114,9 @@ def read_blob(facts: EngineFacts, timer: PhaseTimer, on_corrupt: Callable[[], No
         raise _corrupt(facts, err, on_corrupt) from err
 
 
-def check_engine_header(facts: EngineFacts, timer: PhaseTimer, on_corrupt: Callable[[], None]) -> None:
-    """The backend's validity test on the blob's first bytes; INCOMPATIBLE without reading the rest."""
-    try:
-        with open(facts.blob, "rb") as stream:
-            header = stream.read(ENGINE_HEADER_BYTES)
-    except (IntegrityCheckError, OSError) as err:
-        raise _corrupt(facts, err, on_corrupt) from err
-    try:
-        get_backend(facts.backend).check_header(header, facts.load_spec(), timer)
-    except IncompatibleEngineError as err:
-        raise EngineRejectedError(str(err), engine_id=facts.id, verdict="INCOMPATIBLE", details=err.details) from err
-
-
 def load_engine(facts: EngineFacts, timer: PhaseTimer, *, on_corrupt: Callable[[], None]) -> EngineSession:
     """The runtime's import (phase `import_runtime`: a missing library fails before anything is read),
-    the backend's header check, the verified read, then the backend's load of the verified bytes.
+    the verified read, then the backend's load of the verified bytes (its header check first).
 
     Raises EngineRejectedError: CORRUPT (bytes do not match, or the blob is gone; `on_corrupt` ran),
     INCOMPATIBLE (the backend's validity test) or ERROR (the runtime could not load it).
@@ -138,7 +124,6 @@ def load_engine(facts: EngineFacts, timer: PhaseTimer, *, on_corrupt: Callable[[
     backend = get_backend(facts.backend)
     with timer.phase("import_runtime"):
         import_backend(backend.module)
-    check_engine_header(facts, timer, on_corrupt)
     buffer = read_blob(facts, timer, on_corrupt)
     try:
         return backend.load(buffer, facts.load_spec(), timer)

@@ -14,9 +14,9 @@ SQLAlchemy, SQLModel, Alembic (its migration check) and onnx (profiles from the 
    spec, backend and tool versions, host facts, code), confirmed still READY and with the model's
    READY engines unchanged since (a retired, corrupt or newly built engine sends it down the full
    path), read in one read transaction;
-4. load through `service.engineload` (header check, verified read, `Backend.load`) from the path the
+4. load through `service.engineload` (verified read, then `Backend.load`: header check, deserialize) from the path the
    engine's sha256 implies (`core.blobpaths`; the row's `blob_path` is not read), then one INSERT of
-   the load event. A CORRUPT blob is marked so with one UPDATE.
+   the load event. A CORRUPT blob is marked so with one UPDATE and its audit event, one transaction.
 
 Anything it cannot vouch for (a PostgreSQL URL, a calibration file, another schema revision, no
 memo, a stat mismatch, a racy entry, a backend library missing) returns None and the caller takes
@@ -187,10 +187,12 @@ def _lookup(
         connection.execute("COMMIT")
 
 
-def _write(connection: sqlite3.Connection, sql: str, values: tuple[Any, ...]) -> None:
+def _write(connection: sqlite3.Connection, *statements: tuple[str, tuple[Any, ...]]) -> None:
+    """Run `statements` (SQL, values) in one write transaction."""
     connection.execute("BEGIN IMMEDIATE")
     try:
-        connection.execute(sql, values)
+        for sql, values in statements:
+            connection.execute(sql, values)
     except BaseException:
         connection.execute("ROLLBACK")
         raise
@@ -198,15 +200,31 @@ def _write(connection: sqlite3.Connection, sql: str, values: tuple[Any, ...]) ->
 
 
 def _mark_corrupt(connection: sqlite3.Connection, engine_id: int) -> None:
+    """Mark the engine CORRUPT and, where that changed its status, append the audit event
+    `service.audit.record` writes on the full path (same action, target and details; the actor is
+    this process's OS user), in one transaction."""
+    from enginecache.service import audit  # the rare path pays for its imports
+
+    actor = audit.local_actor()
+    details = json.dumps({"via": "load_or_build"})
+    event = (_sqlite_time(datetime.now(UTC)), actor.name, actor.origin, audit.ENGINE_CORRUPT, f"engine {engine_id}")
     try:
-        _write(connection, "UPDATE engines SET status = 'CORRUPT' WHERE id = ?", (engine_id,))
+        _write(
+            connection,
+            ("UPDATE engines SET status = 'CORRUPT' WHERE id = ? AND status != 'CORRUPT'", (engine_id,)),
+            (
+                "INSERT INTO audit_events (at, actor, origin, action, target, details) "
+                "SELECT ?, ?, ?, ?, ?, ? WHERE changes() > 0",  # changes(): rows the UPDATE just changed
+                (*event, details),
+            ),
+        )
     except sqlite3.Error as err:  # the verdict stands; `enginecache verify` marks it later
         _log().warning("engine %s not marked CORRUPT: %s", engine_id, err)
 
 
 def _mark_load_error(connection: sqlite3.Connection, engine_id: int, note: str) -> None:
     try:
-        _write(connection, "UPDATE engines SET error = ? WHERE id = ?", (note, engine_id))
+        _write(connection, ("UPDATE engines SET error = ? WHERE id = ?", (note, engine_id)))
     except sqlite3.Error as err:  # the verdict stands and is raised; only the note is lost
         _log().warning("engine %s: load error not noted: %s", engine_id, err)
 
@@ -242,7 +260,7 @@ def _record(
     columns = ", ".join(row)
     marks = ", ".join("?" for _ in row)
     try:
-        _write(connection, f"INSERT INTO load_events ({columns}) VALUES ({marks})", tuple(row.values()))
+        _write(connection, (f"INSERT INTO load_events ({columns}) VALUES ({marks})", tuple(row.values())))
     except sqlite3.Error as err:
         _log().warning("cache event not recorded: %s", err)
 

@@ -7,8 +7,10 @@ build would read are the bytes that were registered. Three callers:
 
 - `enginecache verify` (`verify_models`): every source model and converted variant; a mismatch or a
   missing file marks the model CORRUPT, a bundle that hashes right again sets it back to OK;
-- a build (`service.builds`), right before a backend or a converter reads the bundle (`check_bundle`),
-  which refuses a mismatch with the model and digest named;
+- a build (`service.builds`) and a test-load's accuracy reference (`service.testload`) read a private
+  copy made by `stage_bundle`, which hashes each file in the pass that copies it and refuses a mismatch
+  with the model and digest named: the bytes a converter, a backend or ONNX Runtime reads are the
+  bytes that were verified (a change to the store after the check cannot reach them);
 - `register_model` of bytes already registered (`restore_bundle`): a damaged or missing stored bundle is
   rewritten from the given file (staged on the store's filesystem and hashed there first, then each
   file renamed into place) and the model set back to OK.
@@ -19,7 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,7 @@ from typing import Any
 from sqlmodel import col, select
 
 from enginecache.core.blobpaths import model_dir, model_file
+from enginecache.core.hashing import DigestResult, copy_hashed
 from enginecache.core.onnx_info import model_digest
 from enginecache.core.store import fsync_dir
 from enginecache.db.models import ModelRecord, ModelStatus
@@ -38,6 +41,9 @@ logger = logging.getLogger(__name__)
 
 # What a missing (or replaced by a folder) stored file raises while it is hashed: the bundle is damaged.
 _MISSING = (FileNotFoundError, IsADirectoryError, NotADirectoryError)
+
+# Hashes one file of a bundle (path, relpath as the digest names it): `core.onnx_info.model_digest`'s `read`.
+DigestReader = Callable[[Path, str], DigestResult]
 
 
 def bundle_files(model: ModelRecord) -> tuple[str, ...]:
@@ -54,12 +60,15 @@ def _label(model: ModelRecord) -> str:
     return f"model {model.id} ({model.name!r}, digest {model.digest})"
 
 
-def stored_digest(app: AppContext, model: ModelRecord) -> str:
-    """The digest of the stored bundle as it is now (every file it covers read once). Raises
-    IntegrityCheckError where a file is missing or unsafe (a symlink), StoreError where it cannot be read."""
+def stored_digest(app: AppContext, model: ModelRecord, read: DigestReader | None = None) -> str:
+    """The digest of the stored bundle as it is now (every file it covers read once, by `read` where
+    given). Raises IntegrityCheckError where a file is missing or unsafe (a symlink), StoreError where
+    it cannot be read."""
     path = bundle_path(app, model)
     try:
-        return model_digest(path, bundle_files(model))
+        if read is None:
+            return model_digest(path, bundle_files(model))
+        return model_digest(path, bundle_files(model), read=read)
     except ExternalDataError as err:
         raise IntegrityCheckError(f"{_label(model)}: its stored bundle is damaged: {err}") from err
     except _MISSING as err:
@@ -79,10 +88,10 @@ def set_model_status(app: AppContext, model_id: int, status: str) -> bool:
     return True
 
 
-def _mismatch(app: AppContext, model: ModelRecord) -> str | None:
+def _mismatch(app: AppContext, model: ModelRecord, read: DigestReader | None = None) -> str | None:
     """Why the stored bundle is not the model's bytes, or None when it hashes to the digest."""
     try:
-        got = stored_digest(app, model)
+        got = stored_digest(app, model, read)
     except IntegrityCheckError as err:
         return str(err)
     if got != model.digest:
@@ -90,10 +99,11 @@ def _mismatch(app: AppContext, model: ModelRecord) -> str | None:
     return None
 
 
-def check_bundle(app: AppContext, model: ModelRecord) -> None:
-    """Re-hash the stored bundle; a mismatch or a missing file marks the model CORRUPT and raises
-    IntegrityCheckError naming the model, its digest and the repair. A match sets a CORRUPT model OK."""
-    problem = _mismatch(app, model)
+def check_bundle(app: AppContext, model: ModelRecord, read: DigestReader | None = None) -> None:
+    """Re-hash the stored bundle (each file by `read` where given); a mismatch or a missing file marks
+    the model CORRUPT and raises IntegrityCheckError naming the model, its digest and the repair. A
+    match sets a CORRUPT model OK."""
+    problem = _mismatch(app, model, read)
     if problem is not None:
         if set_model_status(app, model.id or 0, ModelStatus.CORRUPT):
             details = {"name": model.name, "digest": model.digest, "reason": problem}
@@ -106,6 +116,22 @@ def check_bundle(app: AppContext, model: ModelRecord) -> None:
     if model.status != ModelStatus.OK and set_model_status(app, model.id or 0, ModelStatus.OK):
         details = {"name": model.name, "digest": model.digest, "reason": "its stored bundle hashes to its digest"}
         audit.record(app, audit.MODEL_OK, f"model {model.id}", details)
+
+
+def stage_bundle(app: AppContext, model: ModelRecord, folder: Path) -> Path:
+    """Copy the stored bundle into `folder` (new, private to the caller, who removes it) in the pass
+    that hashes it, and return the copy's model file: what a converter, a backend or a reference
+    session then reads is exactly the bytes that hashed to the digest, whatever happens to the store
+    meanwhile. A mismatch is `check_bundle`'s (model CORRUPT, IntegrityCheckError)."""
+    folder.mkdir(parents=True)
+
+    def copy(file: Path, relpath: str) -> DigestResult:
+        dest = folder / relpath
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        return copy_hashed(file, dest)
+
+    check_bundle(app, model, copy)
+    return folder / model.filename
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,9 @@ their compute capabilities. `run_test_load` is the harness run in the job's chil
 (`service.testloadjob`) or in-process; its result is a `LoadRunRecord` whatever the verdict, an
 ERROR with the reason included (inputs the model rejects, a shape too large to generate), so the
 engine page always shows the last attempt. A CORRUPT verdict also marks the engine CORRUPT.
+The accuracy reference (ONNX Runtime on the fp32 source) reads a private copy of the source bundle,
+hashed in the pass that copied it (`modelverify.stage_bundle`); a source that no longer hashes to its
+digest is an ERROR run naming it.
 Reading the runs back is `service.loadruns`.
 """
 
@@ -33,7 +36,7 @@ from enginecache.service import access, audit
 from enginecache.service.context import AppContext
 from enginecache.service.enginerefs import engine_targets
 from enginecache.service.engines import get_engine
-from enginecache.service.models import model_path
+from enginecache.service.modelverify import stage_bundle
 from enginecache.service.routing import load_requirements
 
 logger = logging.getLogger(__name__)
@@ -182,12 +185,20 @@ def run_test_load(
 def _validate(app: AppContext, engine: EngineRecord, model: ModelRecord, options: TestLoadOptions) -> TestLoadResult:
     if engine.status not in (EngineStatus.READY, EngineStatus.CORRUPT) or engine.blob_path is None:
         raise TestInputError(f"engine {engine.id} is {engine.status}: there is no engine to load")
-    backend = get_backend(engine.backend)
-    spec = TestLoadSpec(
+    with app.store.temp_dir(prefix=f"test-load-{engine.id}-") as work:
+        # The accuracy reference runs on a verified private copy of the source model (a CORRUPT one
+        # raises IntegrityCheckError: an ERROR run naming the model), never on the store's file.
+        return validate_engine(get_backend(engine.backend), _spec(app, engine, model, options, work))
+
+
+def _spec(
+    app: AppContext, engine: EngineRecord, model: ModelRecord, options: TestLoadOptions, work: Path
+) -> TestLoadSpec:
+    return TestLoadSpec(
         engine_path=blob_path(app.home, engine.sha256),  # the digest's path, never the row's
         sha256=engine.sha256 or "",
         blake3=engine.blake3,
-        source_onnx=model_path(app, model),
+        source_onnx=stage_bundle(app, model, work / "source"),
         io=engine_io(engine),
         profiles=engine.build_options.get("profiles", {}),
         precision=engine.precision,
@@ -199,7 +210,6 @@ def _validate(app: AppContext, engine: EngineRecord, model: ModelRecord, options
         tolerances=tolerances_for(engine.precision, options.tolerances),
         label=f"engine {engine.id} ({model.name} {engine.backend} {engine.precision} {engine.targets})",
     )
-    return validate_engine(backend, spec)
 
 
 def _load_run_record(

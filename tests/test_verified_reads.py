@@ -1,0 +1,149 @@
+"""What a runtime is handed is what was verified, in the same pass: a build and a test-load's
+accuracy reference read a private copy of the model bundle hashed while it was copied (a change to the
+store after the check cannot reach them), and a load hands a runtime no byte of an engine, not even
+its header, before the whole blob matched its digest. The hit path's CORRUPT verdict is audited as
+the full path's is."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from enginecache.core.backends.base import BuildSpec
+from enginecache.core.backends.ort import ORT_BACKEND
+from enginecache.core.blobpaths import blob_path, model_file
+from enginecache.db.models import EngineStatus, ModelStatus
+from enginecache.errors import EngineRejectedError
+from enginecache.service import audit, hitpath
+from enginecache.service.builds import BuildRequest, build_engine
+from enginecache.service.context import AppContext
+from enginecache.service.engines import get_engine
+from enginecache.service.loadpath import load_or_build_full
+from enginecache.service.models import get_model, register_model
+from enginecache.service.testload import run_test_load
+from tests.conftest import corrupt_blob
+from tests.modelfactory import make_conv, make_external_data_model, make_mlp
+from tests.servingkit import ORT, serve_mlp
+
+
+def _digests(folder: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+@pytest.mark.parametrize("maker", [make_mlp, make_external_data_model], ids=["single-file", "external-data"])
+def test_a_build_reads_the_verified_copy_even_when_the_store_changes_after_the_check(
+    app_ctx: AppContext, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, maker: Any
+) -> None:
+    source = maker(tmp_path / "src" / "model.onnx") if maker is make_mlp else maker(tmp_path / "src")
+    model = register_model(app_ctx, source, name="m").model
+    stored = model_file(app_ctx.home, model.digest, model.filename)
+    genuine = _digests(stored.parent)
+    decoy = make_conv(tmp_path / "decoy" / "conv.onnx").read_bytes()
+    seen: list[tuple[Path, dict[str, str]]] = []
+    real_build = ORT_BACKEND.build
+
+    def tamper_then_build(spec: BuildSpec, *args: Any, **kwargs: Any) -> Any:
+        # After the check, before the backend reads: someone replaces every stored file.
+        for path in stored.parent.iterdir():
+            path.chmod(0o644)
+            path.write_bytes(decoy)
+        seen.append((spec.onnx_path, _digests(spec.onnx_path.parent)))
+        return real_build(spec, *args, **kwargs)
+
+    monkeypatch.setattr(ORT_BACKEND, "build", tamper_then_build)
+    engine = build_engine(app_ctx, BuildRequest(model="m", backend="ort")).engine
+    [(read_from, read_digests)] = seen
+    assert stored.parent not in read_from.parents, "the backend read a private copy, not the store"
+    assert read_digests == genuine, "the copy holds the bytes that hashed to the digest"
+    assert engine.status == EngineStatus.READY
+    assert not read_from.exists(), "the build's work folder (its copy) is removed with the build"
+
+
+def test_a_mlp_built_after_tampering_is_built_from_the_registered_bytes(
+    app_ctx: AppContext, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = register_model(app_ctx, make_mlp(tmp_path / "mlp.onnx"), name="mlp").model
+    stored = model_file(app_ctx.home, model.digest, model.filename)
+    decoy = make_conv(tmp_path / "conv.onnx").read_bytes()
+    real_build = ORT_BACKEND.build
+
+    def tamper_then_build(spec: BuildSpec, *args: Any, **kwargs: Any) -> Any:
+        stored.chmod(0o644)
+        stored.write_bytes(decoy)
+        return real_build(spec, *args, **kwargs)
+
+    monkeypatch.setattr(ORT_BACKEND, "build", tamper_then_build)
+    built = build_engine(app_ctx, BuildRequest(model="mlp", backend="ort")).engine
+    assert [t["name"] for t in built.io] == ["input", "output"]
+    assert built.io[0]["shape"][-1] == 16, "built from mlp's bytes, not the conv written over the store"
+
+
+def test_a_test_load_reference_never_reads_a_tampered_source(app_ctx: AppContext, tmp_path: Path) -> None:
+    model = register_model(app_ctx, make_mlp(tmp_path / "mlp.onnx"), name="mlp").model
+    engine = build_engine(app_ctx, BuildRequest(model="mlp", backend="ort")).engine
+    assert run_test_load(app_ctx, engine.id or 0).verdict == "PASS"
+    corrupt_blob(model_file(app_ctx.home, model.digest, model.filename))  # a weight byte: it still parses
+
+    run = run_test_load(app_ctx, engine.id or 0)
+    assert run.verdict == "ERROR", run.reason
+    assert model.digest in run.reason and "CORRUPT" in run.reason
+    assert get_model(app_ctx, "mlp").status == ModelStatus.CORRUPT
+    assert get_engine(app_ctx, engine.id or 0).status == EngineStatus.READY, "the engine itself is intact"
+
+
+def _refuse_unverified(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError("the runtime was handed a header before the blob matched its digest")
+
+    monkeypatch.setattr(ORT_BACKEND, "check_header", refuse)
+
+
+@pytest.mark.parametrize("path", ["hit", "full"])
+def test_a_damaged_header_is_corrupt_and_never_reaches_the_runtime(
+    app_ctx: AppContext, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    served = serve_mlp(app_ctx, tmp_path / "src")
+    corrupt_blob(blob_path(app_ctx.home, served.engine.sha256), 8)  # inside the ORT-format header
+    _refuse_unverified(monkeypatch)
+    with pytest.raises(EngineRejectedError) as rejected:
+        if path == "hit":
+            hitpath.try_hit(
+                served.onnx_path, ORT, home=app_ctx.home, db_url=app_ctx.db_url, host=None, started=time.perf_counter()
+            )
+        else:
+            load_or_build_full(served.onnx_path, spec=ORT, app=app_ctx, on_miss="fail")
+    assert rejected.value.verdict == "CORRUPT"
+    assert get_engine(app_ctx, served.engine.id or 0).status == EngineStatus.CORRUPT
+    [event] = audit.list_audit(app_ctx, action=audit.ENGINE_CORRUPT)
+    assert event.target == f"engine {served.engine.id}" and event.details == {"via": "load_or_build"}
+    assert event.actor == audit.local_actor().name and event.origin.startswith("cli ")
+
+
+def test_the_hit_path_audits_a_corrupt_mark_once(app_ctx: AppContext, tmp_path: Path) -> None:
+    served = serve_mlp(app_ctx, tmp_path / "src")
+    corrupt_blob(blob_path(app_ctx.home, served.engine.sha256))
+    for _ in range(2):  # the second call finds the engine CORRUPT already: no second event
+        try:
+            hitpath.try_hit(
+                served.onnx_path, ORT, home=app_ctx.home, db_url=app_ctx.db_url, host=None, started=time.perf_counter()
+            )
+        except EngineRejectedError as err:
+            assert err.verdict == "CORRUPT"
+    assert len(audit.list_audit(app_ctx, action=audit.ENGINE_CORRUPT)) == 1
+
+
+def test_a_copy_that_fails_midway_leaves_no_partial_model_for_the_backend(
+    app_ctx: AppContext, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = register_model(app_ctx, make_external_data_model(tmp_path / "ext"), name="ext").model
+    (model_file(app_ctx.home, model.digest, model.filename).parent / "ext.onnx.data").unlink()
+    called: list[BuildSpec] = []
+    monkeypatch.setattr(ORT_BACKEND, "build", lambda spec, *a, **k: called.append(spec))
+    with pytest.raises(Exception, match="missing"):
+        build_engine(app_ctx, BuildRequest(model="ext", backend="ort"))
+    assert called == [], "the backend never saw a bundle that did not verify"
+    assert get_model(app_ctx, "ext").status == ModelStatus.CORRUPT
