@@ -301,14 +301,15 @@ class TensorRTBackend:
         IncompatibleEngineError carrying the library's diagnostic bits and its own log lines
         (on a host without a GPU: the CUDA error it met reading the GPU's properties).
         """
-        from enginecache.core.backends.trt.session import TensorRTEngineSession  # numpy: imported where it runs
-
         timer = timer or PhaseTimer()
         trt = self._trt()
         with captured(trt) as (trt_logger, sink):  # the process-wide logger's sink is ours while we load
             with timer.phase("validity"):
                 runtime = trt.Runtime(trt_logger)
                 self._refuse_invalid(runtime, bytes(memoryview(engine)[: _header_size(runtime)]), spec, sink)
+            # Only past the validity check: the session imports numpy (~0.1 s), which a refusal never needs.
+            from enginecache.core.backends.trt.session import TensorRTEngineSession
+
             return TensorRTEngineSession(trt, runtime, engine, spec, timer, sink, self.name)
 
 
