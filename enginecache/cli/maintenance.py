@@ -9,7 +9,7 @@ import typer
 from enginecache.cli.common import EXIT_FAILED, JsonOption, app_context, emit
 
 if TYPE_CHECKING:
-    from enginecache.service.gc import GcReport
+    from enginecache.service.gcreport import GcReport
 
 KIND_WORDS = {
     "unreferenced_blob": "unreferenced blob",
@@ -39,7 +39,8 @@ def gc(
     """Remove unreferenced blobs, retired ones past the grace and stale temp folders (a dry run without --apply)."""
     from datetime import timedelta
 
-    from enginecache.service.gc import GcPolicy, collect_garbage
+    from enginecache.service.gc import collect_garbage
+    from enginecache.service.gcreport import GcPolicy
 
     policy = GcPolicy() if grace_days is None else GcPolicy(grace=timedelta(days=grace_days))
     report = collect_garbage(app_context(ctx), apply=apply, policy=policy)

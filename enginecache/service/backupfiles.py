@@ -1,5 +1,5 @@
-"""Files for backup and restore: a copy hashed as it is written, model bundle digests, safe relative
-paths, and removing a half-made folder.
+"""Files for backup and restore: a copy hashed as it is written, model bundle digests and file paths,
+safe relative paths, publishing a complete folder by a rename, and removing a half-made one.
 
 A copy reads each byte once, writes it and feeds it to `core.hashing.StreamHasher` (sha256 and
 BLAKE3 over the same chunks), then fsyncs the copy: the digest it returns is of the bytes that were
@@ -13,11 +13,12 @@ import logging
 import os
 import shutil
 import stat
+from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
 from enginecache.core.hashing import CHUNK_BYTES, DigestResult, StreamHasher
 from enginecache.core.store import fsync_dir
-from enginecache.errors import IntegrityCheckError
+from enginecache.errors import BackupRefusedError, IntegrityCheckError
 
 logger = logging.getLogger(__name__)
 
@@ -67,12 +68,29 @@ def safe_relative(name: str, what: str) -> PurePosixPath:
     return path
 
 
+def bundle_file(digest: str, name: str, what: str) -> str:
+    """Where the file `name` of the model bundle `digest` lies under a home or a backup:
+    `models/<digest>/<name>`, `name` checked by `safe_relative` (IntegrityCheckError naming `what`)."""
+    return f"models/{digest}/{safe_relative(name, what)}"
+
+
 def fsync_tree(root: Path) -> None:
     """fsync every directory under `root` (and `root`), deepest first, so the names of the files
     copied into them are durable before the folder is published by a rename."""
     folders = [Path(dirpath) for dirpath, _dirs, _files in os.walk(root)]
     for folder in sorted(folders, key=lambda p: len(p.parts), reverse=True):
         fsync_dir(folder)
+
+
+def publish_folder(work: Path, dest: Path, refusal: Callable[[OSError], str]) -> None:
+    """Rename the complete folder `work` to `dest` and fsync `dest`'s parent, so that `dest` appears
+    whole or not at all; where the rename fails (`dest` appeared meanwhile), BackupRefusedError
+    with the words `refusal` gives for the OS's error."""
+    try:
+        os.rename(work, dest)
+    except OSError as err:
+        raise BackupRefusedError(refusal(err)) from err
+    fsync_dir(dest.parent)
 
 
 def remove_tree(path: Path) -> None:

@@ -1,7 +1,7 @@
-"""Backup and restore (service.backup, cli.backupcmd) on real SQLite and PostgreSQL catalogs, real ORT
-engines and real model bundles (one with external data): a backup taken while another thread keeps
-registering models and building engines restores into an empty home where `verify --all` passes;
-what restore and backup refuse, and that a refusal leaves nothing behind.
+"""Backup and restore (service.backup) on real SQLite and PostgreSQL catalogs, real ORT engines and
+real model bundles (one with external data): a backup taken while another thread keeps registering
+models and building engines restores into an empty home where `verify --all` passes; what restore
+and backup refuse, and that a refusal leaves nothing behind.
 
 The concurrent writes are ordered, not timed: the backup's progress callback, called once the
 catalog's snapshot is taken and before any blob is copied, waits until the writer has committed two
@@ -10,7 +10,6 @@ more models and engines, so writes land between the snapshot and the copy every 
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import sqlite3
@@ -18,26 +17,23 @@ import subprocess
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
-from enginecache.cli.app import COMMANDS, LazyGroup
-from enginecache.cli.backupcmd import backup as backup_command
-from enginecache.cli.backupcmd import restore as restore_command
-from enginecache.db.catalog import MIGRATIONS_DIR, head_revision
+from enginecache.db.catalog import head_revision
 from enginecache.db.models import EngineStatus
-from enginecache.db.reader import sqlite_file, sqlite_url
+from enginecache.db.reader import sqlite_file
 from enginecache.errors import BackupRefusedError, IntegrityCheckError
 from enginecache.service.backup import backup, restore
 from enginecache.service.builds import BuildRequest, build_engine
 from enginecache.service.context import AppContext
 from enginecache.service.engines import list_engines, retire_engine
 from enginecache.service.models import register_model
+from tests.backupkit import backup_manifest, rewrite_manifest
 from tests.clirunner import run_cli
 from tests.conftest import _pg_database, corrupt_blob, files_under, skip_or_fail
-from tests.modelfactory import file_sha256, make_external_data_model, make_mlp
+from tests.modelfactory import make_external_data_model, make_mlp
 
 WAIT_SECONDS = 120  # a guard against a hang, never a timing the test relies on
 
@@ -114,17 +110,22 @@ def _tables(ctx: AppContext) -> list[str]:
         engine.dispose()
 
 
-def _manifest(dest: Path) -> dict[str, Any]:
-    manifest: dict[str, Any] = json.loads((dest / "manifest.json").read_text())
-    return manifest
-
-
 def _leftovers(folder: Path) -> list[str]:
     """Half-made backup or restore folders beside `folder`'s entries."""
     return sorted(p.name for p in folder.iterdir() if ".partial-" in p.name or ".restore-" in p.name)
 
 
-# -- a backup under concurrent writes, restored ------------------------------------------------
+def _assert_restore_fails_leaving_nothing(target: AppContext, dest: Path, tmp_path: Path, match: str) -> None:
+    """restore(target, dest) fails its integrity check (IntegrityCheckError matching `match`) and
+    leaves no home, no tables in the target catalog and no half-made folder beside `tmp_path`'s."""
+    with pytest.raises(IntegrityCheckError, match=match):
+        restore(target, dest)
+    assert not target.home.exists()
+    assert _tables(target) == []
+    assert _leftovers(tmp_path) == []
+
+
+# -- a backup under concurrent writes, restored -----------------------------------------------
 
 
 def test_backup_while_writing_restores_and_verifies(
@@ -171,7 +172,7 @@ def test_backup_while_writing_restores_and_verifies(
         writer.close()
     assert not thread.is_alive() and not errors, errors
 
-    manifest = _manifest(result.dest)
+    manifest = backup_manifest(result.dest)
     live_engines = len(list_engines(home_ctx))
     assert manifest["catalog"]["kind"] == ("postgresql" if _is_postgres(home_ctx) else "sqlite")
     assert manifest["catalog"]["alembic_revision"] == head_revision()
@@ -229,7 +230,7 @@ def test_restore_refuses_a_home_or_catalog_that_holds_something(
     assert opened.catalog is not None
     opened.close()
     if _is_postgres(opened):
-        assert restore(opened, dest).tables == _manifest(dest)["catalog"]["tables"]
+        assert restore(opened, dest).tables == backup_manifest(dest)["catalog"]["tables"]
     else:
         with pytest.raises(BackupRefusedError, match=r"not empty \(catalog.db\)"):
             restore(opened, dest)
@@ -240,7 +241,7 @@ def test_restore_refuses_a_damaged_backup_naming_the_file(
     home_ctx: AppContext, empty_target: Callable[[], AppContext], tmp_path: Path, damaged: str
 ) -> None:
     dest = backup(home_ctx, tmp_path / "backup").dest
-    manifest = _manifest(dest)
+    manifest = backup_manifest(dest)
     if damaged == "engine blob":
         path = dest / manifest["blobs"][0]["path"]
     elif damaged == "external data":
@@ -249,12 +250,7 @@ def test_restore_refuses_a_damaged_backup_naming_the_file(
         path = dest / manifest["catalog"]["file"]
     corrupt_blob(path, offset=-1)
 
-    target = empty_target()
-    with pytest.raises(IntegrityCheckError, match=re.escape(str(path)) + " is damaged"):
-        restore(target, dest)
-    assert not target.home.exists()
-    assert _tables(target) == []
-    assert _leftovers(tmp_path) == []
+    _assert_restore_fails_leaving_nothing(empty_target(), dest, tmp_path, re.escape(str(path)) + " is damaged")
 
 
 def test_restore_failing_after_the_catalog_is_back_leaves_nothing(
@@ -263,16 +259,13 @@ def test_restore_failing_after_the_catalog_is_back_leaves_nothing(
     """The row counts are checked once the catalog is back (the SQLite file copied, or pg_restore
     committed): a mismatch removes it again (PostgreSQL: the restored tables are dropped)."""
     dest = backup(home_ctx, tmp_path / "backup").dest
-    manifest = _manifest(dest)
+    manifest = backup_manifest(dest)
     manifest["catalog"]["tables"]["models"] += 1
-    (dest / "manifest.json").write_text(json.dumps(manifest))
+    rewrite_manifest(dest, manifest)
 
-    target = empty_target()
-    with pytest.raises(IntegrityCheckError, match=r"rows differ .* models \(2 restored, 3 recorded\)"):
-        restore(target, dest)
-    assert not target.home.exists()
-    assert _tables(target) == []
-    assert _leftovers(tmp_path) == []
+    _assert_restore_fails_leaving_nothing(
+        empty_target(), dest, tmp_path, r"rows differ .* models \(2 restored, 3 recorded\)"
+    )
 
 
 def test_restore_refuses_what_it_cannot_read(
@@ -290,29 +283,13 @@ def test_restore_refuses_what_it_cannot_read(
     with pytest.raises(BackupRefusedError, match="catalog and the target catalog"):
         restore(other_kind, dest)
 
-    manifest = _manifest(dest)
+    manifest = backup_manifest(dest)
     manifest["catalog"]["alembic_revision"] = "9999"
-    (dest / "manifest.json").write_text(json.dumps(manifest))
+    rewrite_manifest(dest, manifest)
     with pytest.raises(BackupRefusedError, match="revision 9999, which this enginecache does not know"):
         restore(target, dest)
     assert not target.home.exists()
     assert _tables(target) == []
-
-
-def test_restore_places_a_sqlite_catalog_outside_the_home(app_ctx: AppContext, tmp_path: Path) -> None:
-    register_model(app_ctx, make_mlp(tmp_path / "src" / "alpha.onnx"), name="alpha")
-    build_engine(app_ctx, BuildRequest(model="alpha", backend="ort"))
-    dest = backup(app_ctx, tmp_path / "backup").dest
-    elsewhere = tmp_path / "db" / "catalog.db"
-    elsewhere.parent.mkdir()
-    target = AppContext.from_settings(tmp_path / "restored", sqlite_url(elsewhere))
-    try:
-        restore(target, dest)
-        assert files_under(elsewhere.parent) == [Path("catalog.db")]
-        assert not (target.home / "catalog.db").exists()
-        assert [e.status for e in list_engines(target)] == [EngineStatus.READY]
-    finally:
-        target.close()
 
 
 # -- what backup refuses or leaves out --------------------------------------------------------
@@ -341,77 +318,3 @@ def test_backup_fails_on_a_damaged_ready_blob_and_leaves_out_a_retired_one(
         backup(home_ctx, tmp_path / "taken")
     with pytest.raises(BackupRefusedError, match="inside the home"):
         backup(home_ctx, home_ctx.home / "backup")
-
-
-# -- an older backup is migrated to head ----------------------------------------------------
-
-
-def test_restore_migrates_an_older_sqlite_backup_to_head(app_ctx: AppContext, tmp_path: Path) -> None:
-    from alembic import command
-    from alembic.config import Config
-
-    register_model(app_ctx, make_mlp(tmp_path / "src" / "alpha.onnx"), name="alpha")
-    build_engine(app_ctx, BuildRequest(model="alpha", backend="ort"))
-    dest = backup(app_ctx, tmp_path / "backup").dest
-    catalog = dest / "catalog.db"
-    engine = sa.create_engine(sqlite_url(catalog))
-    config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS_DIR))
-    with engine.begin() as connection:
-        config.attributes["connection"] = connection
-        command.downgrade(config, "-1")
-        older = connection.exec_driver_sql("SELECT version_num FROM alembic_version").scalar()
-        left = {row[0] for row in connection.exec_driver_sql("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    engine.dispose()
-    assert older != head_revision()
-    manifest = _manifest(dest)
-    manifest["catalog"].update(
-        tables={name: n for name, n in manifest["catalog"]["tables"].items() if name in left},  # as it was then
-        alembic_revision=older,
-        sha256=file_sha256(catalog),
-        size=catalog.stat().st_size,
-    )
-    (dest / "manifest.json").write_text(json.dumps(manifest))
-
-    target = AppContext.from_settings(tmp_path / "restored")
-    try:
-        result = restore(target, dest)
-        assert (result.revision_backup, result.revision) == (older, head_revision())
-        assert [e.status for e in list_engines(target)] == [EngineStatus.READY]
-    finally:
-        target.close()
-
-
-# -- the CLI ----------------------------------------------------------------------------------
-
-
-def test_cli_backup_and_restore_print_one_json_document(
-    app_ctx: AppContext, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Through the real entry point, with the two COMMANDS entries cli/app.py is to get."""
-    for name, command in (("backup", backup_command), ("restore", restore_command)):
-        monkeypatch.setitem(COMMANDS, name, ("backupcmd", (command.__doc__ or "").splitlines()[0]))
-    from_table = run_cli(capsys, "--help")
-    monkeypatch.setattr(LazyGroup, "help_from_table", False)
-    assert run_cli(capsys, "--help").out == from_table.out  # the entries read as the module's own help
-    monkeypatch.setattr(LazyGroup, "help_from_table", True)
-
-    register_model(app_ctx, make_mlp(tmp_path / "src" / "alpha.onnx"), name="alpha")
-    build_engine(app_ctx, BuildRequest(model="alpha", backend="ort"))
-    home, dest, restored = str(app_ctx.home), tmp_path / "backup", tmp_path / "restored"
-
-    made = run_cli(capsys, "--home", home, "backup", str(dest), "--json")
-    assert made.code == 0, made.err
-    assert made.json()["dest"] == str(dest) and made.json()["blobs"] == 1
-
-    put = run_cli(capsys, "--home", str(restored), "restore", str(dest), "--json")
-    assert put.code == 0, put.err
-    assert put.json()["home"] == str(restored) and put.json()["revision"] == head_revision()
-
-    again = run_cli(capsys, "--home", str(restored), "restore", str(dest), "--json")
-    assert again.code == 2
-    assert again.json()["kind"] == "bad_input" and "is not empty" in again.json()["error"]
-
-    text = run_cli(capsys, "--home", home, "backup", str(tmp_path / "second"))
-    assert text.code == 0 and "written to" in text.out
-    assert "copied and verified" in text.err  # progress on stderr, never in the output
