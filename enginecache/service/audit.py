@@ -44,6 +44,7 @@ BUILD_RUN = "build.run"  # an engine built in the calling process (build_engine;
 JOB_CANCEL = "job.cancel"
 TEST_LOAD_SUBMIT = "test_load.submit"
 ENGINE_RETIRE = "engine.retire"
+ENGINE_DELETE = "engine.delete"  # retired and its blob removed now (where nothing else needs it)
 ENGINE_CORRUPT = "engine.corrupt"  # verify, check or a test-load found the blob changed: marked CORRUPT
 ENGINE_READY = "engine.ready"  # verify found a CORRUPT engine's blob whole again: READY
 GC_APPLY = "gc.apply"  # `gc --apply` removed what the catalog no longer needs
