@@ -5,6 +5,7 @@ new process imports for `--help` and these read commands: tests/test_cli_imports
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -294,3 +295,50 @@ def test_stream_rows_writes_one_array(monkeypatch: pytest.MonkeyPatch) -> None:
         text = io.StringIO()
         cli_common.stream_rows(({"i": i} for i in range(count)), False, line, "none", out=text)
         assert text.getvalue() == ("".join(f"{i}\n" for i in range(count)) if count else "none\n")
+
+
+SHOWS = {"engine": "3", "job": "2", "model": "model-3"}
+
+
+@pytest.mark.parametrize("what", sorted(SHOWS))
+def test_show_prints_text_for_people_and_one_document_with_json(
+    seeded: AppContext, capsys: pytest.CaptureFixture[str], what: str
+) -> None:
+    as_json = _json(cli(capsys, seeded, what, "show", SHOWS[what], "--json"))
+    text = cli(capsys, seeded, what, "show", SHOWS[what])
+    assert text.code == 0, text.err
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(text.out)  # text, not a JSON document
+    assert re.match(rf"{what} {as_json['id']}\b", text.out), text.out
+    assert len(text.out.splitlines()) > 2 and not text.out.lstrip().startswith(("{", "["))
+
+
+def test_the_engine_and_job_text_views(seeded: AppContext, capsys: pytest.CaptureFixture[str]) -> None:
+    engine = _json(cli(capsys, seeded, "engine", "show", "3", "--json"))
+    lines = cli(capsys, seeded, "engine", "show", "3").out.splitlines()
+    assert lines[0] == (
+        f"engine 3: READY, model {engine['model']} (id {engine['model_id']}), ort 1.0, fp32, targets x86_64-avx2"
+    )
+    assert f"blob: 30 B, sha256 {engine['sha256']}, blake3 -" in lines
+    assert f"path: {engine['path']}" in lines
+    assert f"cache key: {engine['cache_key']}" in lines and "  backend: rtx" in lines  # as the key recorded it
+    assert lines[-4:] == ["builder log:", *["  a log that listings never load"] * 3]
+    failed = cli(capsys, seeded, "engine", "show", "1").out.splitlines()  # FAILED, no blob
+    assert "blob: none" in failed and "failure: a build error" in failed
+    job = _json(cli(capsys, seeded, "job", "show", "2", "--json"))
+    text = cli(capsys, seeded, "job", "show", "2").out.splitlines()
+    assert text[0] == f"job 2: build {job['status']}, attempt 1 of 3, 50%"
+    assert "request: model 1, i 2" in text and text[-2:] == ["log tail:", "  tail"]
+
+
+def test_the_text_views_escape_what_the_catalog_holds(seeded: AppContext, capsys: pytest.CaptureFixture[str]) -> None:
+    """A builder log or an error quoting an uploaded file's words cannot forge lines or send escapes."""
+    forged = "ok\x1b[2J\rerror: forged"
+    with seeded.catalog.engine.begin() as connection:
+        connection.execute(sa.update(SQLModel.metadata.tables["engines"]).values(error=forged, builder_log=forged))
+        connection.execute(sa.update(SQLModel.metadata.tables["jobs"]).values(error=forged, log_tail=forged))
+    for what in ("engine", "job"):
+        out = cli(capsys, seeded, what, "show", "3").out
+        assert "\x1b" not in out and "\r" not in out, what
+        assert out.count("ok\\x1b[2J\\rerror: forged") == 2, what  # the error, and the log
+        assert not any(line.startswith("error: forged") for line in out.splitlines()), what

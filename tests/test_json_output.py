@@ -1,6 +1,6 @@
 """`--json` is JSON: with it, stdout carries exactly one JSON document, on failure too (the error
 object `{"error", "kind", "exit_code"}`), and every library's output (logging, print, C code, child
-processes: ModelOpt's lines) goes to stderr.
+processes: ModelOpt's lines) goes to stderr. Without it, the same commands print text for people.
 
 Every command that takes --json is enumerated from the Typer app and run in a success and a failure
 case on a small catalog; `RECIPES` must cover each one, so a new --json command fails here until it
@@ -9,6 +9,7 @@ has its cases."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -164,6 +165,27 @@ def test_success_prints_one_json_document(
     assert not (isinstance(document, dict) and set(document) == {"error", "kind", "exit_code"}), result.out
 
 
+# what the success case of a command needs again before it runs a second time, and the paths it
+# writes to, given fresh ones (`{tmp}/export` -> `{tmp}/export-text`)
+TEXT_SETUP: dict[str, list[str]] = {"role remove": ["role", "set", "gone@example.com", "viewer"]}
+WRITES = ("{tmp}/export", "{tmp}/backup-ok", "{tmp}/restored")
+
+
+def test_without_json_the_output_is_text(
+    command: str, small_catalog: Catalog, capsys: pytest.CaptureFixture[str]
+) -> None:
+    success, _, _ = RECIPES[command]
+    if command in TEXT_SETUP:
+        assert run_cli(capsys, *_args(small_catalog, TEXT_SETUP[command])).code == 0
+    words = [f"{word}-text" if word in WRITES else word for word in success]
+    args = _args(small_catalog, words)[:-1]  # without the --json
+    result = run_cli(capsys, *args)
+    assert result.code in (0, 1), (result.code, result.err)  # 1: a verdict, as for --json
+    assert result.out.strip(), f"{command} printed nothing"
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(result.out)  # text for people, not a JSON document
+
+
 def test_failure_prints_the_error_object(
     command: str, small_catalog: Catalog, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -187,6 +209,7 @@ def test_a_failed_build_prints_the_error_object_from_a_real_process(tmp_path: Pa
     document = json.loads(done.stdout)
     assert document["kind"] == "build_failed" and document["exit_code"] == 1
     assert document["error"].startswith("job 1 ") and f"error: {document['error']}" in done.stderr
+    assert re.match(r"job 1 FAILED: engine 1 failed to build: ", document["error"]), document["error"]
 
 
 def test_library_output_goes_to_stderr_in_a_real_process(tmp_path: Path) -> None:

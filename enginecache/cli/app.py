@@ -1,8 +1,11 @@
 """The `enginecache` command line (Typer): the root app, its options, and the entry point.
 
 Each command module registers its commands through `register(app)`; none imports this module.
-Read commands print JSON with `--json`. Exit codes: 0 ok, 1 failed or corrupt, 2 bad input,
-3 the catalog or the store is unavailable (see enginecache.errors).
+The root makes each of them a `Command` (each group a `Group`): `--help` shows a boolean flag as a
+flag, with no value. A command prints text for people, or with `--json` exactly one JSON document
+on stdout (on failure the error object). An error is one message on stderr, `error: ...`
+(`cli.common.error_line`), a usage error too, its usage after it. Exit codes: 0 ok, 1 failed or
+corrupt, 2 bad input, 3 the catalog or the store is unavailable (see enginecache.errors).
 
 The root group is lazy: a command module is imported when one of its commands runs or shows its
 own `--help`, and `enginecache --help` lists the commands from `COMMANDS` without importing any of
@@ -19,14 +22,15 @@ import logging
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from typer.core import TyperCommand, TyperGroup
+from typer.core import TyperCommand, TyperGroup, TyperOption
+from typer.models import DefaultPlaceholder
 
-from enginecache.cli.common import KIND_BY_EXIT_CODE, CliSettings, error_document, json_stdout
+from enginecache.cli.common import KIND_BY_EXIT_CODE, CliSettings, error_document, error_line, json_stdout
 from enginecache.errors import EXIT_FAILED, EngineCacheError, exit_code_for
 
 EXIT_INTERRUPTED = 130
@@ -70,7 +74,48 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-class LazyGroup(TyperGroup):
+def flags_take_no_value(params: Iterable[Any]) -> None:
+    """Show each boolean flag (`--json`, `--help`, `--worker/--no-worker`) in `--help` with no value
+    placeholder: Typer's rich help gives every option its type, a flag too (`--json <bool>`), as if
+    it took a value. What stands for an option's value there is its metavar; a flag's is empty."""
+    for param in params:
+        if isinstance(param, TyperOption) and param.is_flag and param.metavar is None:
+            param.metavar = ""
+
+
+class Command(TyperCommand):
+    """Every command of the CLI (see `adopt`): its flags shown as flags in `--help`."""
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        flags_take_no_value(self.get_params(ctx))  # the params with the help option, made on first use
+        super().format_help(ctx, formatter)
+
+
+class Group(TyperGroup):
+    """Every group of the CLI, the root (`LazyGroup`) too: as `Command`."""
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        flags_take_no_value(self.get_params(ctx))
+        super().format_help(ctx, formatter)
+
+
+def adopt(commands: typer.Typer) -> None:
+    """Make each command that a module registered on `commands` a `Command`, and each group a
+    `Group`, at any depth, where it names no class of its own: a command module needs no `cls=`."""
+    for command in commands.registered_commands:
+        if command.cls in (None, TyperCommand):  # `app.command()` records TyperCommand where none is named
+            command.cls = Command
+    for group in commands.registered_groups:
+        instance = group.typer_instance
+        if isinstance(group.cls, DefaultPlaceholder) and (
+            instance is None or isinstance(instance.info.cls, DefaultPlaceholder)
+        ):
+            group.cls = Group
+        if instance is not None:
+            adopt(instance)
+
+
+class LazyGroup(Group):
     """The root group: commands come from their modules on first use (see the module docstring)."""
 
     help_from_table = True  # False: `--help` imports every module and lists its commands (the tests)
@@ -94,6 +139,7 @@ class LazyGroup(TyperGroup):
     def _load(self, module: str) -> None:
         commands = typer.Typer()
         importlib.import_module(f"enginecache.cli.{module}").register(commands)
+        adopt(commands)
         for name, command in typer.main.get_group(commands).commands.items():
             self.commands.setdefault(name, command)
 
@@ -156,29 +202,47 @@ def _run() -> int:
     except typer.Exit as done:
         code = done.exit_code
     except EngineCacheError as err:
-        typer.echo(f"error: {err}", err=True)
+        error_line(str(err))
         code = exit_code_for(err)
         error_document(str(err), err.kind, code)
     except typer.Abort:
         code = EXIT_INTERRUPTED
+        error_line("interrupted")
         error_document("interrupted", "interrupted", code)
     except typer.TyperException as err:  # usage errors: Typer's own Click raises them
-        show = getattr(err, "show", None)
-        if callable(show):
-            show()
-        else:
-            typer.echo(f"error: {err.format_message()}", err=True)
         code = err.exit_code
-        error_document(err.format_message(), "usage", code)
+        error_document(_usage_error(err), "usage", code)
     except SystemExit as done:  # SIGTERM (see sigterm_exits)
         code = done.code if isinstance(done.code, int) else EXIT_FAILED
+        if code != 0:
+            error_line(f"stopped (exit status {code})")
         error_document(f"stopped (exit status {code})", "interrupted", code)
     except Exception as err:  # a bug: its traceback on stderr, and still one document on stdout
+        error_line(f"internal error (a bug; its traceback follows): {type(err).__name__}: {err}")
         error_document(f"{type(err).__name__}: {err}", "internal", EXIT_FAILED)
         raise
     if code != 0:
         error_document(f"exit status {code}", KIND_BY_EXIT_CODE.get(code, "failed"), code)
     return code
+
+
+def _usage_error(err: typer.TyperException) -> str:
+    """Say what is wrong with the command line, as every other error is said (`error: ...` on
+    stderr), then its usage and where the help is; return the message. A group called without a
+    command (`enginecache model`) has printed its help instead, and says nothing more."""
+    if type(err).__name__ == "NoArgsIsHelpError":  # as Typer tells it (the class is private)
+        err.show()  # type: ignore[attr-defined]
+        return "no command given"
+    message = err.format_message()
+    if message[1:2].islower():  # Click's sentences start upper case ("No such option"); ours do not
+        message = message[0].lower() + message[1:]
+    error_line(message)
+    ctx = getattr(err, "ctx", None)
+    if ctx is not None:
+        typer.echo(ctx.get_usage(), err=True)
+        if ctx.command.get_help_option(ctx) is not None:
+            typer.echo(f"Try '{ctx.command_path} {ctx.help_option_names[0]}' for help.", err=True)
+    return message
 
 
 @contextlib.contextmanager

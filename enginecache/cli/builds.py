@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from enginecache.cli.common import JsonOption, app_context, emit, job_progress_printer
+from enginecache.cli.common import JsonOption, app_context, emit, job_error, job_progress_printer
 
 if TYPE_CHECKING:
     from enginecache.db.models import EngineRecord
@@ -71,7 +71,10 @@ def build(
         return
     job = run_and_wait(app_ctx, submitted.job, on_update=job_progress_printer(as_json))
     if job.status != JobStatus.SUCCEEDED or job.result_engine_id is None:
-        raise BuildFailedError(f"job {job_id} {job.status}: {job.error}", job.result_engine_id or 0)
+        # the job and the engine each named by kind and id: "job 29 FAILED: engine 27 failed to build: ..."
+        succeeded = job.status == JobStatus.SUCCEEDED
+        error = "no engine recorded" if succeeded else job_error(job.error, job.result_engine_id)
+        raise BuildFailedError(f"job {job_id} {job.status}: {error}", job.result_engine_id)
     _emit_engine(
         app_ctx, get_engine(app_ctx, job.result_engine_id), cache_hit=False, notes=submitted.notes, as_json=as_json
     )

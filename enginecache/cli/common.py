@@ -1,5 +1,6 @@
 """What every CLI command module shares: the --json and paging options, exit codes, the app context,
-output (one document, or rows streamed as they come).
+output (one document, or rows streamed as they come; text for people, the pieces of it that several
+views share), and the one style of an error message (`error_line`).
 
 Imports nothing beyond Typer and the stdlib at module level: `enginecache --help` and each command's
 `--help` load the command modules and no service code (a command imports the service functions it
@@ -39,13 +40,16 @@ __all__ = [
     "app_context",
     "document_stream",
     "emit",
-    "emit_json",
     "error_document",
+    "error_line",
     "fail",
+    "inline",
+    "job_error",
     "job_progress_printer",
     "json_stdout",
     "print_listing",
     "stream_rows",
+    "when",
 ]
 
 # Options default to None (or a bool), never to another value: Typer validates every other value,
@@ -62,6 +66,7 @@ JobIdArgument = Annotated[int, typer.Argument(help="Job id.")]
 
 WRITE_BATCH = 500  # rows joined into one write to stdout
 KIND_BY_EXIT_CODE = {EXIT_FAILED: "failed", EXIT_BAD_INPUT: "bad_input", EXIT_UNAVAILABLE: "unavailable"}
+ERROR_PREFIX = "error: "  # every error message on stderr starts so (`error_line`)
 
 
 @dataclass
@@ -156,13 +161,57 @@ def error_document(message: str, kind: str, code: int) -> None:
 
 
 def emit(data: Any, as_json: bool, text: str) -> None:
+    """The command's output: `data` as one JSON document with --json, else `text` for people."""
     typer.echo(json.dumps(data, indent=2, default=str) if as_json else text, file=document_stream())
 
 
-def emit_json(data: Any) -> None:
-    """A record whose text form is its JSON document (`engine show`, `job show`): the same with --json
-    and without."""
-    emit(data, True, "")
+def inline(value: Any) -> str:
+    """A JSON value on one line, for the text views: `name fp32, profiles (input (min 1x16, max 8x16))`,
+    a list of integers as a shape (`1x16`), yes/no, `-` for nothing; null and empty fields of an
+    object are left out. Not made printable: the caller does (`core.plaintext.printable`)."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {_nested(v)}" for k, v in value.items() if v not in (None, "", [], {})) or "-"
+    if _is_shape(value):
+        return "x".join(str(v) for v in value)
+    if isinstance(value, list | tuple):
+        return ", ".join(_nested(v) for v in value) or "-"
+    return str(value)
+
+
+def _is_shape(value: Any) -> bool:
+    return (
+        isinstance(value, list | tuple)
+        and bool(value)
+        and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+    )
+
+
+def _nested(value: Any) -> str:
+    """`inline` of a value inside an object or a list: in parentheses where it has parts of its own."""
+    text = inline(value)
+    if isinstance(value, dict) or (isinstance(value, list | tuple) and len(value) > 1 and not _is_shape(value)):
+        return f"({text})"
+    return text
+
+
+def job_error(error: str | None, engine_id: int | None) -> str:
+    """A job's recorded error as the CLI says it, the engine named by its kind and id beside the
+    job's own: a build job's `build 27 failed: ...` (the words of service.builds.run_build, as the
+    catalog keeps them) reads `engine 27 failed to build: ...`; any other error is left as it is."""
+    text = error or "no error recorded"
+    legacy = f"build {engine_id} failed: "
+    if engine_id is not None and text.startswith(legacy):
+        return f"engine {engine_id} failed to build: {text[len(legacy) :]}"
+    return text
+
+
+def when(iso: str | None) -> str:
+    """A catalog timestamp (ISO 8601, UTC) as the text views show it: `2026-01-31 12:00:00`."""
+    return iso[:19].replace("T", " ") if iso else "-"
 
 
 def stream_rows(
@@ -211,8 +260,15 @@ def print_listing(
         return stream_rows(rows, as_json, line, empty)
 
 
+def error_line(message: str) -> None:
+    """An error message on stderr, in the one style: `error: ...`, naming the object by kind and id
+    (`error: job 29 FAILED: engine 27 failed to build: ...`)."""
+    typer.echo(ERROR_PREFIX + message, err=True)
+
+
 def fail(message: str, code: int) -> NoReturn:
-    typer.echo(f"error: {message}", err=True)
+    """End the command: the message on stderr (`error_line`), the error object with --json, `code`."""
+    error_line(message)
     error_document(message, KIND_BY_EXIT_CODE.get(code, "failed"), code)
     raise typer.Exit(code)
 

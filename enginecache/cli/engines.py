@@ -15,9 +15,10 @@ from enginecache.cli.common import (
     OffsetOption,
     app_context,
     emit,
-    emit_json,
     fail,
+    inline,
     print_listing,
+    when,
 )
 
 
@@ -47,7 +48,67 @@ def engine_show(ctx: typer.Context, engine_id: EngineIdArgument, as_json: JsonOp
     """Everything recorded: each cache-key ingredient, fingerprint, IO, builder log."""
     from enginecache.service.listing import show_engine
 
-    emit_json(show_engine(app_context(ctx), engine_id))
+    data = show_engine(app_context(ctx), engine_id)
+    emit(data, as_json, _engine_text(data))
+
+
+def _engine_text(data: dict[str, Any]) -> str:
+    """`engine show` for people: what the engine is, its blob, its cache key's ingredients, its IO,
+    the host that built it, warnings, the error and the builder log; --json has every field. Text
+    from the catalog is shown with its control characters escaped (no forged lines)."""
+    from enginecache.core.plaintext import printable
+    from enginecache.core.shapetext import shape_text
+
+    model = f"model {printable(data['model'] or '?')} (id {data['model_id']})"
+    if data.get("variant_model_id"):
+        model += f", variant model {data['variant_model_id']}"
+    targets = ",".join(data.get("targets") or []) or "-"
+    backend = " ".join(str(p) for p in (data["backend"], data.get("backend_version")) if p)
+    lines = [
+        f"engine {data['id']}: {data['status']}, {model}, {backend}, {data['precision']}, targets {printable(targets)}",
+        (
+            f"blob: {data.get('size_bytes') or 0:,} B, sha256 {data['sha256']}, blake3 {data.get('blake3') or '-'}"
+            if data.get("sha256")
+            else "blob: none"
+        ),
+        f"path: {printable(str(data['path']))}" if data.get("path") else "",
+        f"times (UTC): created {when(data.get('created_at'))}, finished {when(data.get('finished_at'))}"
+        + (f" (built in {data['build_seconds']:.2f} s)" if data.get("build_seconds") is not None else "")
+        + f", verified {when(data['verified_at']) if data.get('verified_at') else 'never'}",
+        f"cache key: {data.get('cache_key') or '-'}",
+    ]
+    for name, value in (data.get("key_ingredients") or {}).items():
+        lines.append(f"  {name}: {printable(inline(value))}")
+    for mode in ("input", "output"):
+        tensors = [t for t in data.get("io") or [] if t.get("mode") == mode]
+        if tensors:
+            lines.append(f"{mode}s:")
+        for tensor in tensors:
+            shape = printable(shape_text(tensor.get("shape") or []))
+            lines.append(f"  {printable(str(tensor.get('name')))}: {tensor.get('dtype')} {shape}")
+    lines.append(f"built on: {printable(_host_text(data.get('host') or {}))}")
+    for gpu in (data.get("host") or {}).get("gpus") or []:
+        lines.append(f"  GPU {gpu.get('index')}: {printable(str(gpu.get('name')))} {gpu.get('compute_capability')}")
+    for warning in data.get("warnings") or []:
+        lines.append(f"warning: {printable(str(warning))}")
+    if data.get("error"):
+        lines.append(f"failure: {printable(str(data['error']))}")
+    log = str(data.get("builder_log") or "").rstrip("\n")
+    if log:
+        lines.append("builder log:")
+        lines.extend(f"  {printable(line)}" for line in log.split("\n"))  # any other control escaped
+    return "\n".join(line for line in lines if line)
+
+
+def _host_text(host: dict[str, Any]) -> str:
+    parts = [
+        " ".join(str(host[k]) for k in ("os", "os_release") if host.get(k)),
+        str(host.get("machine") or ""),
+        str(host.get("cpu_model") or ""),
+        (f"{len(host['gpus'])} GPU(s)" if host["gpus"] else "no GPU") if "gpus" in host else "",
+    ]
+    described = ", ".join(p for p in parts if p)
+    return f"{host.get('hostname') or '?'}" + (f" ({described})" if described else "")
 
 
 def verify(

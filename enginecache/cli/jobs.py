@@ -6,7 +6,17 @@ from typing import Annotated, Any
 
 import typer
 
-from enginecache.cli.common import JobIdArgument, JsonOption, OffsetOption, app_context, emit, emit_json, print_listing
+from enginecache.cli.common import (
+    JobIdArgument,
+    JsonOption,
+    OffsetOption,
+    app_context,
+    emit,
+    inline,
+    job_error,
+    print_listing,
+    when,
+)
 
 DEFAULT_JOBS_LIMIT = 200
 
@@ -66,7 +76,35 @@ def job_show(ctx: typer.Context, job_id: JobIdArgument, as_json: JsonOption = Fa
     """A job's status, attempts, progress, phase, worker, requirements, error and log tail."""
     from enginecache.service.listing import show_job
 
-    emit_json(show_job(app_context(ctx), job_id))
+    data = show_job(app_context(ctx), job_id)
+    emit(data, as_json, _job_text(data))
+
+
+def _job_text(data: dict[str, Any]) -> str:
+    """`job show` for people: status, attempts, progress, the engine it made, phase, worker, what it
+    needs and was asked for, times, what it waits for, the error and the log tail; --json has every
+    field. Text from the catalog is shown with its control characters escaped (no forged lines)."""
+    from enginecache.core.plaintext import printable
+
+    engine = f", engine {data['result_engine_id']}" if data.get("result_engine_id") is not None else ""
+    lines = [
+        f"job {data['id']}: {data['kind']} {data['status']}, attempt {data['attempts']} of {data['max_attempts']}, "
+        f"{data['progress']:.0%}{engine}",
+        f"phase: {printable(str(data['phase']))}" if data.get("phase") else "",
+        f"worker: {printable(str(data['worker']))}" if data.get("worker") else "",
+        f"waiting: {printable(str(data['waiting']))}" if data.get("waiting") else "",
+        "cancel requested" if data.get("cancel_requested") else "",
+        f"needs: {printable(inline(data.get('requirements') or {}))}",
+        f"request: {printable(inline(data.get('payload') or {}))}",
+        f"times (UTC): created {when(data.get('created_at'))}, started {when(data.get('started_at'))}, "
+        f"finished {when(data.get('finished_at'))}",
+        f"failure: {printable(job_error(data['error'], data.get('result_engine_id')))}" if data.get("error") else "",
+    ]
+    tail = str(data.get("log_tail") or "").rstrip("\n")
+    if tail:
+        lines.append("log tail:")
+        lines.extend(f"  {printable(line)}" for line in tail.split("\n"))  # any other control escaped
+    return "\n".join(line for line in lines if line)
 
 
 def job_cancel(ctx: typer.Context, job_id: JobIdArgument, as_json: JsonOption = False) -> None:

@@ -28,8 +28,9 @@ def register(app: typer.Typer) -> None:
             str | None,
             typer.Option(
                 "--address",
+                # no square brackets: the rich help reads them as markup and drops them
                 help="Address to listen on (default 127.0.0.1; another address needs a login configured "
-                "in .streamlit/secrets.toml [auth], or --insecure-no-auth).",
+                "in the auth section of .streamlit/secrets.toml, or --insecure-no-auth).",
             ),
         ] = None,
         insecure_no_auth: Annotated[
