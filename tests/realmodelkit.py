@@ -73,7 +73,7 @@ def fragment_of(message: str, limit: int = 72) -> str:
     """The telling part of a message, without what changes from run to run (engine ids): the
     library's own words where it has them (TensorRT's "Error Code N: ... (<this>", ONNX Runtime's
     last "Status Message: <this>"), else the start."""
-    text = re.sub(r"^build \d+ failed: ", "", message).split("\n")[0]
+    text = re.sub(r"^(?:build \d+ failed|engine \d+ failed to build): ", "", message).split("\n")[0]
     for pattern in (r".*?Error Code \d+: [^(]*\((.+)", r".*Status Message: (.+)"):
         found = re.match(pattern, text)
         if found:
@@ -234,7 +234,7 @@ def render_docs(bench: Bench) -> str:
         for cell in CELLS:
             got = bench.measure(name, cell)
             if got.message and got.kind != "PASS":
-                text = _cell_text(re.sub(r"^build \d+ failed: ", "", got.message))
+                text = _cell_text(re.sub(r"^(?:build \d+ failed|engine \d+ failed to build): ", "", got.message))
                 lines.append(f"| {name} | {cell} | {got.kind} | {text[:700]} |")
     return "\n".join([*lines, "", END])
 

@@ -19,6 +19,7 @@ from enginecache.service.engines import get_engine
 from enginecache.service.gc import collect_garbage
 from enginecache.service.gcreport import GcPolicy
 from enginecache.service.runtime import load_or_build
+from tests.clirunner import run_cli
 from tests.servingkit import ORT, serve_mlp
 
 
@@ -75,3 +76,18 @@ def test_a_pending_engine_or_an_unknown_id_is_refused(app_ctx: AppContext, tmp_p
     with pytest.raises(NotFoundError):
         delete_engine(app_ctx, 999)
     assert audit.list_audit(app_ctx, action=audit.ENGINE_DELETE) == []
+
+
+def test_the_cli_retires_and_deletes(app_ctx: AppContext, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    engine = serve_mlp(app_ctx, tmp_path / "src").engine
+    where = ["--home", str(app_ctx.home), "--db", app_ctx.db_url]
+    retired = run_cli(capsys, *where, "engine", "retire", str(engine.id), "--json")
+    assert retired.code == 0, retired.err
+    assert retired.json() == {"id": engine.id, "status": "RETIRED"}
+    assert blob_path(app_ctx.home, engine.sha256).exists(), "retire keeps the blob until gc"
+    deleted = run_cli(capsys, *where, "engine", "delete", str(engine.id))
+    assert deleted.code == 0, deleted.err
+    assert f"engine {engine.id} deleted (RETIRED, was RETIRED)" in deleted.out
+    assert not blob_path(app_ctx.home, engine.sha256).exists()
+    missing = run_cli(capsys, *where, "engine", "delete", "999", "--json")
+    assert missing.code == 2 and missing.err.startswith("error: ") and "999" in missing.json()["error"]

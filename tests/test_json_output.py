@@ -53,6 +53,7 @@ class Catalog:
     db: str
     model: str
     engine_id: int
+    spare_engine_id: int  # what `engine retire` and `engine delete` take (the others use engine_id)
     job_id: int
     model_path: Path
     tmp: Path
@@ -80,6 +81,8 @@ RECIPES: dict[str, tuple[list[str], list[str], str]] = {
     "model show": (["model", "show", "{model}"], ["model", "show", "no-such-model"], "not_found"),
     "engine list": (["engine", "list"], ["engine", "list", "--limit", "0"], "usage"),
     "engine show": (["engine", "show", "{engine_id}"], ["engine", "show", "999999"], "not_found"),
+    "engine retire": (["engine", "retire", "{spare_engine_id}"], ["engine", "retire", "999999"], "not_found"),
+    "engine delete": (["engine", "delete", "{spare_engine_id}"], ["engine", "delete", "999999"], "not_found"),
     "job show": (["job", "show", "{job_id}"], ["job", "show", "999999"], "not_found"),
     "job cancel": (["job", "cancel", "{job_id}"], ["job", "cancel", "999999"], "not_found"),
     "gc": (["gc"], ["gc", "--grace-days", "-1"], "usage"),
@@ -118,6 +121,8 @@ def small_catalog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Catalog]
     built = _cli(home, "build", "mlp", "--backend", "ort", "--json")
     assert built.returncode == 0, built.stderr
     engine = json.loads(built.stdout)
+    spare = _cli(home, "build", "mlp", "--backend", "ort", "--precision", "fp16", "--json")
+    assert spare.returncode == 0, spare.stderr
     jobs = json.loads(_cli(home, "jobs", "--json").stdout)
     granted = _cli(home, "role", "set", "gone@example.com", "viewer", "--json")  # what `role remove` removes
     assert granted.returncode == 0, granted.stderr
@@ -128,7 +133,8 @@ def small_catalog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Catalog]
         db=f"sqlite:///{home / 'catalog.db'}",
         model="mlp",
         engine_id=engine["id"],
-        job_id=jobs[0]["id"],
+        spare_engine_id=json.loads(spare.stdout)["id"],
+        job_id=jobs[-1]["id"],
         model_path=model_path,
         tmp=tmp,
     )

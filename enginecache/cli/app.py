@@ -65,7 +65,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "audit": ("auditcmd", "The audit log: every change, who made it, when and from where; newest first."),
     "role": ("rolescmd", "Give dashboard users roles (viewer < operator < admin); deny by default."),
     "model": ("models", "Register and inspect ONNX models."),
-    "engine": ("engines", "List and inspect engines."),
+    "engine": ("engines", "List, inspect, retire and delete engines."),
     "job": ("jobs", "Inspect and cancel jobs."),
     "gc": (
         "maintenance",

@@ -1,4 +1,4 @@
-"""`enginecache engine list | show`, `verify` and `check`: the engines in the catalog."""
+"""`enginecache engine list | show | retire | delete`, `verify` and `check`: the engines in the catalog."""
 
 from __future__ import annotations
 
@@ -167,11 +167,29 @@ def check(ctx: typer.Context, engine_id: EngineIdArgument, as_json: JsonOption =
         raise typer.Exit(EXIT_FAILED)
 
 
+def engine_retire(ctx: typer.Context, engine_id: EngineIdArgument, as_json: JsonOption = False) -> None:
+    """Retire an engine (admin): no lookup returns it again; gc removes its blob after the grace period."""
+    from enginecache.service.engines import retire_engine
+
+    row = retire_engine(app_context(ctx), engine_id)
+    emit({"id": engine_id, "status": row.status}, as_json, f"engine {engine_id} {row.status}")
+
+
+def engine_delete(ctx: typer.Context, engine_id: EngineIdArgument, as_json: JsonOption = False) -> None:
+    """Delete an engine (admin): retired now and its blob removed now, unless something else needs it."""
+    from enginecache.service.enginedelete import delete_engine
+
+    result = delete_engine(app_context(ctx), engine_id)
+    emit(result.to_dict(), as_json, f"engine {engine_id} deleted (RETIRED, was {result.was}): {result.reason}")
+
+
 def register(app: typer.Typer) -> None:
     """Add `verify`, `check` and the `engine` group to the CLI."""
     app.command()(verify)
     app.command()(check)
-    group = typer.Typer(help="List and inspect engines.", no_args_is_help=True)
+    group = typer.Typer(help="List, inspect, retire and delete engines.", no_args_is_help=True)
     group.command("list")(engine_list)
     group.command("show")(engine_show)
+    group.command("retire")(engine_retire)
+    group.command("delete")(engine_delete)
     app.add_typer(group, name="engine")

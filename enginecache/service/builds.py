@@ -294,7 +294,7 @@ def run_build(
         seconds = time.perf_counter() - started
     except EngineCacheError as err:
         _mark_failed(app, engine_id, str(err), getattr(err, "log", ""))
-        raise BuildFailedError(f"build {engine_id} failed: {err}", engine_id) from err
+        raise BuildFailedError(f"engine {engine_id} failed to build: {err}", engine_id) from err
     except BaseException as err:
         _mark_failed(app, engine_id, f"interrupted: {type(err).__name__}: {err}", "")
         raise
