@@ -1,0 +1,110 @@
+"""`model_profiles` (NIM-style profiles): every engine of a model judged for a host by the backend's
+one compatibility rule, with the reason, and the one the host would select (exact target first, then
+the asked precision or the documented preference order, then the newest); not-READY engines listed,
+never selected; RETIRED ones left out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from enginecache.core.fingerprint import HostFingerprint, host_fingerprint
+from enginecache.db.models import EngineRecord, EngineStatus
+from enginecache.errors import NotFoundError
+from enginecache.service.builds import BuildRequest, build_engine
+from enginecache.service.context import AppContext
+from enginecache.service.engines import retire_engine
+from enginecache.service.models import register_model
+from enginecache.service.profiles import PRECISION_PREFERENCE, model_profiles
+from tests.modelfactory import make_mlp
+
+
+def _row_like(app: AppContext, engine: EngineRecord, **changes: Any) -> EngineRecord:
+    """Another engine row of the same model (a catalog row is what the rule judges: no blob is read)."""
+    data = engine.model_dump(exclude={"id"}) | {"cache_key": f"{len(changes)}{changes}"[:64], **changes}
+    row = EngineRecord.model_validate(data)
+    with app.catalog.write() as session:
+        session.add(row)
+        session.flush()
+        session.refresh(row)
+    return row
+
+
+def fake_gpu_host(cc: str) -> HostFingerprint:
+    """This host's fingerprint with one NVIDIA GPU of `cc` added (no such GPU here: a test-only host)."""
+    gpu = {"index": 0, "name": "NVIDIA test GPU", "uuid": "GPU-test", "compute_capability": cc, "memory_total_bytes": 1}
+    return HostFingerprint.from_dict({**host_fingerprint().to_dict(), "hostname": f"host-{cc}", "gpus": [gpu]})
+
+
+@pytest.fixture
+def mlp_engines(app_ctx: AppContext, tmp_path: Path) -> dict[str, EngineRecord]:
+    register_model(app_ctx, make_mlp(tmp_path / "mlp.onnx"), name="mlp")
+    return {
+        p: build_engine(app_ctx, BuildRequest(model="mlp", backend="ort", precision=p)).engine for p in ("fp32", "fp16")
+    }
+
+
+def test_ort_engines_on_this_host_are_compatible_and_the_preferred_precision_is_selected(
+    app_ctx: AppContext, mlp_engines: dict[str, EngineRecord]
+) -> None:
+    assert PRECISION_PREFERENCE.index("fp16") < PRECISION_PREFERENCE.index("fp32")
+    found = model_profiles(app_ctx, "mlp")
+    assert [p.engine_id for p in found.profiles] == sorted((e.id or 0 for e in mlp_engines.values()), reverse=True)
+    assert all(p.verdict == "compatible" for p in found.profiles), [p.reason for p in found.profiles]
+    assert found.selected is not None and found.selected.engine_id == mlp_engines["fp16"].id
+    asked = model_profiles(app_ctx, "mlp", precision="fp32").selected
+    assert asked is not None and asked.engine_id == mlp_engines["fp32"].id
+    assert model_profiles(app_ctx, "mlp", precision="int8").selected is None
+    data = found.to_dict()
+    assert data["selected_engine_id"] == mlp_engines["fp16"].id and data["model"] == "mlp"
+    assert sum(p["selected"] for p in data["profiles"]) == 1
+
+
+def test_an_ort_engine_for_another_cpu_or_library_is_incompatible_with_the_reason(
+    app_ctx: AppContext, mlp_engines: dict[str, EngineRecord]
+) -> None:
+    fp16 = mlp_engines["fp16"]
+    other_cpu = _row_like(app_ctx, fp16, targets="riscv64-rv64gc")
+    old_lib = _row_like(app_ctx, fp16, backend_version="1.0.0")
+    failed = _row_like(app_ctx, fp16, status=EngineStatus.FAILED, sha256=None)
+    retire_engine(app_ctx, mlp_engines["fp32"].id or 0)
+    found = {p.engine_id: p for p in model_profiles(app_ctx, "mlp").profiles}
+    assert mlp_engines["fp32"].id not in found, "RETIRED engines are not profiles"
+    assert (
+        found[other_cpu.id or 0].verdict == "incompatible" and "this host's CPU is" in found[other_cpu.id or 0].reason
+    )
+    assert found[old_lib.id or 0].verdict == "incompatible" and "1.0.0" in found[old_lib.id or 0].reason
+    assert found[failed.id or 0].verdict == "unknown" and "FAILED" in found[failed.id or 0].reason
+    assert [p.engine_id for p in found.values() if p.selected] == [fp16.id]
+
+
+def test_rtx_engines_exact_target_first_then_precision_fake_gpu_host(
+    app_ctx: AppContext, mlp_engines: dict[str, EngineRecord]
+) -> None:
+    import tensorrt_rtx
+
+    base = mlp_engines["fp16"]
+    rtx = {"backend": "rtx", "backend_version": tensorrt_rtx.__version__}
+    wide = _row_like(app_ctx, base, **rtx, targets="sm80,sm86", precision="fp16")
+    exact_fp32 = _row_like(app_ctx, base, **rtx, targets="sm86", precision="fp32")
+    exact_fp16 = _row_like(app_ctx, base, **rtx, targets="sm86", precision="fp16")
+    other_gpu = _row_like(app_ctx, base, **rtx, targets="sm89", precision="fp16")
+    found = model_profiles(app_ctx, "mlp", host=fake_gpu_host("sm86"))
+    verdicts = {p.engine_id: p for p in found.profiles}
+    assert verdicts[wide.id or 0].verdict == verdicts[exact_fp32.id or 0].verdict == "compatible"
+    assert (
+        verdicts[other_gpu.id or 0].verdict == "incompatible" and "SM86" in verdicts[other_gpu.id or 0].reason.upper()
+    )
+    assert found.selected is not None and found.selected.engine_id == exact_fp16.id, "GPU, exact target, then fp16"
+    assert verdicts[base.id or 0].verdict == "compatible" and not verdicts[base.id or 0].on_gpu, "the CPU engine too"
+    asked = model_profiles(app_ctx, "mlp", precision="fp32", host=fake_gpu_host("sm86")).selected
+    assert asked is not None and asked.engine_id == exact_fp32.id
+    on_sm80 = model_profiles(app_ctx, "mlp", host=fake_gpu_host("sm80")).selected
+    assert on_sm80 is not None and on_sm80.engine_id == wide.id, "the only GPU engine whose targets include SM80"
+
+
+def test_an_unknown_model_is_not_found(app_ctx: AppContext) -> None:
+    with pytest.raises(NotFoundError):
+        model_profiles(app_ctx, "nope")
