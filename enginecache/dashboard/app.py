@@ -158,8 +158,31 @@ def session_role(actor: Actor) -> Role | None:
     return role_of(get_app(), actor)
 
 
+HOME_PATH = "home"  # the default page's reserved url path: it is served at the root, "/"
+PAGE_TITLE = "enginecache"
+
+
+def view_pages(shown: list[tuple[str, str, str, str]]) -> tuple[st.Page, list[st.Page]]:
+    """The root page and one page per view, each at its own url path: Streamlit serves the default
+    page at "/" only (its `url_path` is ""), so the first view is also registered as a page of its
+    own, and `/overview` opens it. The root page draws the same view and is left out of the
+    navigation (`visibility="hidden"`), which lists each view once."""
+    pages = [
+        st.Page(guarded(view_render(module)), title=title, url_path=path, icon=icon)
+        for module, title, path, icon in shown
+    ]
+    module, title, _, icon = shown[0]
+    home = st.Page(
+        guarded(view_render(module)), title=title, url_path=HOME_PATH, icon=icon, default=True, visibility="hidden"
+    )
+    return home, pages
+
+
 def main() -> None:
-    st.set_page_config(page_title="enginecache", page_icon=":material/memory:", layout="wide")
+    from enginecache.dashboard.branding import page_icon
+
+    # before anything is drawn: the title and a favicon served by this server (no CDN)
+    st.set_page_config(page_title=PAGE_TITLE, page_icon=page_icon(), layout="wide")
     if not gate_login():
         return
     use_actor_source(script_run_actor)
@@ -174,12 +197,9 @@ def main() -> None:
     # file (its REPL check): emitted before a view imports pandas and SQLAlchemy, that is cheap.
     st.sidebar.caption("enginecache: build TensorRT engines once, load them in milliseconds.")
     shown = [view for view in VIEWS if role >= VIEW_ROLES.get(view[0], Role.VIEWER)]
-    pages = [
-        st.Page(guarded(view_render(module)), title=title, url_path=path, icon=icon, default=index == 0)
-        for index, (module, title, path, icon) in enumerate(shown)
-    ]
+    home, pages = view_pages(shown)
     with acting_as(actor):
-        st.navigation(pages).run()
+        st.navigation([home, *pages]).run()
 
 
 if __name__ == "__main__":

@@ -134,8 +134,9 @@ def recent_failures(key: CatalogKey, limit: int) -> list[overview.Failure]:
 
 
 @st.cache_data(ttl=LIST_TTL, show_spinner=False)
-def model_rows(key: CatalogKey) -> list[models.ModelRow]:
-    return models.model_rows(_open_app(*key))
+def model_rows(key: CatalogKey, search: str | None = None) -> list[models.ModelRow]:
+    """Models, newest first; `search`: by name or digest prefix."""
+    return models.model_rows(_open_app(*key), search=search)
 
 
 @st.cache_data(ttl=LIST_TTL, show_spinner=False)
@@ -156,6 +157,12 @@ def engine_page(key: CatalogKey, spec: engines.EngineFilter, offset: int, limit:
 @st.cache_data(ttl=CHART_TTL, show_spinner=False)
 def build_time_groups(key: CatalogKey) -> list[timings.BuildTimeGroup]:
     return timings.build_time_groups(_open_app(*key))
+
+
+@st.cache_data(ttl=CHART_TTL, show_spinner=False)
+def cold_warm_starts(key: CatalogKey, days: int) -> list[timings.ColdWarm]:
+    """Recorded build seconds against recorded `load_or_build` cache hits of the same engines."""
+    return timings.cold_warm_starts(_open_app(*key), days=days)
 
 
 @st.cache_data(ttl=CHART_TTL, show_spinner=False)

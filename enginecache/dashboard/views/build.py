@@ -1,6 +1,9 @@
-"""Build: pick a model, a matrix of targets x precisions, profiles (prefilled from the model's
-dynamic dims, editable), calibration data for int8/fp8; submit enqueues one build job per cell
-(cells already built say "cached"). Live progress of running jobs, their log tail, cancel."""
+"""Build: the recent jobs (`buildjobs`, from the catalog), then a model, a matrix of targets x
+precisions, profiles (prefilled from the model's dynamic dims, editable), calibration data for the
+int8/fp8 cells; submit enqueues one build job per new cell or retry (cells already built say
+"cached", cells already building name their job, a cell whose build failed before gives the reason
+and is a retry). The matrix is read from the catalog on every draw and redrawn every few seconds
+while any of its cells is queued or running (`dashboard.live`)."""
 
 from __future__ import annotations
 
@@ -16,21 +19,21 @@ import streamlit as st
 
 from enginecache.core.backends.base import Backend
 from enginecache.core.backends.registry import all_backends
+from enginecache.core.plaintext import markdown_literal
 from enginecache.core.precision.spec import PRECISIONS, QUANTIZED
 from enginecache.core.profiles import resolve_profile
+from enginecache.core.shapetext import shape_text
 from enginecache.dashboard import data
+from enginecache.dashboard.live import link, live_section
+from enginecache.dashboard.views.buildjobs import jobs_section
 from enginecache.db.models import JobStatus
 from enginecache.service.builds import BuildRequest, find_ready_engine, plan_build
 from enginecache.service.context import AppContext
-from enginecache.service.jobs import cancel_job, submit_build
+from enginecache.service.jobs import submit_build
 from enginecache.service.models import get_model, model_inputs
 from enginecache.service.readmodels.hosts import HostRow
-from enginecache.service.readmodels.jobs import JobRow, active_jobs, active_jobs_by_key, jobs_by_id
+from enginecache.service.readmodels.jobs import active_job_count, active_jobs_by_key, failed_builds_by_key
 from enginecache.service.readmodels.models import default_precisions
-
-REFRESH_SECONDS = 1.0
-JOBS_SHOWN = 20
-
 
 BUILD_ROLE_CAPTION = "operators and admins can build"  # shown under the disabled submit to a viewer
 
@@ -46,9 +49,14 @@ class Target:
 class Cell:
     target: Target
     precision: str
-    status: str  # "cached" | "queued" | "running" | "new" | "error"
+    status: str  # "cached" | "queued" | "running" | "retry" | "new" | "error"
     text: str
     cache_key: str | None = None
+    engine_id: int | None = None  # the cached engine, or the FAILED one a retry follows
+    job_id: int | None = None  # the active job it would join
+
+
+SUBMITTABLE = ("new", "retry")
 
 
 def target_options(hosts: list[HostRow]) -> list[Target]:
@@ -94,7 +102,7 @@ def default_profile_frame(app: AppContext, model_id: int) -> pd.DataFrame:
         [
             {
                 "input": p.name,
-                "shape": "[" + ", ".join(str(d) for d in shapes.get(p.name, ())) + "]",
+                "shape": shape_text(shapes.get(p.name, ())),
                 "min": "x".join(str(d) for d in p.min),
                 "opt": "x".join(str(d) for d in p.opt),
                 "max": "x".join(str(d) for d in p.max),
@@ -116,13 +124,15 @@ def profile_args(edited: pd.DataFrame, defaults: pd.DataFrame) -> tuple[str, ...
 
 
 def make_request(model_id: int, target: Target, precision: str, options: dict[str, Any]) -> BuildRequest:
+    """The build request of one cell: the calibration file goes to the int8/fp8 cells only, so one
+    submission can mix fp32, fp16 and int8."""
     return BuildRequest(
         model=str(model_id),
         backend=target.backend,
         targets=(target.target,) if target.target else (),
         precision=precision,
         profiles=options.get("profiles", ()),
-        calibration=options.get("calibration"),
+        calibration=options.get("calibration") if precision in QUANTIZED else None,
         opt_level=options.get("opt_level"),
         workspace_bytes=options.get("workspace_bytes"),
     )
@@ -131,7 +141,9 @@ def make_request(model_id: int, target: Target, precision: str, options: dict[st
 def plan_cells(
     app: AppContext, model_id: int, targets: list[Target], precisions: list[str], options: dict[str, Any]
 ) -> list[Cell]:
-    """What submitting each cell would do: cached engine, join an active job, or a new build."""
+    """What submitting each cell would do, from the catalog as it is now: a cached engine, an
+    active job it joins, a retry of a build that failed before (with its reason), a new build, or
+    an error that says why it cannot be submitted."""
     planned: list[tuple[Target, str, str | None, str]] = []
     for target in targets:
         for precision in precisions:
@@ -144,7 +156,9 @@ def plan_cells(
                 planned.append((target, precision, None, str(err)))
                 continue
             planned.append((target, precision, plan.cache_key, ""))
-    active = active_jobs_by_key(app, [key for _, _, key, _ in planned if key])
+    keys = [key for _, _, key, _ in planned if key]
+    active = active_jobs_by_key(app, keys)
+    failed = failed_builds_by_key(app, keys)
     cells = []
     for target, precision, key, error in planned:
         if key is None:
@@ -152,38 +166,42 @@ def plan_cells(
             continue
         ready = find_ready_engine(app, key)
         if ready is not None:
-            cells.append(Cell(target, precision, "cached", f"cached (engine {ready.id})", key))
+            cells.append(Cell(target, precision, "cached", f"cached (engine {ready.id})", key, ready.id))
         elif key in active:
             job = active[key]
+            if job.status == JobStatus.RUNNING:
+                text = f"running (job {job.id}, {job.progress:.0%})"
+            else:
+                text = f"queued (job {job.id})"
             state = "running" if job.status == JobStatus.RUNNING else "queued"
-            cells.append(Cell(target, precision, state, f"{state} (job {job.id})", key))
+            cells.append(Cell(target, precision, state, text, key, job_id=job.id))
+        elif key in failed:
+            before = failed[key]
+            text = f"retry: failed before (engine {before.engine_id}): {before.error}"
+            cells.append(Cell(target, precision, "retry", text, key, before.engine_id))
         else:
             cells.append(Cell(target, precision, "new", "new build", key))
     return cells
 
 
-def submit_cells(app: AppContext, model_id: int, cells: list[Cell], options: dict[str, Any]) -> list[str]:
-    """Submit every cell that is not cached; returns one line per cell and records job ids."""
+def submit_cells(app: AppContext, model_id: int, cells: list[Cell], options: dict[str, Any]) -> list[tuple[bool, str]]:
+    """Submit every new cell and every retry; one (ok, line) per cell submitted. Cached cells,
+    cells already building and cells that cannot be built are not submitted (the matrix says why)."""
     lines = []
-    jobs: list[int] = list(st.session_state.get("build_job_ids", []))
     for cell in cells:
-        where = f"{cell.target.label} {cell.precision}"
-        if cell.status == "error":
-            lines.append(f"{where}: not submitted, {cell.text}")
+        if cell.status not in SUBMITTABLE:
             continue
+        where = f"{cell.target.label} {cell.precision}"
         try:
             result = submit_build(app, make_request(model_id, cell.target, cell.precision, options))
         except Exception as err:  # noqa: BLE001 - reported per cell
-            lines.append(f"{where}: rejected, {err}")
+            lines.append((False, f"{where}: rejected, {err}"))
             continue
         if result.cache_hit and result.engine is not None:
-            lines.append(f"{where}: cached (engine {result.engine.id})")
+            lines.append((True, f"{where}: cached (engine {result.engine.id})"))
         elif result.job is not None:
             verb = "joined" if result.joined else "queued"
-            lines.append(f"{where}: {verb} job {result.job.id}")
-            if result.job.id not in jobs:
-                jobs.append(result.job.id or 0)
-    st.session_state["build_job_ids"] = jobs
+            lines.append((True, f"{where}: {verb} job {result.job.id}"))
     return lines
 
 
@@ -204,12 +222,17 @@ def render() -> None:
     st.title("Build")
     app = data.get_app()
     key = data.catalog_key()
+    submitted = st.session_state.pop("build_submitted", None)
+    if submitted:  # what the last click did, above the fold, with the jobs it made
+        for ok, line in submitted:
+            (st.success if ok else st.error)(markdown_literal(line))
+    jobs_section()
     sources = [r for r in data.model_rows(key) if r.parent_id is None]
     if not sources:
         st.info("No models yet: add one under Models first.")
-        _progress_section()
         return
-    labels = {r.id: f"{r.name} (id {r.id})" for r in sources}
+    st.subheader("New builds")
+    labels = {r.id: r.name for r in sources}
     model_id = int(st.selectbox("Model", list(labels), format_func=lambda i: labels[i], key="build_model"))
 
     hosts = data.worker_hosts(key)
@@ -247,84 +270,60 @@ def render() -> None:
     calib_upload = None
     if any(p in QUANTIZED for p in precisions):
         calib_upload = st.file_uploader(
-            "Calibration data (.npz, one array per model input) for int8/fp8", type=["npz"], key="build_calibration"
+            "Calibration data (.npz, one array per model input) for the int8/fp8 cells",
+            type=["npz"],
+            key="build_calibration",
         )
 
     targets = [by_label[label] for label in chosen_labels]
     if not targets or not precisions:
         st.info("Choose at least one target and one precision.")
-        _progress_section()
         return
+    building = active_job_count(app) > 0  # while anything runs, a cell may change under the operator
+    live_section(_matrix_section, model_id, targets, precisions, options, calib_upload, active=building)
+
+
+def _matrix_section(
+    model_id: int, targets: list[Target], precisions: list[str], options: dict[str, Any], calib_upload: Any
+) -> bool:
+    """The matrix as the catalog has it now, its errors once, and the submit button; returns
+    whether any job is still queued or running."""
+    app = data.get_app()
     with calibration_file(calib_upload) as calibration:
-        options["calibration"] = calibration
+        options = {**options, "calibration": calibration}
         cells = plan_cells(app, model_id, targets, precisions, options)
         _matrix(cells, targets, precisions)
-        to_submit = [c for c in cells if c.status in ("new", "queued", "running")]
-        label = f"Submit {sum(c.status == 'new' for c in cells)} build(s)"
+        count = sum(c.status in SUBMITTABLE for c in cells)
         may_build = data.may("build")
-        clicked = st.button(label, type="primary", key="build_submit", disabled=not to_submit or not may_build)
+        clicked = st.button(
+            f"Submit {count} build(s)", type="primary", key="build_submit", disabled=count == 0 or not may_build
+        )
         if not may_build:
             st.caption(BUILD_ROLE_CAPTION)
-        if clicked and may_build:
-            lines = submit_cells(app, model_id, cells, options)
+        elif count == 0:
+            st.caption("Nothing to submit: every cell is cached, already building, or cannot be built as chosen.")
+        if clicked and may_build and count:
+            st.session_state["build_submitted"] = submit_cells(app, model_id, cells, options)
             data.clear_caches()
-            st.session_state["build_submitted"] = lines
-            st.rerun()  # the matrix and the job list show what was just queued
-    for line in st.session_state.get("build_submitted", []):
-        (st.error if "rejected" in line or "not submitted" in line else st.success)(line)
-    _progress_section()
+            st.rerun()  # the job list (above the form) and the matrix show what was just queued
+    return active_job_count(app) > 0
 
 
 def _matrix(cells: list[Cell], targets: list[Target], precisions: list[str]) -> None:
     grid = {(c.target.label, c.precision): c.text for c in cells}
     frame = pd.DataFrame([{"target": t.label, **{p: grid.get((t.label, p), "") for p in precisions}} for t in targets])
-    st.markdown("**Matrix** (what submitting does for each cell)")
+    st.markdown("**Matrix** (what submitting does for each cell, from the catalog now)")
     st.dataframe(frame, hide_index=True, key="build_matrix")
-    for cell in cells:
-        if cell.status == "error":
-            st.error(f"{cell.target.label} {cell.precision}: {cell.text}")
-
-
-def _progress_section() -> None:
-    st.subheader("Jobs")
-    _live_jobs()
-
-
-@st.fragment(run_every=REFRESH_SECONDS)
-def _live_jobs() -> None:
-    app = data.get_app()
-    mine = [int(i) for i in st.session_state.get("build_job_ids", [])]
-    rows = {j.id: j for j in active_jobs(app, limit=JOBS_SHOWN)}
-    for job in jobs_by_id(app, mine[-JOBS_SHOWN:]):
-        rows.setdefault(job.id, job)
-    if not rows:
-        st.caption("No queued or running jobs.")
-        return
-    for job in sorted(rows.values(), key=lambda j: j.id, reverse=True):
-        _job_card(app, job)
-
-
-def _job_card(app: AppContext, job: JobRow) -> None:
-    payload = job.payload
-    what = " ".join(
-        str(x) for x in (payload.get("backend"), payload.get("precision"), ",".join(payload.get("targets") or []))
-    )
-    with st.container(border=True):
-        head, button = st.columns([5, 1])
-        phase = job.phase or ("waiting for a worker" if job.status == JobStatus.QUEUED else "")
-        value = 1.0 if job.status == JobStatus.SUCCEEDED else max(0.0, min(1.0, job.progress))
-        head.progress(value, text=f"job {job.id} · model {payload.get('model')} · {what} · {job.status} · {phase}")
-        if job.status in (JobStatus.QUEUED, JobStatus.RUNNING):
-            clicked = button.button(
-                "Cancel", key=f"build_cancel_{job.id}", disabled=job.cancel_requested or not data.may("cancel")
-            )
-            if clicked and data.attempt(f"cannot cancel job {job.id}", cancel_job, app, job.id) is not None:
-                data.clear_caches()
-                st.rerun(scope="fragment")
-        elif job.status == JobStatus.SUCCEEDED and job.result_engine_id is not None:
-            button.markdown(f"engine **{job.result_engine_id}** READY")
-        if job.error:
-            (st.error if job.status != JobStatus.SUCCEEDED else st.caption)(f"job {job.id}: {job.error}")
-        if job.log_tail:
-            with st.expander("log tail"):
-                st.code(job.log_tail, language=None)
+    links = [
+        link(f"{c.target.label} {c.precision}: engine {c.engine_id}", "engines", engine=c.engine_id)
+        for c in cells
+        if c.engine_id is not None
+    ]
+    if links:
+        st.caption(" · ".join(links))
+    errors = [c for c in cells if c.status == "error"]
+    if errors:  # once each: the submit does not repeat them
+        st.error(
+            "\n".join("- " + markdown_literal(f"{c.target.label} {c.precision}: {c.text}") for c in errors),
+            icon=":material/error:",
+        )

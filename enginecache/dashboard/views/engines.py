@@ -15,42 +15,63 @@ import streamlit as st
 
 from enginecache.core.backends.registry import backend_label
 from enginecache.core.cachekey import diff_ingredients
+from enginecache.core.plaintext import markdown_literal
 from enginecache.core.precision.spec import PRECISIONS
+from enginecache.core.shapetext import shape_text
 from enginecache.dashboard import data
+from enginecache.dashboard.live import link, live_section
+from enginecache.dashboard.urlstate import from_url, to_url, url_int, url_text
 from enginecache.dashboard.views.build import make_request, target_options
-from enginecache.db.models import EngineStatus
-from enginecache.service import engines
+from enginecache.dashboard.views.engineactions import actions
+from enginecache.db.models import EngineStatus, JobStatus
 from enginecache.service.builds import plan_build
 from enginecache.service.context import AppContext
-from enginecache.service.engines import engine_to_dict, get_engine, verify_engines
-from enginecache.service.jobs import waiting_reason
+from enginecache.service.engines import engine_to_dict, get_engine
 from enginecache.service.readmodels.engines import EngineFilter, ingredient_rows
+from enginecache.service.readmodels.jobs import JobView, engine_test_loads, jobs_by_id
 from enginecache.service.readmodels.models import model_lineage
-from enginecache.service.testload import submit_test_load
 
 PAGE_SIZE = 50
 ANY = "(any)"
 
 
-def _choice(label: str, options: list[Any], key: str, fmt: Any = str) -> Any:
+FILTER_PARAMS = (  # (widget key, URL parameter)
+    ("engines_f_search", "q"),
+    ("engines_f_model", "model"),
+    ("engines_f_backend", "backend"),
+    ("engines_f_target", "target"),
+    ("engines_f_precision", "precision"),
+    ("engines_f_status", "status"),
+)
+
+
+def _choice(label: str, options: list[Any], key: str, param: str, fmt: Any = str, parse: Any = url_text) -> Any:
+    from_url(key, param, parse, options)
     value = st.selectbox(label, [ANY, *options], key=key, format_func=lambda v: ANY if v == ANY else fmt(v))
-    return None if value == ANY else value
+    chosen = None if value == ANY else value
+    to_url(param, chosen)
+    return chosen
 
 
 def _filters(key: data.CatalogKey) -> EngineFilter:
     opts = data.filter_options(key)
     names = dict(opts.models)
+    from_url("engines_f_search", "q")
+    search = st.text_input(
+        "Search", key="engines_f_search", placeholder="model name, or a digest or sha256 prefix"
+    ).strip()
+    to_url("q", search)
     cols = st.columns(6)
     with cols[0]:
-        model_id = _choice("Model", [i for i, _ in opts.models], "engines_f_model", lambda i: f"{names[i]} ({i})")
+        model_id = _choice("Model", [i for i, _ in opts.models], "engines_f_model", "model", names.get, url_int)
     with cols[1]:
-        backend = _choice("Backend", opts.backends, "engines_f_backend")
+        backend = _choice("Backend", opts.backends, "engines_f_backend", "backend")
     with cols[2]:
-        target = _choice("Target", opts.targets, "engines_f_target")
+        target = _choice("Target", opts.targets, "engines_f_target", "target")
     with cols[3]:
-        precision = _choice("Precision", opts.precisions, "engines_f_precision")
+        precision = _choice("Precision", opts.precisions, "engines_f_precision", "precision")
     with cols[4]:
-        status = _choice("Status", opts.statuses, "engines_f_status")
+        status = _choice("Status", opts.statuses, "engines_f_status", "status")
     with cols[5]:
         days = st.date_input("Created between", value=[], key="engines_f_dates")
     since = until = None
@@ -58,7 +79,14 @@ def _filters(key: data.CatalogKey) -> EngineFilter:
         since = datetime.combine(days[0], time.min, tzinfo=UTC)
         until = datetime.combine(days[1], time.min, tzinfo=UTC) + timedelta(days=1)
     return EngineFilter(
-        model_id=model_id, backend=backend, precision=precision, status=status, target=target, since=since, until=until
+        model_id=model_id,
+        backend=backend,
+        precision=precision,
+        status=status,
+        target=target,
+        since=since,
+        until=until,
+        search=search or None,
     )
 
 
@@ -67,9 +95,13 @@ def render() -> None:
     app = data.get_app()
     key = data.catalog_key()
     spec = _filters(key)
-    if st.session_state.get("engines_last_filter") != spec:
+    last = st.session_state.get("engines_last_filter")
+    if last != spec:
         st.session_state["engines_last_filter"] = spec
         st.session_state["engines_page"] = 1
+        if last is not None:  # the filters changed: the engine the URL named no longer leads
+            st.session_state.pop("engines_detail", None)
+            to_url("engine", None)
     page_no = int(st.session_state.get("engines_page", 1))
     page = data.engine_page(key, spec, (page_no - 1) * PAGE_SIZE, PAGE_SIZE)
     pages = max(1, -(-page.total // PAGE_SIZE))
@@ -80,6 +112,7 @@ def render() -> None:
                 [
                     {
                         "id": r.id,
+                        "link": f"engines?engine={r.id}",
                         "model": r.model,
                         "backend": r.backend,
                         "precision": r.precision,
@@ -95,6 +128,7 @@ def render() -> None:
             ),
             hide_index=True,
             key="engines_table",
+            column_config={"link": st.column_config.LinkColumn("open", display_text="open")},
         )
     if pages > 1:
         st.number_input("Page", 1, pages, key="engines_page")
@@ -112,16 +146,31 @@ def render() -> None:
     if wanted and wanted.isdigit() and "engines_detail" not in st.session_state:
         st.session_state["engines_detail"] = int(wanted)  # a link to one engine opens it
     chosen = st.selectbox("Engine", ids, format_func=lambda i: labels.get(i, f"engine {i}"), key="engines_detail")
+    to_url("engine", chosen)
     st.divider()
     _detail(app, key, int(chosen))
 
 
 def _detail(app: AppContext, key: data.CatalogKey, engine_id: int) -> None:
+    """The engine's page, a live section while it is PENDING or one of its test-loads is queued or
+    running: its status, test-loads and results are redrawn from the catalog until they settle."""
     engine = data.attempt("cannot read the engine", get_engine, app, engine_id)
     if engine is None:
         return
+    busy = engine.status == EngineStatus.PENDING or any(j.active for j in engine_test_loads(app, engine_id))
+    live_section(_engine_page, key, engine_id, active=busy)
+
+
+def _engine_page(key: data.CatalogKey, engine_id: int) -> bool:
+    """Draws the engine as the catalog has it now; returns whether anything of it is still running."""
+    app = data.get_app()
+    engine = data.attempt("cannot read the engine", get_engine, app, engine_id)
+    if engine is None:
+        return False
+    test_loads = engine_test_loads(app, engine_id)
     info = engine_to_dict(app, engine, detail=True)
-    st.subheader(f"Engine {engine_id}: {info['model']} {engine.backend} {engine.precision} {engine.targets}")
+    model = markdown_literal(str(info["model"]))
+    st.subheader(f"Engine {engine_id}: {model} {engine.backend} {engine.precision} {engine.targets}")
     cols = st.columns(5)
     cols[0].metric("Status", engine.status)
     cols[1].metric("Size", data.fmt_bytes(engine.size_bytes))
@@ -133,21 +182,23 @@ def _detail(app: AppContext, key: data.CatalogKey, engine_id: int) -> None:
         help=f"last re-hash {info['verified_at']} UTC" if info["verified_at"] else None,
     )
     st.markdown(
+        f"**model** {link(str(info['model']), 'models', model=engine.model_id)}  \n"
         f"**sha256** `{engine.sha256 or '-'}`  \n**blake3** `{engine.blake3 or '-'}`  \n"
         f"**cache key** `{engine.cache_key}`  \n**blob** `{info['path'] or '-'}`"
     )
     if engine.error:
-        st.error(f"Build error: {engine.error}")
+        st.error(markdown_literal(f"Build error: {engine.error}"))
     for warning in engine.warnings:
-        st.caption(f"note: {warning}")
+        st.caption(markdown_literal(f"note: {warning}"))
 
-    _actions(app, engine_id, engine.status, info)
+    actions(app, engine, info, test_loads)
 
     ingredients, loads, host, io, log, lineage, miss = st.tabs(
         ["Cache key", "Test-loads", "Build host", "IO", "Builder log", "Lineage", "Why was this a miss?"]
     )
     with loads:
-        _load_runs(data.load_runs(key, engine_id))
+        failed = [j for j in test_loads if j.job.status in (JobStatus.FAILED, JobStatus.DEAD)]
+        _load_runs(data.load_runs(key, engine_id), failed[0] if failed else None)
     with ingredients:
         st.dataframe(
             pd.DataFrame(
@@ -167,85 +218,33 @@ def _detail(app: AppContext, key: data.CatalogKey, engine_id: int) -> None:
         st.json(engine.host, expanded=True)
     with io:
         if engine.io:
-            st.dataframe(pd.DataFrame(engine.io).astype(str), hide_index=True, key="engines_io")
+            frame = pd.DataFrame(engine.io).astype(str)
+            if "shape" in frame:
+                frame["shape"] = [shape_text(t.get("shape") or ()) for t in engine.io]
+            st.dataframe(frame, hide_index=True, key="engines_io")
         else:
             st.caption("No IO recorded (the engine was not built).")
     with log:
-        st.code(engine.builder_log or "(empty)", language=None)
+        _builder_log(app, engine)
     with lineage:
         _lineage(app, engine)
     with miss:
         _why_miss(app, key, engine)
+    return engine.status == EngineStatus.PENDING or any(j.active for j in test_loads)
 
 
-def _actions(app: AppContext, engine_id: int, status: str, info: dict[str, Any]) -> None:
-    cols = st.columns(5)
-    if cols[0].button("Verify hash", key="engines_verify", disabled=info["sha256"] is None):
-        results = data.attempt("verify failed", verify_engines, app, [engine_id])
-        data.clear_caches()
-        st.session_state["engines_verified"] = (engine_id, results or [])
-    if cols[1].button("Check compatibility", key="engines_check"):
-        verdicts = data.attempt("compatibility check failed", engines.engine_host_verdicts, app, engine_id)
-        if verdicts is not None:
-            st.session_state["engines_verdicts"] = (engine_id, verdicts)
-    testable = status == EngineStatus.READY and data.may("test_load")
-    if cols[2].button("Test-load", key="engines_testload", disabled=not testable):
-        job = data.attempt("test-load not submitted", submit_test_load, app, engine_id)
-        if job is not None:
-            data.clear_caches()
-            waiting = waiting_reason(app, job)
-            st.success(
-                f"test-load queued as job {job.id}" + (f" ({waiting})" if waiting else "; a capable worker runs it")
-            )
-    if info["path"] and status == EngineStatus.READY:
-        path = info["path"]
-
-        def read_blob() -> Any:
-            return open(path, "rb")
-
-        cols[3].download_button(
-            "Download",
-            data=read_blob,
-            file_name=f"{info['model']}.{info['precision']}.{'-'.join(info['targets'])}.engine",
-            mime="application/octet-stream",
-            key="engines_download",
-        )
-    confirm = st.session_state.get("engines_retire_confirm") == engine_id
-    if (
-        status not in (EngineStatus.RETIRED,)
-        and data.may("retire")
-        and cols[4].button(
-            "Confirm retire" if confirm else "Retire", key="engines_retire", type="primary" if confirm else "secondary"
-        )
-    ):
-        if not confirm:
-            st.session_state["engines_retire_confirm"] = engine_id
-            st.rerun()
-        if data.attempt("retire failed", engines.retire_engine, app, engine_id) is not None:
-            st.session_state.pop("engines_retire_confirm", None)
-            data.clear_caches()
-            st.success(f"engine {engine_id} retired: cache lookups no longer return it")
-    if confirm:
-        st.warning(f"Retire engine {engine_id}? Click 'Confirm retire'. Its next request builds anew.")
-    checked = st.session_state.get("engines_verified")
-    if checked and checked[0] == engine_id:
-        for result in checked[1]:
-            show = st.success if result.ok else st.error
-            show(f"engine {result.engine_id}: {result.status}, {result.message}")
-    saved = st.session_state.get("engines_verdicts")
-    if saved and saved[0] == engine_id:
-        verdicts = saved[1]
-        if not verdicts:
-            st.info("No worker host is known yet: start `enginecache worker` (or `enginecache serve`).")
-        else:
-            icons = {"compatible": ":material/check_circle:", "incompatible": ":material/block:"}
-            st.markdown(
-                "\n".join(
-                    f"- {icons.get(v.verdict, ':material/help:')} **{v.host}** "
-                    f"({'online' if v.online else 'offline'}): **{v.verdict}**, {v.reason}"
-                    for v in verdicts
-                )
-            )
+def _builder_log(app: AppContext, engine: Any) -> None:
+    """The builder's log; for a FAILED engine, or one whose build left no log, its job's log tail too."""
+    if engine.builder_log:
+        st.code(engine.builder_log, language=None)
+    if engine.builder_log and engine.status != EngineStatus.FAILED:
+        return
+    jobs = jobs_by_id(app, [engine.job_id]) if engine.job_id else []
+    if jobs and jobs[0].log_tail:
+        st.caption(f"The log tail of job {engine.job_id}, which built it:")
+        st.code(jobs[0].log_tail, language=None)
+    elif not engine.builder_log:
+        st.code("(empty)", language=None)
 
 
 LOAD_PHASE_LABELS = {
@@ -258,17 +257,26 @@ LOAD_PHASE_LABELS = {
 }
 
 
-def _load_runs(runs: list[dict[str, Any]]) -> None:
+def _load_runs(runs: list[dict[str, Any]], failed: JobView | None) -> None:
     """The latest test-load: verdict, phases as a bar, latency distribution, accuracy per output;
-    then every run in a table."""
+    then every run in a table. A test-load job that failed without recording a run (newer than the
+    last run) is shown first, with its reason."""
+    latest_run = runs[0]["job_id"] if runs else None
+    if failed is not None and (latest_run is None or failed.job.id > int(latest_run or 0)):
+        job = failed.job
+        st.error(
+            markdown_literal(f"Test-load job {job.id} {job.status}: {job.error or 'no reason recorded'}"),
+            icon=":material/error:",
+        )
     if not runs:
-        st.caption("No test-load yet: click Test-load to queue one on a worker that can load this engine.")
+        if failed is None:
+            st.caption("No test-load yet: click Test-load to queue one on a worker that can load this engine.")
         return
     latest = runs[0]
     show = st.success if latest["verdict"] == "PASS" else st.error
     show(
-        f"Latest test-load ({latest['created_at'][:19]} on {latest['hostname']}): "
-        f"**{latest['verdict']}**. {latest['reason']}"
+        f"Latest test-load ({latest['created_at'][:19]} on {markdown_literal(latest['hostname'])}): "
+        f"**{latest['verdict']}**. {markdown_literal(latest['reason'])}"
     )
     if latest["phases"]:
         phases = pd.DataFrame(
@@ -324,10 +332,12 @@ def _lineage(app: AppContext, engine: Any) -> None:
     lineage = data.attempt("cannot read the lineage", model_lineage, app, engine.model_id)
     if lineage is None:
         return
+    source = lineage.source
     variant = next((v for v in lineage.variants if v.id == engine.variant_model_id), None)
-    lines = [f"- source model **{lineage.source.name}** (id {lineage.source.id}, `{lineage.source.digest[:16]}`)"]
+    lines = [f"- source model **{link(source.name, 'models', model=source.id or 0)}** (`{source.digest[:16]}`)"]
     if variant is not None:
-        lines.append(f"  - converted **{variant.name}** (id {variant.id}, `{variant.digest[:16]}`)")
+        name = link(variant.name, "models", model=variant.id or 0)
+        lines.append(f"  - converted **{name}** (`{variant.digest[:16]}`)")
     indent = "    " if variant is not None else "  "
     lines.append(
         f"{indent}- engine **{engine.id}** {engine.status}" + (f", job {engine.job_id}" if engine.job_id else "")
@@ -359,9 +369,9 @@ def _why_miss(app: AppContext, key: data.CatalogKey, engine: Any) -> None:
         right, label = plan.ingredients, f"request {target_label} {precision}"
     diffs = diff_ingredients(engine.key_ingredients, right)
     if not diffs:
-        st.success(f"Same cache key as {label}: a request for it is a hit on engine {engine.id}.")
+        st.success(markdown_literal(f"Same cache key as {label}: a request for it is a hit on engine {engine.id}."))
         return
-    st.warning(f"{len(diffs)} key field(s) differ between engine {engine.id} and {label}:")
+    st.warning(markdown_literal(f"{len(diffs)} key field(s) differ between engine {engine.id} and {label}:"))
     st.dataframe(
         pd.DataFrame(
             [

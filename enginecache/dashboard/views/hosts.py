@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 import pandas as pd
 import streamlit as st
 
+from enginecache.core.plaintext import markdown_literal
 from enginecache.dashboard import data
 
 
@@ -57,7 +58,7 @@ def render() -> None:
     )
     cols[2].metric("OS", f"{fp.get('os', '-')} {fp.get('machine', '')}")
     cols[3].metric("GPUs", len(fp.get("gpus") or []))
-    st.markdown(f"**CPU** {fp.get('cpu_model', '-')} (`{host.capabilities.get('cpu_target')}`)")
+    st.markdown(f"**CPU** {markdown_literal(str(fp.get('cpu_model', '-')))} (`{host.capabilities.get('cpu_target')}`)")
     driver = fp.get("driver_version")
     st.markdown(
         f"**NVIDIA driver** {driver} (CUDA {fp.get('cuda_driver_version')})"

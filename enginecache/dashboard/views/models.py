@@ -33,11 +33,12 @@ from enginecache.core.plaintext import markdown_literal
 from enginecache.core.shapetext import shape_text
 from enginecache.dashboard import data
 from enginecache.dashboard.uploads import UploadedFile, remove_tree, stage_upload
+from enginecache.dashboard.urlstate import from_url, to_url, url_int
 from enginecache.errors import BadInputError, EngineCacheError, StoreError, UnavailableError
 from enginecache.service import access
 from enginecache.service.context import AppContext
 from enginecache.service.models import RegisterResult, get_model, model_to_dict, register_model
-from enginecache.service.readmodels.models import model_lineage
+from enginecache.service.readmodels.models import grouped, model_lineage
 
 logger = logging.getLogger(__name__)
 
@@ -131,39 +132,58 @@ def render() -> None:
     if data.may("upload"):
         _add_section(app, server_path=data.may("server_path"))
 
-    rows = data.model_rows(key)
+    search = ""
+    if data.model_rows(key):  # nothing to search in an empty catalog
+        from_url("models_search", "q")
+        search = st.text_input("Search", key="models_search", placeholder="model name, or a digest prefix").strip()
+        to_url("q", search)
+    rows = grouped(data.model_rows(key, search or None))
     st.subheader(f"Models ({len(rows)})")
     if not rows:
-        st.info(
-            "No models yet: upload an ONNX file above or register a path on the server."
-            if data.may("upload")
-            else "No models yet."
-        )
+        if search:
+            st.info("No model's name contains that, and no digest starts with it.")
+        else:
+            st.info(
+                "No models yet: upload an ONNX file above or register a path on the server."
+                if data.may("upload")
+                else "No models yet."
+            )
         return
     st.dataframe(
         pd.DataFrame(
             [
                 {
-                    "id": r.id,
-                    "name": r.name,
-                    "kind": "source" if r.parent_id is None else f"variant of {r.parent_id}",
-                    "size": data.fmt_bytes(r.size_bytes),
+                    "name": r.name if r.parent_id is None else f"  ↳ {r.name}",  # a dataframe cell is plain text
+                    "kind": "source" if r.parent_id is None else f"variant of {r.parent_name or r.parent_id}",
                     "engines": r.engines,
+                    "with variants": r.family_engines if r.parent_id is None else None,
+                    "size": data.fmt_bytes(r.size_bytes),
                     "digest": r.digest[:16],
                     "created": r.created_at,
+                    "id": r.id,
                 }
                 for r in rows
             ]
         ),
         hide_index=True,
         key="models_table",
+        column_config={
+            "engines": st.column_config.NumberColumn(help="engines built from this very file"),
+            "with variants": st.column_config.NumberColumn(
+                help="a source model's engines and its converted variants': the sum of the rows under it"
+            ),
+        },
     )
     ids = [r.id for r in rows]
-    labels = {r.id: f"{r.name} (id {r.id})" for r in rows}
+    labels = {r.id: r.name if r.parent_id is None else f"{r.name} (variant of {r.parent_name})" for r in rows}
+    from_url("models_detail", "model", url_int, ids)
     wanted = st.session_state.get("models_selected_id")
     first_source = next((r.id for r in rows if r.parent_id is None), ids[0])
     index = ids.index(wanted) if wanted in ids else ids.index(first_source)
+    if st.session_state.get("models_detail") not in ids:
+        st.session_state.pop("models_detail", None)  # searched away
     chosen = st.selectbox("Model", ids, index=index, format_func=lambda i: labels[i], key="models_detail")
+    to_url("model", chosen)
     _detail(app, int(chosen))
 
 
@@ -312,12 +332,14 @@ def _detail(app: AppContext, model_id: int) -> None:
                         "status": e.status,
                         "engines": e.count,
                         "newest engine": e.newest_id,
+                        "open": f"engines?engine={e.newest_id}",
                     }
                     for e in lineage.engines
                 ]
             ),
             hide_index=True,
             key="models_lineage",
+            column_config={"open": st.column_config.LinkColumn("open", display_text="open engine")},
         )
     else:
         st.caption("No engines built from this model yet (see Build).")

@@ -14,9 +14,11 @@ from typing import TYPE_CHECKING
 
 import streamlit as st
 
+from enginecache.core.plaintext import markdown_literal
 from enginecache.dashboard import data
+from enginecache.dashboard.live import link
 from enginecache.db.models import EngineStatus, JobStatus
-from enginecache.service.readmodels.overview import CacheDay
+from enginecache.service.readmodels.overview import CacheDay, Failure
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -50,7 +52,6 @@ def render() -> None:
     failures = data.recent_failures(key, FAILURES_SHOWN)
     if importing is not None:
         importing.join()
-    import pandas as pd
 
     cols = st.columns(4)
     cols[0].metric("Models", counts.source_models, help=f"{counts.models} including converted variants")
@@ -87,24 +88,22 @@ def render() -> None:
 
     st.subheader("Recent failures")
     if failures:
-        st.dataframe(
-            pd.DataFrame(
-                [
-                    {
-                        "what": f"{f.source} {f.id}",
-                        "status": f.status,
-                        "when": f.when,
-                        "request": f.what,
-                        "reason": f.reason,
-                    }
-                    for f in failures
-                ]
-            ),
-            hide_index=True,
-            key="overview_failures",
-        )
+        st.caption("Newest first, each once: a build that failed is listed as its engine, which names its job.")
+        for failure in failures:
+            _failure(failure)
     else:
         st.success("No failed jobs or engines.")
+
+
+def _failure(failure: Failure) -> None:
+    """One failure: what failed (a link to an engine's page) and its whole reason, as plain text."""
+    when = failure.when.strftime("%Y-%m-%d %H:%M UTC") if failure.when else "when unknown"
+    name = f"{failure.source} {failure.id}"
+    if failure.source == "engine":
+        name = link(name, "engines", engine=failure.id)
+    with st.container(border=True, key=f"overview_failure_{failure.source}_{failure.id}"):
+        st.markdown(f"**{name}** · {failure.status} · {when} · {markdown_literal(failure.what)}")
+        st.text(failure.reason)
 
 
 SERIES = (

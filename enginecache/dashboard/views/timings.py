@@ -18,9 +18,13 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from enginecache.dashboard import data
-from enginecache.service.readmodels.timings import BuildTimeGroup, HitRates
+from enginecache.service.readmodels.timings import BuildTimeGroup, ColdWarm, HitRates
 
 HIT_RATE_DAYS = 30
+COLD_WARM_DAYS = 30
+# A log axis labelled at each power of ten, in decimals (0.01, 0.1, 1, 10), not plotly's default
+# of every digit between them ("2 3 ... 9 1").
+LOG_AXIS = {"type": "log", "dtick": 1, "tickformat": "~g", "minor": {"showgrid": True}}
 HIT_RATE_PAIRS = 10
 SIZE_MAX = 28  # the largest marker's diameter (px), as plotly express's size_max
 
@@ -33,11 +37,15 @@ def render() -> None:
         return
     st.subheader("Build time by model, target and precision")
     st.plotly_chart(_build_time_chart(groups), key="timings_build_chart")
+    st.caption(
+        "Mean seconds a build took per model x target x precision; the whiskers span the fastest to the slowest."
+    )
 
     st.subheader("Engine size against build time")
     st.plotly_chart(_size_chart(groups), key="timings_size_chart")
     st.caption("Each point is one model x target x precision; its size is how many engines it averages.")
 
+    _cold_warm_chart(data.cold_warm_starts(key, COLD_WARM_DAYS))
     _load_charts(data.load_phase_stats(key))
     _hit_rate_chart(data.serving_hit_rates(key, HIT_RATE_DAYS, HIT_RATE_PAIRS))
 
@@ -173,6 +181,7 @@ def _hit_rate_chart(rates: HitRates) -> None:
     layout = {"height": 320, "yaxis": {"range": [0, 1.05], "title": {"text": "hit rate"}}}
     figure = _figure(traces, {**layout, "legend": {"title": {"text": "model @ host"}}})
     st.plotly_chart(figure, key="timings_hit_rate_chart")
+    st.caption("The share of load_or_build calls per day that found a READY engine, per model and host.")
     shown = (
         f"all {rates.pairs_total} model and host pairs"
         if rates.pairs_shown == rates.pairs_total
@@ -186,7 +195,7 @@ def _engine_label(row: dict[str, Any]) -> str:
 
 
 def _load_charts(rows: list[dict[str, Any]] | None) -> None:
-    """Load phases and cold (build) vs warm (load) start, from the test-load harness's aggregates."""
+    """Load phases, from the test-load harness's aggregates."""
     if not rows:
         st.info("Load-phase timings appear here once engines have been test-loaded (Engines, Test-load).")
         return
@@ -203,20 +212,41 @@ def _load_charts(rows: list[dict[str, Any]] | None) -> None:
         {"barmode": "relative", "height": 380, "yaxis": {"title": {"text": "seconds"}}},
     )
     st.plotly_chart(figure, key="timings_load_chart")
-    if {"build_s", "load_s"} <= set(rows[0]):
-        st.subheader("Cold start (build) against warm start (load)")
-        starts = (("cold start: build", "build_s"), ("warm start: load", "load_s"))
-        figure = _figure(
-            [
-                {
-                    "type": "bar",
-                    "name": name,
-                    "x": [label for label, r in zip(labels, rows, strict=True) if r.get(column) is not None],
-                    "y": _numbers([r[column] for r in rows if r.get(column) is not None]),
-                }
-                for name, column in starts
-            ],
-            {"barmode": "group", "height": 380, "yaxis": {"type": "log", "title": {"text": "seconds"}}},
+    st.caption("Mean seconds of each phase of a test-load (stacked), per model x backend x target x precision.")
+
+
+def _cold_warm_chart(rows: list[ColdWarm]) -> None:
+    """Cold start (the recorded build) against warm start (the recorded cache hits of the same
+    engines), per engine group, on a log axis with decimal labels."""
+    st.subheader("Cold start (build) against warm start (load)")
+    if not rows:
+        st.info(
+            f"No load_or_build cache hit in the last {COLD_WARM_DAYS} days: the comparison appears once a serving "
+            "process has loaded a cached engine."
         )
-        st.plotly_chart(figure, key="timings_cold_warm_chart")
-        st.caption("Log scale: a warm start loads the cached engine; a cold start builds it first.")
+        return
+    labels = [f"{r.model} {r.backend} {r.precision} {r.targets}" for r in rows]
+    starts = (
+        ("cold start: build", [r.build_s for r in rows], [f"mean of {r.engines} engine build(s)" for r in rows]),
+        ("warm start: load_or_build cache hit", [r.hit_s for r in rows], [f"mean of {r.hits} hit(s)" for r in rows]),
+    )
+    figure = _figure(
+        [
+            {
+                "type": "bar",
+                "name": name,
+                "x": labels,
+                "y": _numbers(values),
+                "hovertext": [f"{label}: {v:.4g} s, {how}" for label, v, how in zip(labels, values, hows, strict=True)],
+                "hoverinfo": "text",
+            }
+            for name, values, hows in starts
+        ],
+        {"barmode": "group", "height": 380, "yaxis": {**LOG_AXIS, "title": {"text": "seconds (log scale)"}}},
+    )
+    st.plotly_chart(figure, key="timings_cold_warm_chart")
+    st.caption(
+        "Per model x target x precision: the mean seconds building its engines took (cold start) against the mean "
+        f"seconds load_or_build took to hand the same engines out on a cache hit (warm start), last {COLD_WARM_DAYS} "
+        "days; both as recorded."
+    )

@@ -1,4 +1,5 @@
-"""Engines' read models: one filtered page of engines, the filters' options, cache-key ingredients."""
+"""Engines' read models: one filtered page of engines (a search by model name or digest prefix among
+the filters), the filters' options, cache-key ingredients."""
 
 from __future__ import annotations
 
@@ -26,6 +27,9 @@ class EngineFilter:
     target: str | None = None  # one compute capability or CPU target contained in `targets`
     since: datetime | None = None
     until: datetime | None = None
+    search: str | None = (
+        None  # the model's name contains it, or the model's digest or the engine's sha256 starts with it
+    )
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,15 @@ def _engine_where(spec: EngineFilter) -> list[Any]:
         where.append(col(EngineRecord.created_at) >= spec.since)
     if spec.until is not None:
         where.append(col(EngineRecord.created_at) < spec.until)
+    text = (spec.search or "").strip().lower()
+    if text:
+        where.append(
+            sa.or_(
+                sa.func.lower(col(ModelRecord.name)).contains(text, autoescape=True),
+                col(ModelRecord.digest).startswith(text, autoescape=True),
+                col(EngineRecord.sha256).startswith(text, autoescape=True),
+            )
+        )
     return where
 
 
@@ -85,7 +98,10 @@ def engine_page(app: AppContext, spec: EngineFilter, *, offset: int = 0, limit: 
     offset = max(0, offset)
     where = _engine_where(spec)
     with app.catalog.read() as session:
-        total = session.execute(sa.select(sa.func.count()).select_from(EngineRecord).where(*where)).scalar_one()
+        counted = sa.select(sa.func.count()).select_from(EngineRecord)
+        if spec.search:  # the search reads the model's name and digest
+            counted = counted.join(ModelRecord, col(ModelRecord.id) == col(EngineRecord.model_id))
+        total = session.execute(counted.where(*where)).scalar_one()
         rows = session.execute(
             sa.select(  # each column named as its EngineRow field
                 col(EngineRecord.id),

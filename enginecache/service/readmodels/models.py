@@ -1,11 +1,14 @@
-"""Models' read models: the model list with engine counts, and a model's lineage."""
+"""Models' read models: the model list (searchable by name or digest prefix) with engine counts
+that add up (a source's own, its variants', its family's), and a model's lineage."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 import sqlalchemy as sa
+import sqlalchemy.orm
 from sqlmodel import col, select
 
 from enginecache.db.models import EngineRecord, EngineStatus, ModelRecord
@@ -95,16 +98,42 @@ class ModelRow:
     size_bytes: int
     digest: str
     created_at: datetime
-    engines: int
+    engines: int  # built from this very file (a source's own, or a variant's)
+    family_engines: int = 0  # a source: its engines and its variants' (what `engines` of them add up to)
+    parent_name: str | None = None  # a variant: its source model's name
 
 
-def model_rows(app: AppContext, *, limit: int = 500) -> list[ModelRow]:
-    """Models, newest first, with how many engines each has (one grouped query)."""
-    engine_counts = (
-        sa.select(col(EngineRecord.model_id).label("mid"), sa.func.count().label("n"))
-        .group_by(col(EngineRecord.model_id))
+def model_search(text: str | None) -> list[Any]:
+    """WHERE clauses for a search: a model whose name contains `text` (any case), or whose digest
+    starts with it (a hex prefix, as the lists print). Empty text: no clause."""
+    text = (text or "").strip()
+    if not text:
+        return []
+    name = sa.func.lower(col(ModelRecord.name)).contains(text.lower(), autoescape=True)
+    return [sa.or_(name, col(ModelRecord.digest).startswith(text.lower(), autoescape=True))]
+
+
+def model_rows(app: AppContext, *, search: str | None = None, limit: int = 500) -> list[ModelRow]:
+    """Models, newest first, with how many engines each built (two grouped queries on the engines'
+    model and variant columns): a source's own (no variant) and its family's (with its variants'),
+    a variant's own. `search`: by name or digest prefix (`model_search`)."""
+    engine = EngineRecord
+    by_source = (
+        sa.select(
+            col(engine.model_id).label("mid"),
+            sa.func.count().label("family"),
+            sa.func.count().filter(col(engine.variant_model_id).is_(None)).label("own"),
+        )
+        .group_by(col(engine.model_id))
         .subquery()
     )
+    by_variant = (
+        sa.select(col(engine.variant_model_id).label("vid"), sa.func.count().label("n"))
+        .where(col(engine.variant_model_id).is_not(None))
+        .group_by(col(engine.variant_model_id))
+        .subquery()
+    )
+    parent = sa.orm.aliased(ModelRecord)
     query = (
         sa.select(  # each column named as its ModelRow field
             col(ModelRecord.id),
@@ -113,14 +142,37 @@ def model_rows(app: AppContext, *, limit: int = 500) -> list[ModelRow]:
             col(ModelRecord.size_bytes),
             col(ModelRecord.digest),
             col(ModelRecord.created_at),
-            sa.func.coalesce(engine_counts.c.n, 0).label("engines"),
+            (sa.func.coalesce(by_source.c.own, 0) + sa.func.coalesce(by_variant.c.n, 0)).label("engines"),
+            sa.func.coalesce(by_source.c.family, 0).label("family_engines"),
+            col(parent.name).label("parent_name"),
         )
-        .outerjoin(engine_counts, engine_counts.c.mid == col(ModelRecord.id))
+        .outerjoin(by_source, by_source.c.mid == col(ModelRecord.id))
+        .outerjoin(by_variant, by_variant.c.vid == col(ModelRecord.id))
+        .outerjoin(parent, col(parent.id) == col(ModelRecord.parent_id))
+        .where(*model_search(search))
         .order_by(col(ModelRecord.created_at).desc(), col(ModelRecord.id).desc())
         .limit(limit)
     )
     with app.catalog.read() as session:
         return [ModelRow(**row) for row in session.execute(query).mappings()]
+
+
+def grouped(rows: list[ModelRow]) -> list[ModelRow]:
+    """Sources in their order, each followed by its variants (oldest first); a variant whose source
+    is not among `rows` (a search found it alone) keeps its place."""
+    sources = {r.id for r in rows if r.parent_id is None}
+    variants: dict[int, list[ModelRow]] = {}
+    for row in rows:
+        if row.parent_id is not None and row.parent_id in sources:
+            variants.setdefault(row.parent_id, []).append(row)
+    out: list[ModelRow] = []
+    for row in rows:
+        if row.parent_id is None:
+            out.append(row)
+            out += sorted(variants.get(row.id, []), key=lambda v: v.id)
+        elif row.parent_id not in sources:
+            out.append(row)
+    return out
 
 
 def working_precisions(app: AppContext, model_id: int) -> tuple[str, ...]:

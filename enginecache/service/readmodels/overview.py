@@ -165,7 +165,9 @@ class Failure:
 
 
 def recent_failures(app: AppContext, *, limit: int = 20) -> list[Failure]:
-    """The newest failed or dead jobs and failed or corrupt engines, with their reasons."""
+    """The newest failed or dead jobs and failed or corrupt engines, each failure once with its
+    reason: a build that failed leaves a FAILED job and a FAILED engine row, listed as the engine
+    (it names the model; `job_id` the job). Models are named, not numbered."""
     with app.catalog.read() as session:
         jobs = session.execute(
             sa.select(
@@ -190,6 +192,7 @@ def recent_failures(app: AppContext, *, limit: int = 20) -> list[Failure]:
                 col(EngineRecord.backend),
                 col(EngineRecord.precision),
                 col(EngineRecord.targets),
+                col(EngineRecord.job_id),
                 col(ModelRecord.name),
             )
             .join(ModelRecord, col(ModelRecord.id) == col(EngineRecord.model_id))
@@ -197,16 +200,24 @@ def recent_failures(app: AppContext, *, limit: int = 20) -> list[Failure]:
             .order_by(col(EngineRecord.created_at).desc())
             .limit(limit)
         ).all()
+        model_ids = [int(str(j.payload["model"])) for j in jobs if str((j.payload or {}).get("model", "")).isdigit()]
+        names = dict(
+            session.execute(
+                sa.select(col(ModelRecord.id), col(ModelRecord.name)).where(col(ModelRecord.id).in_(model_ids))
+            ).all()
+        )
+    listed_jobs = {int(e.job_id) for e in engines if e.job_id is not None and e.status == EngineStatus.FAILED}
     failures = [
         Failure(
             "job",
             int(j.id),
             j.finished_at,
             str(j.status),
-            f"{j.kind} {_describe_payload(j.payload)}".strip(),
+            f"{j.kind} {_describe_payload(j.payload, names)}".strip(),
             j.error or "no reason recorded",
         )
         for j in jobs
+        if int(j.id) not in listed_jobs
     ]
     failures += [
         Failure(
@@ -214,7 +225,7 @@ def recent_failures(app: AppContext, *, limit: int = 20) -> list[Failure]:
             int(e.id),
             e.finished_at or e.created_at,
             str(e.status),
-            f"{e.name} {e.backend} {e.precision} {e.targets}",
+            f"{e.name} {e.backend} {e.precision} {e.targets}" + (f" (job {e.job_id})" if e.job_id else ""),
             e.error or ("blob does not match its sha256" if e.status == EngineStatus.CORRUPT else "no reason recorded"),
         )
         for e in engines
@@ -224,10 +235,12 @@ def recent_failures(app: AppContext, *, limit: int = 20) -> list[Failure]:
     return failures[:limit]
 
 
-def _describe_payload(payload: Mapping[str, Any] | None) -> str:
+def _describe_payload(payload: Mapping[str, Any] | None, names: Mapping[int, str]) -> str:
     if not payload:
         return ""
-    parts = [f"model {payload.get('model')}"] if payload.get("model") else []
+    model = str(payload.get("model") or "")
+    parts = [names.get(int(model), f"model {model} (no longer in the catalog)") if model.isdigit() else model]
+    parts = [p for p in parts if p]
     parts += [str(payload[k]) for k in ("backend", "precision") if payload.get(k)]
     if payload.get("targets"):
         parts.append(",".join(str(t) for t in payload["targets"]))

@@ -1,7 +1,8 @@
-"""Timings' read models: build time and engine size per model x backend x targets x precision.
+"""Timings' read models: build time and engine size per model x backend x targets x precision;
+`load_or_build` hit rates of the busiest model and host pairs; cold start (the recorded build)
+against warm start (the recorded `load_or_build` cache hits of the same engines).
 
-Load-phase timings and `load_or_build` hit rates come from the test-load harness's aggregates
-(`service.loadruns`)."""
+Load-phase timings come from the test-load harness's aggregates (`service.loadruns`)."""
 
 from __future__ import annotations
 
@@ -147,3 +148,76 @@ def serving_hit_rates(app: AppContext, *, days: int = 30, pairs: int = 10) -> Hi
                     }
                 )
     return HitRates(rows=rows, pairs_shown=len(chosen), pairs_total=len(per_pair), days=days)
+
+
+@dataclass(frozen=True)
+class ColdWarm:
+    """One model x backend x targets x precision: what building its engines took (cold start) and
+    what the product's own cache hit took to hand the same engines to a serving process (warm
+    start: a `load_or_build` call that found the engine, its lookup, read and verify and load)."""
+
+    model: str
+    backend: str
+    targets: str
+    precision: str
+    engines: int  # engines with cache hits in the window
+    build_s: float  # their mean recorded build time
+    hits: int
+    hit_s: float  # the mean total seconds of those hits
+
+
+def cold_warm_starts(app: AppContext, *, days: int = 30, limit: int = 100) -> list[ColdWarm]:
+    """Per engine group, over the `load_or_build` hits of the last `days` days: the mean build
+    seconds of the engines hit (each engine once) against the mean seconds of the hits. The hits
+    are one range of ix_load_events_source_outcome_created, summed per engine, then joined to the
+    engines (their recorded `build_seconds`) and grouped; engines without a recorded build time
+    (built elsewhere and imported) are left out."""
+    event = LoadEventRecord
+    since = utcnow() - timedelta(days=days)
+    per_engine = (
+        sa.select(
+            col(event.engine_id).label("engine_id"),
+            sa.func.count().label("hits"),
+            sa.func.sum(col(event.total_s)).label("total_s"),
+        )
+        .where(
+            col(event.source) == "load_or_build",
+            col(event.outcome) == "hit",
+            col(event.created_at) >= since,
+            col(event.engine_id).is_not(None),
+        )
+        .group_by(col(event.engine_id))
+        .subquery()
+    )
+    engine = EngineRecord
+    group = (col(ModelRecord.name), col(engine.backend), col(engine.targets), col(engine.precision))
+    with app.catalog.read() as session:
+        rows = session.execute(
+            sa.select(
+                *group,
+                sa.func.count(),
+                sa.func.avg(col(engine.build_seconds)),
+                sa.func.sum(per_engine.c.hits),
+                sa.func.sum(per_engine.c.total_s),
+            )
+            .select_from(per_engine)
+            .join(engine, col(engine.id) == per_engine.c.engine_id)
+            .join(ModelRecord, col(ModelRecord.id) == col(engine.model_id))
+            .where(col(engine.build_seconds).is_not(None))
+            .group_by(*group)
+            .order_by(*group)
+            .limit(limit)
+        ).all()
+    return [
+        ColdWarm(
+            model=str(r[0]),
+            backend=str(r[1]),
+            targets=str(r[2]),
+            precision=str(r[3]),
+            engines=int(r[4]),
+            build_s=float(r[5] or 0.0),
+            hits=int(r[6] or 0),
+            hit_s=float(r[7] or 0.0) / int(r[6]) if r[6] else 0.0,
+        )
+        for r in rows
+    ]

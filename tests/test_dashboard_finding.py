@@ -1,0 +1,144 @@
+"""Finding things on the dashboard (issue 12): search by model name or digest prefix on Models and
+Engines, filters kept in the URL, variants under their source with engine counts that add up, and
+Overview's failures once each with the whole reason."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from streamlit.testing.v1 import AppTest
+
+from enginecache.db.models import EngineRecord, EngineStatus, JobRecord, JobStatus, ModelRecord, utcnow
+from enginecache.service.models import register_model
+from enginecache.service.readmodels.models import grouped, model_rows
+from tests.dashboardkit import TIMEOUT, Seeded, frame, view
+from tests.modelfactory import make_mlp
+
+
+def _url_view(name: str, **params: str) -> AppTest:
+    """A view opened from a link: its query parameters set before the first run."""
+    sets = "".join(f"st.query_params[{k!r}] = {v!r}\n" for k, v in params.items())
+    script = f"import streamlit as st\n{sets}from enginecache.dashboard.views import {name}\n{name}.render()\n"
+    return AppTest.from_string(script, default_timeout=TIMEOUT)
+
+
+def _variant(seeded: Seeded) -> ModelRecord:
+    """A converted fp16 variant of the seeded model, with one engine built from it."""
+    with seeded.app.catalog.write() as session:
+        source = session.get(ModelRecord, seeded.model_id)
+        assert source is not None
+        variant = ModelRecord(
+            name="convnet.fp16",
+            digest="ab" * 32,
+            filename="convnet.fp16.onnx",
+            store_path="models/x",
+            size_bytes=1,
+            parent_id=source.id,
+            info={},
+        )
+        session.add(variant)
+        session.flush()
+        session.add(
+            EngineRecord(
+                model_id=seeded.model_id,
+                variant_model_id=variant.id,
+                backend="rtx",
+                backend_version="1",
+                precision="fp16",
+                targets="sm89",
+                cache_key="c" * 64,
+                status=EngineStatus.READY,
+                onnx_digest=variant.digest,
+                os="Linux",
+            )
+        )
+    return variant
+
+
+def test_variants_sit_under_their_source_and_their_engines_add_up(seeded: Seeded) -> None:
+    variant = _variant(seeded)
+    rows = grouped(model_rows(seeded.app))
+    assert [(r.name, r.engines) for r in rows] == [("convnet", 1), ("convnet.fp16", 1)]
+    assert rows[0].family_engines == 2, "the source's own and its variant's"
+    at = view("models").run()
+    assert not at.exception
+    table = frame(at, "name", "kind", "engines", "with variants")
+    assert table["name"].tolist() == ["convnet", "  ↳ convnet.fp16"]
+    assert table["kind"].tolist() == ["source", "variant of convnet"], "names, not ids"
+    assert table.loc[0, "with variants"] == table["engines"].sum() == 2
+    assert variant.id is not None
+
+
+def test_models_are_found_by_name_or_digest_prefix_and_the_search_is_in_the_url(seeded: Seeded, tmp_path: Path) -> None:
+    other = register_model(seeded.app, make_mlp(tmp_path / "mlp.onnx"), name="mlp").model
+    at = view("models").run()
+    at.text_input(key="models_search").set_value("CONV").run()
+    assert frame(at, "name", "kind")["name"].tolist() == ["convnet"]
+    assert at.query_params["q"] == "CONV"
+    at.text_input(key="models_search").set_value(other.digest[:10]).run()
+    assert frame(at, "name", "kind")["name"].tolist() == ["mlp"]
+    at = _url_view("models", q="mlp")  # a link reproduces the view
+    at.run()
+    assert frame(at, "name", "kind")["name"].tolist() == ["mlp"]
+    at = _url_view("models", model=str(seeded.model_id))
+    at.run()
+    assert at.selectbox(key="models_detail").value == seeded.model_id
+
+
+def test_engines_are_found_by_model_name_or_digest_and_filters_come_from_the_url(seeded: Seeded) -> None:
+    with seeded.app.catalog.read() as session:
+        engine = session.get(EngineRecord, seeded.engine_id)
+    assert engine is not None and engine.sha256 is not None
+    at = view("engines").run()
+    at.text_input(key="engines_f_search").set_value("nothing-like-this").run()
+    assert "0 engine(s) match" in " ".join(c.value for c in at.caption)
+    at.text_input(key="engines_f_search").set_value(engine.sha256[:12]).run()
+    assert frame(at, "id", "sha256")["id"].tolist() == [seeded.engine_id]
+    at.selectbox(key="engines_f_precision").set_value("fp32").run()
+    assert at.query_params["precision"] == "fp32" and at.query_params["q"] == engine.sha256[:12]
+    at = _url_view("engines", precision="fp16", model=str(seeded.model_id))
+    at.run()
+    assert at.selectbox(key="engines_f_precision").value == "(any)", "fp16 is no option: no engine has it"
+    assert at.selectbox(key="engines_f_model").value == seeded.model_id
+    at = _url_view("engines", status="READY", q="conv")
+    at.run()
+    assert at.selectbox(key="engines_f_status").value == "READY"
+    assert frame(at, "id", "sha256")["id"].tolist() == [seeded.engine_id]
+
+
+def test_overview_lists_a_failed_build_once_with_its_whole_reason(seeded: Seeded) -> None:
+    reason = "the builder refused layer conv: " + ("no kernel for this shape " * 20).strip()
+    with seeded.app.catalog.write() as session:
+        job = JobRecord(
+            kind="build",
+            status=JobStatus.FAILED,
+            payload={"model": str(seeded.model_id), "backend": "rtx", "precision": "fp16", "targets": ["sm89"]},
+            error=reason,
+            finished_at=utcnow(),
+        )
+        session.add(job)
+        session.flush()
+        session.add(
+            EngineRecord(
+                model_id=seeded.model_id,
+                backend="rtx",
+                backend_version="1",
+                precision="fp16",
+                targets="sm89",
+                cache_key="e" * 64,
+                status=EngineStatus.FAILED,
+                onnx_digest="d",
+                os="Linux",
+                error=reason,
+                job_id=job.id,
+                finished_at=utcnow(),
+            )
+        )
+    at = view("overview").run()
+    assert not at.exception
+    heads = [re.sub(r"\\(.)", r"\1", m.value) for m in at.markdown if " · " in m.value]
+    assert sum(f"(job {job.id})" in h for h in heads) == 1 and not any(f"**job {job.id}**" in h for h in heads)
+    assert [t.value for t in at.text].count(reason) == 1, "the whole reason, once"
+    seeded_job = next(h for h in heads if f"**job {seeded.failed_job_id}**" in h)
+    assert "convnet" in seeded_job and "model " not in seeded_job, "named, not numbered"
