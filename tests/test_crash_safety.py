@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
@@ -83,6 +84,25 @@ def _steps(home: Path, body: str) -> int:
     return int(json.loads(clean.stdout.strip().splitlines()[-1])["steps"])
 
 
+def _crash_at_each_step(
+    tmp_path: Path, body: str, check: Callable[[int, AppContext], None], *, at_least: int, steps: str
+) -> None:
+    """Count the durable steps of `body` in a clean run (at least `at_least`: `steps` says which),
+    then for each step k crash a new process just before it, in a home of its own, and `check(k, app)`
+    the restart there."""
+    total = _steps(tmp_path / "clean", body)
+    assert total >= at_least, steps
+    for k in range(1, total + 1):
+        home = tmp_path / f"crash-{k}"
+        crashed = _run(home, body, k)
+        assert crashed.returncode == CRASHED, (k, crashed.stderr)
+        app = AppContext.from_settings(home)  # the restart
+        try:
+            check(k, app)
+        finally:
+            app.close()
+
+
 @pytest.fixture
 def model(tmp_path: Path) -> Path:
     return make_external_data_model(tmp_path / "src")  # a bundle of two files
@@ -98,49 +118,38 @@ def _digest(model: Path) -> str:
 
 def test_a_crash_at_any_step_of_model_add_leaves_nothing_or_the_whole_model(tmp_path: Path, model: Path) -> None:
     digest = _digest(model)
+
+    def check(k: int, app: AppContext) -> None:
+        row: ModelRecord | None = find_model_by_digest(app, digest)
+        bundle = app.store.model_dir(digest)
+        if row is not None:  # the commit happened: the whole bundle is there and verifies
+            assert bundle.is_dir(), k
+            assert model_digest(bundle / model.name, list(row.info["external_data_files"])) == digest, k
+        elif bundle.exists():  # published before the commit: whole, so re-adding may reuse it
+            files = sorted(p.name for p in bundle.iterdir())
+            assert files == sorted([model.name, *[p.name for p in model.parent.iterdir() if p != model]]), k
+        again = register_model(app, model, name="m")  # the operator runs it again
+        assert again.model.digest == digest and app.store.model_dir(digest).is_dir(), k
+        debris = collect_garbage(app, clock=lambda: utcnow() + timedelta(days=1))
+        live = Path("models") / digest
+        assert all(not Path(r.path).is_relative_to(live) for r in debris.removals), "gc keeps the live bundle"
+
     body = MODEL_ADD.format(model=str(model))
-    total = _steps(tmp_path / "clean", body)
-    assert total >= 7, "the files' fsyncs, the rename, the directory fsyncs, the commit (before and after)"
-    for k in range(1, total + 1):
-        home = tmp_path / f"crash-{k}"
-        crashed = _run(home, body, k)
-        assert crashed.returncode == CRASHED, (k, crashed.stderr)
-        app = AppContext.from_settings(home)  # the restart
-        try:
-            row: ModelRecord | None = find_model_by_digest(app, digest)
-            bundle = app.store.model_dir(digest)
-            if row is not None:  # the commit happened: the whole bundle is there and verifies
-                assert bundle.is_dir(), k
-                assert model_digest(bundle / model.name, list(row.info["external_data_files"])) == digest, k
-            elif bundle.exists():  # published before the commit: whole, so re-adding may reuse it
-                files = sorted(p.name for p in bundle.iterdir())
-                assert files == sorted([model.name, *[p.name for p in model.parent.iterdir() if p != model]]), k
-            again = register_model(app, model, name="m")  # the operator runs it again
-            assert again.model.digest == digest and app.store.model_dir(digest).is_dir(), k
-            debris = collect_garbage(app, clock=lambda: utcnow() + timedelta(days=1))
-            live = Path("models") / digest
-            assert all(not Path(r.path).is_relative_to(live) for r in debris.removals), "gc keeps the live bundle"
-        finally:
-            app.close()
+    steps = "the files' fsyncs, the rename, the directory fsyncs, the commit (before and after)"
+    _crash_at_each_step(tmp_path, body, check, at_least=7, steps=steps)
 
 
 def test_a_crash_at_any_step_of_a_blob_write_leaves_no_blob_or_the_whole_blob(tmp_path: Path) -> None:
     payload = tmp_path / "payload.bin"
     payload.write_bytes(bytes(range(256)) * 4096)
     digest = sha256_file(payload)
+
+    def check(k: int, app: AppContext) -> None:
+        blob = app.store.blob_path(digest)
+        if blob.exists():
+            assert sha256_file(blob) == digest, f"step {k}: a blob under its name is whole"
+        published = app.store.write_blob(memoryview(payload.read_bytes()))  # written again after the restart
+        assert published.sha256 == digest and sha256_file(app.store.blob_path(digest)) == digest
+
     body = BLOB_WRITE.format(blob=str(payload))
-    total = _steps(tmp_path / "clean", body)
-    assert total >= 3, "the temp file's fsync, the link, the directory fsync"
-    for k in range(1, total + 1):
-        home = tmp_path / f"crash-{k}"
-        crashed = _run(home, body, k)
-        assert crashed.returncode == CRASHED, (k, crashed.stderr)
-        app = AppContext.from_settings(home)
-        try:
-            blob = app.store.blob_path(digest)
-            if blob.exists():
-                assert sha256_file(blob) == digest, f"step {k}: a blob under its name is whole"
-            published = app.store.write_blob(memoryview(payload.read_bytes()))  # written again after the restart
-            assert published.sha256 == digest and sha256_file(app.store.blob_path(digest)) == digest
-        finally:
-            app.close()
+    _crash_at_each_step(tmp_path, body, check, at_least=3, steps="the temp file's fsync, the link, the directory fsync")

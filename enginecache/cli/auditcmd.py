@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from enginecache.cli.common import JsonOption, OffsetOption, app_context, stream_rows
+from enginecache.cli.common import JsonOption, OffsetOption, app_context, limit_option, stream_rows
 
 DEFAULT_AUDIT_LIMIT = 100  # as service.audit.DEFAULT_LIMIT (not imported: `--help` loads no service code)
 
@@ -25,10 +25,7 @@ def audit(
     action: Annotated[
         str | None, typer.Option("--action", metavar="ACTION", help="Only this action (e.g. engine.retire).")
     ] = None,
-    limit: Annotated[
-        int | None,
-        typer.Option(min=1, metavar="N", help=f"At most this many, newest first (default {DEFAULT_AUDIT_LIMIT})."),
-    ] = None,
+    limit: Annotated[int | None, limit_option(DEFAULT_AUDIT_LIMIT)] = None,
     offset: OffsetOption = None,
     as_json: JsonOption = False,
 ) -> None:

@@ -47,6 +47,7 @@ __all__ = [
     "job_error",
     "job_progress_printer",
     "json_stdout",
+    "limit_option",
     "print_listing",
     "stream_rows",
     "when",
@@ -63,6 +64,14 @@ OffsetOption = Annotated[
 ]
 EngineIdArgument = Annotated[int, typer.Argument(help="Engine id.")]
 JobIdArgument = Annotated[int, typer.Argument(help="Job id.")]
+
+
+def limit_option(default: int) -> Any:
+    """The `--limit N` of a listing that has a page size of its own, newest first: the option's default
+    is None all the same (see above), and the command reads `limit or default`.
+    Use: `limit: Annotated[int | None, limit_option(DEFAULT_JOBS_LIMIT)] = None`."""
+    return typer.Option("--limit", min=1, metavar="N", help=f"At most this many, newest first (default {default}).")
+
 
 WRITE_BATCH = 500  # rows joined into one write to stdout
 KIND_BY_EXIT_CODE = {EXIT_FAILED: "failed", EXIT_BAD_INPUT: "bad_input", EXIT_UNAVAILABLE: "unavailable"}

@@ -14,6 +14,7 @@ from enginecache.cli.common import (
     emit,
     inline,
     job_error,
+    limit_option,
     print_listing,
     when,
 )
@@ -58,10 +59,7 @@ def _job_line(r: dict[str, Any]) -> str:
 def jobs_list(
     ctx: typer.Context,
     status: Annotated[str | None, typer.Option(help="Only jobs in this status.")] = None,
-    limit: Annotated[
-        int | None,
-        typer.Option(min=1, metavar="N", help=f"At most this many, newest first (default {DEFAULT_JOBS_LIMIT})."),
-    ] = None,
+    limit: Annotated[int | None, limit_option(DEFAULT_JOBS_LIMIT)] = None,
     offset: OffsetOption = None,
     as_json: JsonOption = False,
 ) -> None:
