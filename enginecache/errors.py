@@ -31,7 +31,8 @@ stored), 3 the catalog or the store is unavailable (try again later).
     ├── InferenceError                       inference failed (bad feeds, or the backend refused them)
     ├── CudaError                            a CUDA driver or runtime call failed
     ├── MissError                            load_or_build found no engine (nearest engine and differing fields)
-    │   └── EngineQueuedError                ... and queued a build for it (job id)
+    │   ├── EngineQueuedError                ... and queued a build for it (job id)
+    │   └── NoEngineFitsError                `pull`: no engine of the model fits this host (each one's reason)
     ├── StaleLeaseError                      a job holder's write after its lease was taken over
     ├── JobWaitError                         a wait for a job ended first: it ran out, or nothing can run the job
     ├── BackupToolError                      pg_dump or pg_restore is missing, too old for the server, or failed
@@ -44,8 +45,10 @@ No class here shadows a library's name (SQLAlchemy's IntegrityError, pydantic's 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy treats the name as True)
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from typing import Any
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -242,6 +245,12 @@ class EngineQueuedError(MissError):
     """A miss with on_miss="queue": a build job was queued (or joined); `job_id` names it."""
 
     kind = "queued"
+
+
+class NoEngineFitsError(MissError):
+    """`pull` found no engine of the model that this host can load; the message gives each engine's reason."""
+
+    kind = "no_engine_fits"
 
 
 class StaleLeaseError(EngineCacheError):

@@ -86,6 +86,12 @@ RECIPES: dict[str, tuple[list[str], list[str], str]] = {
     "job show": (["job", "show", "{job_id}"], ["job", "show", "999999"], "not_found"),
     "job cancel": (["job", "cancel", "{job_id}"], ["job", "cancel", "999999"], "not_found"),
     "gc": (["gc"], ["gc", "--grace-days", "-1"], "usage"),
+    "profiles": (["profiles", "{model}"], ["profiles", "no-such-model"], "not_found"),
+    "pull": (
+        ["pull", "{model}", "--dest", "{tmp}/pulled"],
+        ["pull", "no-such-model", "--dest", "{tmp}/none"],
+        "not_found",
+    ),
     "audit": (["audit"], ["audit", "--limit", "0"], "usage"),
     "role set": (
         ["role", "set", "Viewer@Example.com", "viewer"],

@@ -53,6 +53,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "runtime",
         "Write a Triton model repository or the per-hardware tree with a manifest of fingerprints and sha256.",
     ),
+    "profiles": (
+        "fleetcmd",
+        "Every engine of the model, compatible with this host or not and why; * marks the one pull takes.",
+    ),
+    "pull": (
+        "fleetcmd",
+        "Copy the engine that fits this host into DIR, verified, with a manifest; resumable and idempotent.",
+    ),
     "serve": ("serve", "Start the dashboard and one local worker on this catalog; ^C stops both."),
     "backup": (
         "backupcmd",

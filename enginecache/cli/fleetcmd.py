@@ -1,0 +1,66 @@
+"""`enginecache profiles MODEL` and `enginecache pull MODEL --dest DIR`: which of a model's engines fit
+this host, and the one that does copied into a folder a serving process starts from (an init
+container's step)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from enginecache.cli.common import EXIT_FAILED, JsonOption, app_context, emit
+
+ModelArgument = Annotated[str, typer.Argument(metavar="MODEL", help="A model name, id or digest (prefix).")]
+PrecisionOption = Annotated[
+    str | None,
+    typer.Option(metavar="PRECISION", help="Only this precision (default: fp16, bf16, fp32, fp8, int8 in that order)."),
+]
+
+
+def _profile_line(p: dict[str, Any]) -> str:
+    from enginecache.core.plaintext import printable
+
+    mark = "*" if p["selected"] else " "
+    engine = f"{p['engine_id']:>5}  {p['backend']:<4} {p['precision']:<5} {','.join(p['targets']):<24}"
+    return printable(f"{mark} {engine} {p['verdict']:<12} {p['reason']}")
+
+
+def profiles(
+    ctx: typer.Context, model: ModelArgument, precision: PrecisionOption = None, as_json: JsonOption = False
+) -> None:
+    """Every engine of the model, compatible with this host or not and why; * marks the one pull takes."""
+    from enginecache.service.profiles import model_profiles
+
+    found = model_profiles(app_context(ctx), model, precision=precision)
+    data = found.to_dict()
+    lines = [_profile_line(p) for p in data["profiles"]] or [f"model {model} has no engines"]
+    emit(data, as_json, "\n".join(lines))
+    if found.selected is None:
+        raise typer.Exit(EXIT_FAILED)
+
+
+def pull(
+    ctx: typer.Context,
+    model: ModelArgument,
+    dest: Annotated[Path, typer.Option("--dest", metavar="DIR", help="The folder to pull into (a store of its own).")],
+    precision: PrecisionOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Copy the engine that fits this host into DIR, verified, with a manifest; resumable and idempotent."""
+    from enginecache.core.plaintext import printable
+    from enginecache.service.pull import pull as pull_engine
+
+    result = pull_engine(app_context(ctx), model, dest, precision=precision)
+    done = "up to date" if result.up_to_date else f"pulled {result.copied_bytes} bytes"
+    emit(
+        result.to_dict(),
+        as_json,
+        printable(f"engine {result.engine_id}: {done} into {result.dest / result.manifest['blob']}"),
+    )
+
+
+def register(app: typer.Typer) -> None:
+    """Add `profiles` and `pull` to the CLI."""
+    app.command()(profiles)
+    app.command()(pull)
