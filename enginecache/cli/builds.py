@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 def build(
     ctx: typer.Context,
-    model: Annotated[str, typer.Argument(help="Model name, id or digest.")],
+    model: Annotated[str | None, typer.Argument(help="Model name, id or digest (not with --matrix).")] = None,
     backend: Annotated[str, typer.Option(help="rtx | trt | ort")] = "rtx",
     target: Annotated[
         list[str] | None, typer.Option("--target", help="Comma-separated: sm80,sm86 (rtx); cpu (ort).")
@@ -32,9 +32,25 @@ def build(
     opt_level: Annotated[int | None, typer.Option("--opt-level", help="Builder optimization level 0..5.")] = None,
     workspace: Annotated[int | None, typer.Option("--workspace", help="Workspace limit in bytes.")] = None,
     queue_only: Annotated[bool, typer.Option("--queue", help="Enqueue and print the job id at once.")] = False,
+    matrix: Annotated[
+        Path | None,
+        typer.Option(
+            "--matrix", metavar="FILE", help="Build every cell of a matrix file (models x targets x precisions)."
+        ),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Build (or find in the cache) one engine; without --queue, wait and show progress."""
+    """Build (or find in the cache) one engine; without --queue, wait and show progress.
+
+    With --matrix FILE (a CI prebuild, docs/fleet.md): every model x target x precision the file
+    names, then one summary line per cell; exit 1 when any cell failed."""
+    if matrix is not None or model is None:
+        if matrix is None:
+            raise typer.BadParameter("give a MODEL (or --matrix FILE)")
+        if model is not None:
+            raise typer.BadParameter("give a MODEL or --matrix FILE, not both")
+        _build_matrix(ctx, matrix, as_json)
+        return
     from enginecache.db.models import JobStatus
     from enginecache.errors import BuildFailedError
     from enginecache.service.builds import BuildRequest
@@ -78,6 +94,27 @@ def build(
     _emit_engine(
         app_ctx, get_engine(app_ctx, job.result_engine_id), cache_hit=False, notes=submitted.notes, as_json=as_json
     )
+
+
+def _cell_line(r: dict[str, Any]) -> str:
+    from enginecache.core.plaintext import printable
+
+    cell = f"{r['model']:<24} {r['backend']:<4} {','.join(r['targets']) or '-':<14} {r['precision']:<5}"
+    engine = f"engine {r['engine_id']}" if r["engine_id"] is not None else "no engine"
+    return printable(f"{cell} {r['outcome']:<7} {engine}" + (f": {r['error']}" if r["error"] else ""))
+
+
+def _build_matrix(ctx: typer.Context, path: Path, as_json: bool) -> None:
+    from enginecache.cli.common import EXIT_FAILED
+    from enginecache.service.matrix import load_matrix, run_matrix
+
+    cells = load_matrix(path)
+    results = [r.to_dict() for r in run_matrix(app_context(ctx), cells)]
+    failed = sum(1 for r in results if r["outcome"] == "failed")
+    summary = f"{len(results)} cell(s): {len(results) - failed} ready, {failed} failed"
+    emit({"cells": results, "failed": failed}, as_json, "\n".join([*map(_cell_line, results), summary]))
+    if failed:
+        raise typer.Exit(EXIT_FAILED)
 
 
 def _emit_engine(
