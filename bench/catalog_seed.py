@@ -44,7 +44,7 @@ def gpu_host(base: HostFingerprint, cc: str = "sm86") -> HostFingerprint:
     gpu = GpuInfo(
         index=0, name="NVIDIA RTX A6000", uuid="GPU-bench-0", compute_capability=cc, memory_total_bytes=48 * 2**30
     )
-    return replace(base, hostname="bench-gpu", gpus=(gpu,))
+    return base.replace(hostname="bench-gpu", gpus=(gpu,))
 
 
 @dataclass

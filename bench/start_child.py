@@ -15,6 +15,9 @@ Only the modes that need enginecache import it, and each floor imports only what
   `deserialize_cuda_engine(open(path).read())` starts) and `get_engine_validity` on its header.
 - fingerprint: `host_fingerprint()` of a new process (BENCH_JSON: import and call seconds).
 - noop: nothing (the interpreter's own start, the floor of the fingerprint).
+
+bench/bench_start.py runs it with an interpreter that sees the checkout as a regular install
+(`harness.installed_python`), not through an editable install's finder.
 """
 
 from __future__ import annotations

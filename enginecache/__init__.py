@@ -16,10 +16,10 @@ Packages, imports pointing down only: `cli` | `dashboard` -> `service` -> `core`
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
-
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~2.5 ms; mypy treats the name as True)
 if TYPE_CHECKING:
+    from typing import Any
+
     from enginecache.errors import (
         BadInputError,
         EngineCacheError,
@@ -65,7 +65,7 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'enginecache' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    value = getattr(__import__(module, fromlist=[name]), name)
     globals()[name] = value
     return value
 

@@ -8,7 +8,6 @@ The hosts are `HostFingerprint` values built here: no GPU is needed, and the GPU
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -58,15 +57,15 @@ def _host(case: str, backend: str) -> HostFingerprint:
     if case == "compatible":
         return HOST
     if case == "library version":
-        return dataclasses.replace(HOST, packages={**VERSIONS, module: "9.9.9"})
+        return HOST.replace(packages={**VERSIONS, module: "9.9.9"})
     if case == "hardware not in targets":  # a GPU of another SM; for ORT a CPU of another ISA level
-        return dataclasses.replace(HOST, gpus=(H200,), cpu_isa=("avx", "avx2", "avx512f"))
+        return HOST.replace(gpus=(H200,), cpu_isa=("avx", "avx2", "avx512f"))
     if case == "os":
-        return dataclasses.replace(HOST, os="Windows")
+        return HOST.replace(os="Windows")
     if case == "no gpu":
-        return dataclasses.replace(HOST, gpus=(), nvml="unavailable: no NVIDIA driver", driver_version=None)
+        return HOST.replace(gpus=(), nvml="unavailable: no NVIDIA driver", driver_version=None)
     if case == "library absent":
-        return dataclasses.replace(HOST, packages={k: v for k, v in VERSIONS.items() if k != module})
+        return HOST.replace(packages={k: v for k, v in VERSIONS.items() if k != module})
     raise AssertionError(case)
 
 

@@ -37,7 +37,7 @@ TARGET_SETS: tuple[tuple[str, ...], ...] = (("sm86",), ("sm89",), ("sm75",), ("s
 
 def gpu_host(cc: str) -> HostFingerprint:
     gpu = GpuInfo(index=0, name="NVIDIA test GPU", uuid="GPU-test", compute_capability=cc, memory_total_bytes=2**34)
-    return replace(host_fingerprint(), hostname=f"host-{cc}", gpus=(gpu,))
+    return host_fingerprint().replace(hostname=f"host-{cc}", gpus=(gpu,))
 
 
 def with_options(plan: BuildPlan, **options: Any) -> BuildPlan:

@@ -24,28 +24,60 @@ import functools
 import json
 import os
 import sys
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
-from enginecache.core.distributions import REPORTED_PACKAGES, PathIndex, package_version, path_index
+from enginecache.core.distributions import REPORTED_PACKAGES, package_version, path_index
 from enginecache.core.distributions import distribution_version as distribution_version  # re-exported
+from enginecache.core.valuetype import Frozen
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy treats the name as True)
+if TYPE_CHECKING:
+    from typing import Any
+
+    from enginecache.core.distributions import PathIndex
 
 # ISA levels we name an ORT target by, best first.
 _ISA_LEVELS: tuple[str, ...] = ("avx512f", "avx2", "avx", "sse4_2", "neon", "asimd")
 
 
-@dataclass(frozen=True)
-class GpuInfo:
+class GpuInfo(Frozen):
+    """One GPU as NVML reports it. (The fingerprint's types are `core.valuetype` values, not
+    dataclasses: every serving start creates them; `replace(...)` is `dataclasses.replace`.)"""
+
+    __slots__ = _fields = ("index", "name", "uuid", "compute_capability", "memory_total_bytes")
+
     index: int
     name: str
     uuid: str
     compute_capability: str  # "sm86"
     memory_total_bytes: int
 
+    def __init__(self, index: int, name: str, uuid: str, compute_capability: str, memory_total_bytes: int) -> None:
+        init = object.__setattr__
+        init(self, "index", index)
+        init(self, "name", name)
+        init(self, "uuid", uuid)
+        init(self, "compute_capability", compute_capability)
+        init(self, "memory_total_bytes", memory_total_bytes)
 
-@dataclass(frozen=True)
-class HostFingerprint:
+
+class HostFingerprint(Frozen):
+    __slots__ = _fields = (
+        "hostname",
+        "os",
+        "os_release",
+        "machine",
+        "python",
+        "cpu_model",
+        "cpu_isa",
+        "gpus",
+        "driver_version",
+        "cuda_driver_version",
+        "cuda_runtime_version",
+        "nvml",
+        "packages",
+    )
+
     hostname: str
     os: str
     os_release: str
@@ -53,23 +85,55 @@ class HostFingerprint:
     python: str
     cpu_model: str
     cpu_isa: tuple[str, ...]
-    gpus: tuple[GpuInfo, ...] = ()
-    driver_version: str | None = None
-    cuda_driver_version: str | None = None
-    cuda_runtime_version: str | None = None
-    nvml: str = "unavailable"
-    packages: dict[str, str | None] = field(default_factory=dict)
+    gpus: tuple[GpuInfo, ...]
+    driver_version: str | None
+    cuda_driver_version: str | None
+    cuda_runtime_version: str | None
+    nvml: str
+    packages: dict[str, str | None]
+
+    def __init__(
+        self,
+        hostname: str,
+        os: str,
+        os_release: str,
+        machine: str,
+        python: str,
+        cpu_model: str,
+        cpu_isa: tuple[str, ...],
+        gpus: tuple[GpuInfo, ...] = (),
+        driver_version: str | None = None,
+        cuda_driver_version: str | None = None,
+        cuda_runtime_version: str | None = None,
+        nvml: str = "unavailable",
+        packages: dict[str, str | None] | None = None,
+    ) -> None:
+        init = object.__setattr__
+        init(self, "hostname", hostname)
+        init(self, "os", os)
+        init(self, "os_release", os_release)
+        init(self, "machine", machine)
+        init(self, "python", python)
+        init(self, "cpu_model", cpu_model)
+        init(self, "cpu_isa", cpu_isa)
+        init(self, "gpus", gpus)
+        init(self, "driver_version", driver_version)
+        init(self, "cuda_driver_version", cuda_driver_version)
+        init(self, "cuda_runtime_version", cuda_runtime_version)
+        init(self, "nvml", nvml)
+        init(self, "packages", {} if packages is None else packages)
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
+        data = self.asdict()
         data["cpu_isa"] = list(self.cpu_isa)
-        data["gpus"] = [asdict(g) for g in self.gpus]
+        data["gpus"] = [g.asdict() for g in self.gpus]
+        data["packages"] = dict(self.packages)
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> HostFingerprint:
         """The inverse of `to_dict` (a worker's fingerprint as the catalog keeps it)."""
-        fields = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        fields = {k: v for k, v in data.items() if k in cls._fields}
         fields["cpu_isa"] = tuple(data.get("cpu_isa") or ())
         fields["gpus"] = tuple(GpuInfo(**g) for g in data.get("gpus") or ())
         fields["packages"] = dict(data.get("packages") or {})
@@ -199,17 +263,31 @@ _VISIBLE_DEVICE_VARIABLES = ("NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
 _GPU_CACHE_SCHEMA = 1
 
 
-@dataclass(frozen=True)
-class GpuFacts:
+class GpuFacts(Frozen):
     """What NVML said: status ("ok", or why not), GPUs, driver and CUDA driver version."""
 
+    __slots__ = _fields = ("nvml", "gpus", "driver_version", "cuda_driver_version")
+
     nvml: str
-    gpus: tuple[GpuInfo, ...] = ()
-    driver_version: str | None = None
-    cuda_driver_version: str | None = None
+    gpus: tuple[GpuInfo, ...]
+    driver_version: str | None
+    cuda_driver_version: str | None
+
+    def __init__(
+        self,
+        nvml: str,
+        gpus: tuple[GpuInfo, ...] = (),
+        driver_version: str | None = None,
+        cuda_driver_version: str | None = None,
+    ) -> None:
+        init = object.__setattr__
+        init(self, "nvml", nvml)
+        init(self, "gpus", gpus)
+        init(self, "driver_version", driver_version)
+        init(self, "cuda_driver_version", cuda_driver_version)
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "gpus": [asdict(g) for g in self.gpus]}
+        return {**self.asdict(), "gpus": [g.asdict() for g in self.gpus]}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> GpuFacts:

@@ -23,10 +23,13 @@ import json
 import os
 import re
 import sqlite3
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy treats the name as True)
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator, Mapping, Sequence
+    from datetime import datetime
+    from typing import Any
 
 VERSIONS_DIR = Path(__file__).resolve().parent / "migrations" / "versions"
 SQLITE_TIMEOUT_SECONDS = 30.0  # as db.catalog's busy timeout
@@ -192,6 +195,8 @@ def sqlite_file(url: str) -> str | None:
 def _time(value: Any) -> datetime | None:
     if value is None:
         return None
+    from datetime import UTC, datetime  # where a timestamp is read: a cache hit reads none
+
     parsed = value if isinstance(value, datetime) else datetime.fromisoformat(value)
     return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
 

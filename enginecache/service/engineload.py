@@ -20,24 +20,39 @@ the catalog's `blob_path`: an edited row cannot point a load at another file.
 
 from __future__ import annotations
 
-import socket
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from pathlib import Path
-from typing import Any
-
-from enginecache.core.backends.base import EngineSession, LoadSpec, PhaseTimer
+from enginecache.core.backends.loadtypes import LoadSpec
 from enginecache.core.backends.registry import get_backend
 from enginecache.core.blobpaths import blob_path
 from enginecache.core.lazyimport import import_backend
+from enginecache.core.valuetype import Frozen
 from enginecache.errors import EngineRejectedError, IncompatibleEngineError, IntegrityCheckError, LoadFailedError
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy treats the name as True)
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from pathlib import Path
+    from typing import Any
 
-@dataclass(frozen=True)
-class EngineFacts:
+    from enginecache.core.backends.base import EngineSession
+    from enginecache.core.backends.loadtypes import PhaseTimer
+
+
+class EngineFacts(Frozen):
     """What loading an engine needs from its catalog row (and what a serving state file records).
-    `home` is the store's; the blob's path follows from the digest (`blob`)."""
+    `home` is the store's; the blob's path follows from the digest (`blob`). A `core.valuetype`
+    value (as the frozen dataclass it was; no `dataclasses` import on a cache hit)."""
+
+    __slots__ = _fields = (
+        "id",
+        "backend",
+        "backend_version",
+        "precision",
+        "targets",
+        "home",
+        "sha256",
+        "blake3",
+        "input_shapes",
+    )
 
     id: int
     backend: str
@@ -47,7 +62,30 @@ class EngineFacts:
     home: Path
     sha256: str | None
     blake3: str | None
-    input_shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    input_shapes: Mapping[str, tuple[int, ...]]
+
+    def __init__(
+        self,
+        id: int,
+        backend: str,
+        backend_version: str,
+        precision: str,
+        targets: tuple[str, ...],
+        home: Path,
+        sha256: str | None,
+        blake3: str | None,
+        input_shapes: Mapping[str, tuple[int, ...]] | None = None,
+    ) -> None:
+        init = object.__setattr__
+        init(self, "id", id)
+        init(self, "backend", backend)
+        init(self, "backend_version", backend_version)
+        init(self, "precision", precision)
+        init(self, "targets", targets)
+        init(self, "home", home)
+        init(self, "sha256", sha256)
+        init(self, "blake3", blake3)
+        init(self, "input_shapes", {} if input_shapes is None else input_shapes)
 
     @classmethod
     def from_row(cls, home: Path, row: Mapping[str, Any]) -> EngineFacts:
@@ -87,6 +125,9 @@ class EngineFacts:
 def load_error_note(message: str) -> str:
     """What an engine's `error` says once a runtime refused it on this host (its status stays:
     another host may load it)."""
+    import socket  # the rare path pays for its imports
+    from datetime import UTC, datetime
+
     when = datetime.now(UTC).isoformat(timespec="seconds")
     return f"{socket.gethostname()} could not load it ({when}): {message}"
 

@@ -31,15 +31,11 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from enginecache.core.backends.base import Backend, PhaseTimer
+from enginecache.core.backends.loadtypes import PhaseTimer
 from enginecache.core.backends.registry import get_backend
-from enginecache.core.fingerprint import HostFingerprint
 from enginecache.db.reader import head_revision, sqlite_file
 from enginecache.errors import BackendUnavailableError, EngineRejectedError, TargetError
 from enginecache.service.engineload import EngineFacts, load_engine, load_error_note
@@ -48,7 +44,13 @@ from enginecache.service.memo import memo_ingredients, memo_key, ready_list
 from enginecache.service.runtimetypes import LoadedEngine, RuntimeSpec
 from enginecache.service.statrule import cached_files_match, stat_entry
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy treats the name as True)
 if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from typing import Any
+
+    from enginecache.core.backends.base import Backend
+    from enginecache.core.fingerprint import HostFingerprint
     from enginecache.db.models import EngineRecord
 
 
@@ -207,7 +209,7 @@ def _mark_corrupt(connection: sqlite3.Connection, engine_id: int) -> None:
 
     actor = audit.local_actor()
     details = json.dumps({"via": "load_or_build"})
-    event = (_sqlite_time(datetime.now(UTC)), actor.name, actor.origin, audit.ENGINE_CORRUPT, f"engine {engine_id}")
+    event = (_sqlite_now(), actor.name, actor.origin, audit.ENGINE_CORRUPT, f"engine {engine_id}")
     try:
         _write(
             connection,
@@ -229,9 +231,12 @@ def _mark_load_error(connection: sqlite3.Connection, engine_id: int, note: str) 
         _log().warning("engine %s: load error not noted: %s", engine_id, err)
 
 
-def _sqlite_time(when: datetime) -> str:
-    """A UTC time as SQLAlchemy's SQLite DateTime stores it (db.types.UTCDateTime: naive UTC)."""
-    return when.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+def _sqlite_now() -> str:
+    """Now in UTC as SQLAlchemy's SQLite DateTime stores it (db.types.UTCDateTime: naive UTC,
+    `datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")`), from `time`: a cache hit's one
+    timestamp does not import `datetime`."""
+    seconds, nanoseconds = divmod(time.time_ns(), 1_000_000_000)
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(seconds)) + f".{nanoseconds // 1000:06d}"
 
 
 def _record(
@@ -255,7 +260,7 @@ def _record(
         "total_s": time.perf_counter() - started,
         "stat_cache_hit": 1,
         "phases": json.dumps(dict(phases)),
-        "created_at": _sqlite_time(datetime.now(UTC)),
+        "created_at": _sqlite_now(),
     }
     columns = ", ".join(row)
     marks = ", ".join("?" for _ in row)
@@ -269,6 +274,8 @@ def engine_record_loader(where: CatalogFile, engine_id: int) -> Callable[[], Eng
     """Reads the engine's whole row as an `EngineRecord` when first asked (imports the ORM then)."""
 
     def load() -> EngineRecord:
+        from datetime import UTC, datetime
+
         from enginecache.db.models import EngineRecord
 
         connection = _connect(where.path)

@@ -7,7 +7,11 @@ full fingerprint has been taken it answers that too.
 
 from __future__ import annotations
 
-from enginecache.core.fingerprint import HostFingerprint, host_fingerprint
+from enginecache.core.fingerprint import host_fingerprint
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy treats the name as True)
+if TYPE_CHECKING:
+    from enginecache.core.fingerprint import HostFingerprint
 
 _TAKEN: dict[bool, HostFingerprint] = {}
 

@@ -24,18 +24,22 @@ lookup down the full path. A calibration file (whose digest the key would need) 
 from __future__ import annotations
 
 import functools
-import importlib.util
 import json
 import os
-from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 import blake3
 
-from enginecache.core.backends.base import Backend
-from enginecache.core.fingerprint import HostFingerprint, distribution_version
-from enginecache.service.runtimetypes import RuntimeSpec
+from enginecache.core.fingerprint import distribution_version
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy treats the name as True)
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from typing import Any
+
+    from enginecache.core.backends.base import Backend
+    from enginecache.core.fingerprint import HostFingerprint
+    from enginecache.service.runtimetypes import RuntimeSpec
 
 MEMO_SCHEMA = 1
 # The distributions core.precision.recipes.plan_recipe records as `tool_version`.
@@ -74,6 +78,8 @@ def code_identity() -> str:
 
 
 def _importable(name: str) -> bool:
+    import importlib.util
+
     try:
         return importlib.util.find_spec(name) is not None
     except (ImportError, ValueError):

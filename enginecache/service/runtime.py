@@ -25,11 +25,11 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from enginecache.errors import EngineCacheError
 from enginecache.service.runtimetypes import LoadedEngine, OnMiss, RuntimeSpec
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy treats the name as True)
 if TYPE_CHECKING:
     from enginecache.core.fingerprint import HostFingerprint
     from enginecache.service.context import AppContext

@@ -1,18 +1,23 @@
 """What `load_or_build` takes and gives: `RuntimeSpec` and `LoadedEngine`.
 
-Light on purpose (no database, numpy or runtime imports): a serving process's cache hit imports
-this module, and `enginecache.service.runtime` re-exports both names.
+Light on purpose (no database, numpy or runtime imports, no `dataclasses` or `typing`): a serving
+process's cache hit imports this module, and `enginecache.service.runtime` re-exports both names.
+Both are `core.valuetype` values: what the dataclasses they were gave (`replace(...)` for
+`dataclasses.replace`).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
 
+from enginecache.core.valuetype import Frozen, Mutable
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy treats the name as True)
 if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from pathlib import Path
+    from typing import Any, Literal
+
     import numpy as np
 
     from enginecache.core.backends.base import EngineSession
@@ -20,37 +25,69 @@ if TYPE_CHECKING:
     from enginecache.service.builds import BuildRequest
     from enginecache.service.engineload import EngineFacts
 
-OnMiss = Literal["build", "fail", "queue"]
+    OnMiss = Literal["build", "fail", "queue"]
+else:
+    OnMiss = str  # at run time: Literal["build", "fail", "queue"] for type checkers
 
 
-@dataclass(frozen=True)
-class RuntimeSpec:
+class RuntimeSpec(Frozen):
     """Which engine to serve: the build request less the model (the model is the ONNX file)."""
 
-    backend: str = "rtx"
-    precision: str = "fp32"
-    targets: tuple[str, ...] = ()
-    profiles: tuple[str, ...] = ()
-    calibration: Path | None = None
-    converter: str | None = None
-    opt_level: int | None = None
-    workspace_bytes: int | None = None
+    __slots__ = _fields = (
+        "backend",
+        "precision",
+        "targets",
+        "profiles",
+        "calibration",
+        "converter",
+        "opt_level",
+        "workspace_bytes",
+    )
+
+    backend: str
+    precision: str
+    targets: tuple[str, ...]
+    profiles: tuple[str, ...]
+    calibration: Path | None
+    converter: str | None
+    opt_level: int | None
+    workspace_bytes: int | None
+
+    def __init__(
+        self,
+        backend: str = "rtx",
+        precision: str = "fp32",
+        targets: tuple[str, ...] = (),
+        profiles: tuple[str, ...] = (),
+        calibration: Path | None = None,
+        converter: str | None = None,
+        opt_level: int | None = None,
+        workspace_bytes: int | None = None,
+    ) -> None:
+        init = object.__setattr__
+        init(self, "backend", backend)
+        init(self, "precision", precision)
+        init(self, "targets", targets)
+        init(self, "profiles", profiles)
+        init(self, "calibration", calibration)
+        init(self, "converter", converter)
+        init(self, "opt_level", opt_level)
+        init(self, "workspace_bytes", workspace_bytes)
 
     def request(self, model: str) -> BuildRequest:
         from enginecache.service.builds import BuildRequest
 
-        return BuildRequest(model=model, **asdict(self))
+        return BuildRequest(model=model, **self.asdict())
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe (the serving state file, the hit path's memo key)."""
-        data = asdict(self)
+        data = self.asdict()
         data["targets"], data["profiles"] = list(self.targets), list(self.profiles)
         data["calibration"] = str(self.calibration) if self.calibration is not None else None
         return data
 
 
-@dataclass
-class LoadedEngine:
+class LoadedEngine(Mutable):
     """A loaded engine session with what load_or_build did to get it.
 
     `engine` is the catalog row (an `EngineRecord`). A cache hit answered without the ORM
@@ -58,15 +95,53 @@ class LoadedEngine:
     touches it imports no SQLAlchemy; `engine_id` and `facts` need nothing.
     """
 
+    __slots__ = _fields = (
+        "session",
+        "_engine",
+        "outcome",
+        "phases",
+        "onnx_digest",
+        "facts",
+        "model_name",
+        "state_file",
+        "via",
+    )
+
     session: EngineSession
-    _engine: EngineRecord | Callable[[], EngineRecord] = field(repr=False)
+    _engine: EngineRecord | Callable[[], EngineRecord]
     outcome: str  # "hit" | "built"
-    phases: dict[str, float] = field(default_factory=dict)
-    onnx_digest: str = ""
-    facts: EngineFacts | None = None
-    model_name: str = ""
-    state_file: Path | None = None  # the serving state written for this load, removed on close
-    via: str = "fullpath"  # "hitpath": answered by service.hitpath (stdlib sqlite3, the memo)
+    phases: dict[str, float]
+    onnx_digest: str
+    facts: EngineFacts | None
+    model_name: str
+    state_file: Path | None  # the serving state written for this load, removed on close
+    via: str  # "hitpath": answered by service.hitpath (stdlib sqlite3, the memo)
+
+    def __init__(
+        self,
+        session: EngineSession,
+        _engine: EngineRecord | Callable[[], EngineRecord],
+        outcome: str,
+        phases: dict[str, float] | None = None,
+        onnx_digest: str = "",
+        facts: EngineFacts | None = None,
+        model_name: str = "",
+        state_file: Path | None = None,
+        via: str = "fullpath",
+    ) -> None:
+        self.session = session
+        self._engine = _engine
+        self.outcome = outcome
+        self.phases = {} if phases is None else phases
+        self.onnx_digest = onnx_digest
+        self.facts = facts
+        self.model_name = model_name
+        self.state_file = state_file
+        self.via = via
+
+    def __repr__(self) -> str:  # as the dataclass's: `_engine` (a record or its loader) left out
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._fields if name != "_engine")
+        return f"{self.__class__.__qualname__}({fields})"
 
     @property
     def engine(self) -> EngineRecord:

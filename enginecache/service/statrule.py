@@ -9,8 +9,11 @@ ORM path (`service.statcache`) and the stdlib cache hit (`service.hitpath`) appl
 from __future__ import annotations
 
 import os
-from pathlib import Path
-from typing import Any
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy treats the name as True)
+if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import Any
 
 # Filesystems with coarse timestamps: a file modified within this long after it was hashed could
 # keep the same mtime, so such an entry is "racy" (git's term) and re-hashed on the next lookup.

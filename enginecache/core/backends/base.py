@@ -13,25 +13,27 @@ deserialize, execution context, I/O allocation) is timed into a `PhaseTimer`.
 
 from __future__ import annotations
 
-import contextlib
-import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from enginecache.core.fingerprint import HostFingerprint
+# The value types a load creates live in `loadtypes` (no dataclasses: a cache hit imports that, not this).
+from enginecache.core.backends.loadtypes import ENGINE_HEADER_BYTES as ENGINE_HEADER_BYTES
+from enginecache.core.backends.loadtypes import LoadSpec as LoadSpec
+from enginecache.core.backends.loadtypes import PhaseTimer as PhaseTimer
+from enginecache.core.backends.loadtypes import TensorIO as TensorIO
+from enginecache.core.backends.loadtypes import TritonInfo as TritonInfo
+from enginecache.core.backends.loadtypes import numpy_dtype as numpy_dtype
 from enginecache.errors import TargetError
 
 if TYPE_CHECKING:  # numpy and the profiles (which import onnx) stay out of a serving process's cache hit
     import numpy as np
 
+    from enginecache.core.fingerprint import HostFingerprint
     from enginecache.core.profiles import ProfileResult
 
 Feeds = Mapping[str, "np.ndarray"]
-# What `Backend.check_header` is given: an engine's first bytes (TensorRT's header is 64 bytes; an
-# ORT-format model's identifier is at bytes 4..8).
-ENGINE_HEADER_BYTES = 4096
 Requirements = dict[str, Any]
 
 
@@ -61,17 +63,6 @@ class BuildSpec:
     opt_level: int | None = None
     workspace_bytes: int | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class TensorIO:
-    name: str
-    mode: str  # "input" | "output"
-    dtype: str
-    shape: tuple[int | str, ...]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "mode": self.mode, "dtype": self.dtype, "shape": list(self.shape)}
 
 
 @dataclass(frozen=True)
@@ -110,49 +101,6 @@ class EngineRef:
     path: Path | None = None
 
 
-@dataclass(frozen=True)
-class TritonInfo:
-    """How Triton Inference Server serves a backend's engines: what an export writes into config.pbtxt."""
-
-    platform: str  # "tensorrt_plan" | "onnxruntime_onnx"
-    backend: str | None  # Triton's backend where the config must name one ("onnxruntime"), else None
-    instance_kind: str  # "KIND_GPU" | "KIND_CPU"
-    file_suffix: str  # the model file's suffix in the version folder (".plan", ".ort")
-    rank: int  # preference when an export names no backend: the lowest rank present is exported
-    warning: str | None = None  # said with every Triton export of these engines (in its result and config.pbtxt)
-    # Its engines keep the model's declared output shapes (ONNX Runtime merges them with its own
-    # inference, leniently): an export takes output shapes from a shape inference of the graph instead.
-    infer_output_shapes: bool = False
-
-
-@dataclass
-class PhaseTimer:
-    """Seconds per named phase, in the order they ran (a phase run twice adds up)."""
-
-    phases: dict[str, float] = field(default_factory=dict)
-
-    @contextlib.contextmanager
-    def phase(self, name: str) -> Iterator[None]:
-        started = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.phases[name] = self.phases.get(name, 0.0) + time.perf_counter() - started
-
-    def total(self) -> float:
-        return sum(self.phases.values())
-
-
-@dataclass(frozen=True)
-class LoadSpec:
-    """How to load: the shapes to prepare I/O for (the profile's opt shapes by default)."""
-
-    input_shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
-    label: str = "engine"
-    backend_version: str | None = None  # the version that built it (checked where the format is tied to it)
-    targets: tuple[str, ...] = ()
-
-
 class EngineSession(Protocol):
     """A loaded engine, ready to run."""
 
@@ -166,13 +114,6 @@ class EngineSession(Protocol):
     def close(self) -> None:
         """Release the session (device memory, contexts)."""
         ...
-
-
-def numpy_dtype(name: str) -> np.dtype[Any]:
-    """The numpy dtype for one of our dtype names (`float32`, `float16`, `int64`, `bool`, ...)."""
-    import numpy as np
-
-    return np.dtype("bool" if name == "bool" else name)
 
 
 class Backend(Protocol):

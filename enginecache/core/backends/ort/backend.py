@@ -6,35 +6,32 @@ to the CPU it was optimized on, so its target is the CPU architecture and ISA le
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from pathlib import Path
-from types import ModuleType
-from typing import Any
-
-from enginecache.core.backends.base import (
-    ENGINE_HEADER_BYTES,
-    BuildOutput,
-    BuildSpec,
-    CompatibilityResult,
-    EngineRef,
-    EngineSession,
-    LoadSpec,
-    LogCallback,
-    PhaseTimer,
-    ProgressCallback,
-    ProgressEvent,
-    Requirements,
-    TritonInfo,
-    common_reasons,
-    local_targets_only,
-    verdict,
-)
+from enginecache.core.backends.loadtypes import ENGINE_HEADER_BYTES, PhaseTimer, TritonInfo
 from enginecache.core.backends.ort.dtypes import ort_dtype
 from enginecache.core.backends.ort.errors import ort_errors
 from enginecache.core.distributions import package_version
-from enginecache.core.fingerprint import HostFingerprint
 from enginecache.core.lazyimport import import_backend
 from enginecache.errors import BuildFailedError, IncompatibleEngineError
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy treats the name as True)
+if TYPE_CHECKING:  # the contract (`base`: dataclasses, typing) is imported where a build or policy call needs it
+    from collections.abc import Mapping
+    from pathlib import Path
+    from types import ModuleType
+    from typing import Any
+
+    from enginecache.core.backends.base import (
+        BuildOutput,
+        BuildSpec,
+        CompatibilityResult,
+        EngineRef,
+        EngineSession,
+        LoadSpec,
+        LogCallback,
+        ProgressCallback,
+        Requirements,
+    )
+    from enginecache.core.fingerprint import HostFingerprint
 
 # An ORT-format model is a flatbuffer whose file identifier (bytes 4..8) is "ORTM".
 ORT_FORMAT_IDENTIFIER = b"ORTM"
@@ -66,6 +63,8 @@ class OnnxRuntimeBackend:
         return (host.cpu_target,)
 
     def resolve_targets(self, requested: tuple[str, ...], host: HostFingerprint) -> tuple[str, ...]:
+        from enginecache.core.backends.base import local_targets_only
+
         local = self.default_targets(host)
         wanted = tuple(p.strip() for value in requested for p in value.split(",") if p.strip())
         return local_targets_only(
@@ -81,6 +80,8 @@ class OnnxRuntimeBackend:
     def build(
         self, spec: BuildSpec, output: Path, progress: ProgressCallback | None = None, log: LogCallback | None = None
     ) -> BuildOutput:
+        from enginecache.core.backends.base import BuildOutput, ProgressEvent
+
         ort = self._ort()
         if progress is not None:
             progress(ProgressEvent("start", "Optimizing for this CPU", steps=1))
@@ -134,6 +135,8 @@ class OnnxRuntimeBackend:
     def compatibility(self, engine: EngineRef, host: HostFingerprint) -> CompatibilityResult:
         """Loadable where ONNX Runtime is installed at the version that wrote the ORT-format model (the
         format is tied to it), on the OS and the CPU target (architecture and ISA level) it was optimized for."""
+        from enginecache.core.backends.base import common_reasons, verdict
+
         built = f"built for {', '.join(engine.targets)} with {self.label} {engine.backend_version}"
         reasons, installed = common_reasons(engine, host, self.label, self.module)
         if not self.covers(engine.targets, host):

@@ -4,7 +4,9 @@
 
 from __future__ import annotations
 
-from types import ModuleType
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy treats the name as True)
+if TYPE_CHECKING:
+    from types import ModuleType
 
 _BINDING_ERRORS = (
     "Fail",

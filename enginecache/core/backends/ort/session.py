@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
-from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from enginecache.core.backends.base import Feeds, LoadSpec, PhaseTimer, TensorIO
+from enginecache.core.backends.loadtypes import LoadSpec, PhaseTimer, TensorIO
 from enginecache.core.backends.ort.dtypes import ort_dtype, ort_shape
 from enginecache.core.backends.ort.errors import ort_errors
 from enginecache.errors import InferenceError, LoadFailedError
+
+if TYPE_CHECKING:  # the contract (`base`: dataclasses) stays out of a cache hit
+    from types import ModuleType
+
+    from enginecache.core.backends.base import Feeds
 
 
 def _as_bytes(buffer: bytes | bytearray | memoryview) -> bytes:

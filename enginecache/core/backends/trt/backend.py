@@ -16,28 +16,7 @@ run is in `build`), so no FP16/INT8 builder flags are used (TensorRT 11 removed 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from pathlib import Path
-from types import ModuleType
-from typing import Any
-
-from enginecache.core.backends.base import (
-    BuildOutput,
-    BuildSpec,
-    CompatibilityResult,
-    EngineRef,
-    EngineSession,
-    LoadSpec,
-    LogCallback,
-    PhaseTimer,
-    ProgressCallback,
-    Requirements,
-    TritonInfo,
-    common_reasons,
-    local_targets_only,
-    verdict,
-)
-from enginecache.core.backends.trt.build import build_plan
+from enginecache.core.backends.loadtypes import PhaseTimer, TritonInfo
 from enginecache.core.backends.trt.dtypes import dtype_name
 from enginecache.core.backends.trt.targets import (
     RTX_COMPUTE_CAPABILITIES,
@@ -48,9 +27,28 @@ from enginecache.core.backends.trt.targets import (
 )
 from enginecache.core.backends.trt.trtlog import captured, capturing_logger
 from enginecache.core.distributions import package_version
-from enginecache.core.fingerprint import HostFingerprint
 from enginecache.core.lazyimport import import_backend
 from enginecache.errors import BackendUnavailableError, IncompatibleEngineError, TargetError
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy treats the name as True)
+if TYPE_CHECKING:  # the contract (`base`: dataclasses, typing) is imported where a build or policy call needs it
+    from collections.abc import Mapping
+    from pathlib import Path
+    from types import ModuleType
+    from typing import Any
+
+    from enginecache.core.backends.base import (
+        BuildOutput,
+        BuildSpec,
+        CompatibilityResult,
+        EngineRef,
+        EngineSession,
+        LoadSpec,
+        LogCallback,
+        ProgressCallback,
+        Requirements,
+    )
+    from enginecache.core.fingerprint import HostFingerprint
 
 # EngineInvalidityDiagnostics bits, with the words we report for each.
 _DIAGNOSTICS = {
@@ -113,6 +111,8 @@ class TensorRTBackend:
     def resolve_targets(self, requested: tuple[str, ...], host: HostFingerprint) -> tuple[str, ...]:
         if self.aot_targets:
             return parse_rtx_targets(requested)
+        from enginecache.core.backends.base import local_targets_only
+
         local = self.default_targets(host)
         return local_targets_only(
             local,
@@ -128,6 +128,8 @@ class TensorRTBackend:
     def build(
         self, spec: BuildSpec, output: Path, progress: ProgressCallback | None = None, log: LogCallback | None = None
     ) -> BuildOutput:
+        from enginecache.core.backends.trt.build import build_plan
+
         trt = self._trt()
         with captured(trt, log) as (trt_logger, sink):
             return build_plan(
@@ -160,6 +162,8 @@ class TensorRTBackend:
     def compatibility(self, engine: EngineRef, host: HostFingerprint) -> CompatibilityResult:
         """Loadable where this library is installed at the exact version that built the engine, on its
         OS, with an NVIDIA GPU whose compute capability is among the engine's targets."""
+        from enginecache.core.backends.base import common_reasons, verdict
+
         built = f"built for {', '.join(t.upper() for t in engine.targets)} with {self.label} {engine.backend_version}"
         reasons, installed = common_reasons(engine, host, self.label, self.module)
         if not host.gpus:
@@ -177,6 +181,8 @@ class TensorRTBackend:
     def check_compatibility(self, engine: EngineRef, host: HostFingerprint) -> CompatibilityResult:
         """The rule, then (where the library is installed and the blob is local) TensorRT-RTX's own
         header check, whose diagnostic bits are added to the reasons."""
+        from enginecache.core.backends.base import CompatibilityResult
+
         rule = self.compatibility(engine, host)
         if engine.path is None:
             return rule

@@ -7,15 +7,19 @@ lazily.
 
 from __future__ import annotations
 
-from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from enginecache.core.backends.base import Feeds, LoadSpec, PhaseTimer, TensorIO, numpy_dtype
+from enginecache.core.backends.loadtypes import LoadSpec, PhaseTimer, TensorIO, numpy_dtype
 from enginecache.core.backends.trt import cuda
 from enginecache.core.backends.trt.dtypes import dtype_name
 from enginecache.errors import InferenceError, LoadFailedError
+
+if TYPE_CHECKING:  # the contract (`base`: dataclasses) stays out of a cache hit
+    from types import ModuleType
+
+    from enginecache.core.backends.base import Feeds
 
 
 class TensorRTEngineSession:

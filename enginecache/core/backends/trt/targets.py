@@ -8,9 +8,12 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 
 from enginecache.errors import TargetError
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy treats the name as True)
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 # Compute capabilities TensorRT-RTX 1.7 can target (its ComputeCapability enum).
 RTX_COMPUTE_CAPABILITIES: tuple[str, ...] = ("sm75", "sm80", "sm86", "sm89", "sm120", "sm121")

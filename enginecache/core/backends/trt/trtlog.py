@@ -5,11 +5,14 @@ from __future__ import annotations
 import contextlib
 import sys
 import threading
-from collections.abc import Iterator
-from types import ModuleType
-from typing import Any
 
-from enginecache.core.backends.base import LogCallback, ProgressCallback, ProgressEvent
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy treats the name as True)
+if TYPE_CHECKING:  # the contract (`base`: dataclasses) is imported where a build needs it
+    from collections.abc import Iterator
+    from types import ModuleType
+    from typing import Any
+
+    from enginecache.core.backends.base import LogCallback, ProgressCallback
 
 _BUILD_LOCK = threading.Lock()  # TensorRT keeps one process-wide logger: one build at a time
 _LOGGERS: dict[str, Any] = {}
@@ -43,6 +46,8 @@ def capturing_logger(trt: ModuleType) -> Any:
 
 
 def progress_monitor(trt: ModuleType, callback: ProgressCallback) -> Any:
+    from enginecache.core.backends.base import ProgressEvent
+
     class Monitor(trt.IProgressMonitor):  # type: ignore[misc, name-defined]
         def __init__(self) -> None:
             trt.IProgressMonitor.__init__(self)
