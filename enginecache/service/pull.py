@@ -11,8 +11,8 @@ store (`service.pulled` loads from it, with no catalog connection):
     DIR/manifests/<model>.json        what was pulled and why (`MANIFEST_FORMAT`)
     DIR/tmp/<digest>.partial          a copy in progress (resumed by the next pull)
 
-Idempotent: a manifest that names the same engine, whose blob is in place with its size, means
-nothing is copied ("up to date"; the load verifies every byte anyway). Resumable: a partial copy
+Idempotent: a manifest that names the same engine, whose blob is in place and hashes to its sha256,
+means nothing is copied ("up to date"); a damaged copy is removed and copied again. Resumable: a partial copy
 left by a killed pull is hashed and continued (`core.resumable`), and the blob is renamed into place
 only once every byte matched its sha256; the manifest is written (atomically) after the blob, so a
 manifest never names a blob that is not whole. The source is the catalog's store (the store folder a
@@ -35,6 +35,7 @@ from typing import Any
 
 from enginecache.core.blobpaths import blob_path
 from enginecache.core.fingerprint import HostFingerprint, host_fingerprint
+from enginecache.core.hashing import hash_file
 from enginecache.core.names import check_model_name
 from enginecache.core.resumable import copy_resumable
 from enginecache.db.models import EngineRecord
@@ -43,6 +44,7 @@ from enginecache.service.context import AppContext
 from enginecache.service.engines import get_engine
 from enginecache.service.models import get_model
 from enginecache.service.profiles import Profile, model_profiles
+from enginecache.service.releases import AliasTarget, version_of
 
 MANIFEST_FORMAT = "enginecache-pull-v1"
 
@@ -85,7 +87,9 @@ def _no_fit(model: str, host: HostFingerprint, profiles: tuple[Profile, ...], pr
     return f"no engine of model {model!r}{asked} fits this host ({host.hostname}): {lines}"
 
 
-def _manifest(app: AppContext, engine: EngineRecord, profile: Profile, host: HostFingerprint) -> dict[str, Any]:
+def _manifest(
+    app: AppContext, engine: EngineRecord, profile: Profile, host: HostFingerprint, release: AliasTarget | None
+) -> dict[str, Any]:
     model = get_model(app, engine.model_id)
     return {
         "format": MANIFEST_FORMAT,
@@ -106,21 +110,29 @@ def _manifest(app: AppContext, engine: EngineRecord, profile: Profile, host: Hos
         },
         "blob": str(Path("objects") / "sha256" / str(engine.sha256)[:2] / str(engine.sha256)),
         "selected_for": {"host": host.hostname, "reason": profile.reason},
-        "release": {"alias": None, "version": None},  # releases and aliases: not yet (issue 13.5)
+        "release": {
+            "alias": release.alias if release else None,
+            "gpu_class": release.gpu_class if release else None,
+            "version": version_of(app, model),
+        },
         "pulled_at": datetime.now(UTC).isoformat(),
     }
 
 
 def _up_to_date(path: Path, engine: EngineRecord, blob: Path) -> bool:
+    """The manifest names this engine and its blob is whole (re-hashed: a damaged copy is removed,
+    so this pull copies it again)."""
     try:
         existing = json.loads(path.read_text())
-        return bool(
-            existing.get("format") == MANIFEST_FORMAT
-            and existing["engine"]["sha256"] == engine.sha256
-            and blob.stat().st_size == engine.size_bytes
-        )
+        named = existing.get("format") == MANIFEST_FORMAT and existing["engine"]["sha256"] == engine.sha256
     except (OSError, ValueError, KeyError, TypeError):
         return False
+    if not named or not blob.is_file():
+        return False
+    if hash_file(blob).sha256 == engine.sha256:
+        return True
+    blob.unlink()
+    return False
 
 
 def _write_atomically(path: Path, data: dict[str, Any]) -> None:
@@ -156,7 +168,7 @@ def pull(
         raise NoEngineFitsError(_no_fit(found.model, host, found.profiles, precision))
     engine = get_engine(app, chosen.engine_id)
     sha256 = str(engine.sha256)
-    manifest = _manifest(app, engine, chosen, host)
+    manifest = _manifest(app, engine, chosen, host, found.release)
     final = dest / manifest["blob"]
     where = manifest_path(dest, found.model)
     if _up_to_date(where, engine, final):

@@ -50,6 +50,10 @@ def load_or_build(
 ) -> LoadedEngine:
     """The loaded engine for this ONNX file, spec and host; on a miss build it, fail or queue a build.
 
+    `onnx_path` may instead be a manifest `enginecache pull` wrote (`DIR/manifests/MODEL.json`): the
+    pulled engine is verified against it and loaded with no catalog (`service.pulled`; `spec=None`
+    serves what was pulled, a spec must agree with it).
+
     Raises MissError (on_miss="fail"; the nearest engine and the differing fields in it),
     EngineQueuedError (on_miss="queue", with the job id), EngineRejectedError (the cached engine is
     CORRUPT or INCOMPATIBLE here), or a EngineCacheError for a bad spec.
@@ -59,11 +63,17 @@ def load_or_build(
     """
     if on_miss not in ("build", "fail", "queue"):
         raise EngineCacheError(f"on_miss must be build, fail or queue, not {on_miss!r}")
-    spec = spec or RuntimeSpec()
     started = time.perf_counter()
+    if str(onnx_path).endswith(".json"):  # a folder `enginecache pull` filled: no catalog needed
+        from enginecache.service.pulled import is_pull_manifest, load_pulled
+
+        if is_pull_manifest(Path(onnx_path)):
+            pulled = load_pulled(Path(onnx_path), spec, db_url=app.db_url if app is not None else db_url)
+            return _with_state(pulled, state_file, Path(onnx_path), spec)
+    spec = spec or RuntimeSpec()
     from enginecache.service.hitpath import try_hit  # its imports: phase `import_hitpath`
 
-    loaded = try_hit(
+    hit = try_hit(
         onnx_path,
         spec,
         home=app.home if app is not None else home,
@@ -72,15 +82,22 @@ def load_or_build(
         started=started,
         imported_s=time.perf_counter() - started,
     )
-    if loaded is None:
-        from enginecache.service.loadpath import load_or_build_full
+    if hit is not None:
+        return _with_state(hit, state_file, Path(onnx_path), spec)
+    from enginecache.service.loadpath import load_or_build_full
 
-        loaded = load_or_build_full(onnx_path, spec=spec, home=home, db_url=db_url, on_miss=on_miss, app=app, host=host)
+    loaded = load_or_build_full(onnx_path, spec=spec, home=home, db_url=db_url, on_miss=on_miss, app=app, host=host)
+    return _with_state(loaded, state_file, Path(onnx_path), spec)
+
+
+def _with_state(
+    loaded: LoadedEngine, state_file: str | os.PathLike[str] | None, onnx_path: Path, spec: RuntimeSpec | None
+) -> LoadedEngine:
     from enginecache.service.servestate import state_path
 
     target = state_path(state_file)
     if target is not None:
-        _write_serving_state(target, loaded, Path(onnx_path), spec)
+        _write_serving_state(target, loaded, onnx_path, spec or RuntimeSpec())
     return loaded
 
 
