@@ -71,6 +71,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Restore a backup into an empty home and catalog, verified against its manifest, migrated to head.",
     ),
     "audit": ("auditcmd", "The audit log: every change, who made it, when and from where; newest first."),
+    "release": ("releasecmd", "Versions and aliases of a model: promote, roll back, list."),
     "role": ("rolescmd", "Give dashboard users roles (viewer < operator < admin); deny by default."),
     "model": ("models", "Register and inspect ONNX models."),
     "engine": ("engines", "List, inspect, retire and delete engines."),

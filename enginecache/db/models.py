@@ -364,3 +364,24 @@ class UserRoleRecord(SQLModel, table=True):
     role: str
     granted_by: str
     granted_at: datetime = _tz_time()
+
+
+class AliasMoveRecord(SQLModel, table=True):
+    """One move of a release alias (migration 0013): `promote` points `alias` of model `name` (for
+    every host, or for the GPU class `gpu_class`, e.g. "sm86") at the version `model_id`; `rollback`
+    takes the last promote back. Rows are only ever added; `service.releases` replays them."""
+
+    __tablename__ = "alias_moves"
+    __table_args__ = (
+        sa.CheckConstraint("action IN ('promote', 'rollback')", name="ck_alias_moves_action"),
+        sa.Index("ix_alias_moves_name_alias", "name", "alias", "gpu_class", "id"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    name: str
+    alias: str
+    gpu_class: str = ""  # "" for every host
+    action: str
+    model_id: int | None = Field(default=None, foreign_key="models.id")
+    actor: str
+    at: datetime = _tz_time()

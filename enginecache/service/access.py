@@ -73,6 +73,7 @@ PERMISSIONS: dict[str, Role] = {
     "build": Role.OPERATOR,
     "cancel": Role.OPERATOR,
     "test_load": Role.OPERATOR,
+    "release": Role.OPERATOR,
     "retire": Role.ADMIN,
     "delete": Role.ADMIN,
     "gc": Role.ADMIN,

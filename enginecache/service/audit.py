@@ -51,6 +51,8 @@ GC_APPLY = "gc.apply"  # `gc --apply` removed what the catalog no longer needs
 CATALOG_BACKUP = "catalog.backup"
 CATALOG_RESTORE = "catalog.restore"  # recorded in the restored catalog
 MODEL_SERVER_PATH = "model.server_path"  # the dashboard registered a file from the server's filesystem
+RELEASE_PROMOTE = "release.promote"  # an alias pointed at a model version
+RELEASE_ROLLBACK = "release.rollback"  # an alias's last promote taken back
 ROLE_SET = "role.set"  # a user granted a role (or their role changed)
 ROLE_REMOVE = "role.remove"  # a user's role taken away: they are denied from then on
 

@@ -31,7 +31,7 @@ from enginecache.core.fingerprint import HostFingerprint, host_fingerprint
 from enginecache.db.models import EngineRecord, EngineStatus
 from enginecache.service.context import AppContext
 from enginecache.service.enginerefs import engine_ref, engine_targets
-from enginecache.service.models import get_model
+from enginecache.service.releases import AliasTarget, resolve_model
 
 PRECISION_PREFERENCE = ("fp16", "bf16", "fp32", "fp8", "int8")
 
@@ -72,6 +72,7 @@ class Profiles:
     model: str
     host: str
     profiles: tuple[Profile, ...]
+    release: AliasTarget | None = None  # where `MODEL@ALIAS` was asked for: the alias it resolved
 
     @property
     def selected(self) -> Profile | None:
@@ -83,6 +84,7 @@ class Profiles:
             "model_id": self.model_id,
             "model": self.model,
             "host": self.host,
+            "release": self.release.to_dict() if self.release else None,
             "selected_engine_id": chosen.engine_id if chosen else None,
             "profiles": [p.to_dict() for p in self.profiles],
         }
@@ -134,10 +136,11 @@ def select_profile(profiles: Sequence[Profile], precision: str | None = None) ->
 def model_profiles(
     app: AppContext, model_ref: str | int, *, precision: str | None = None, host: HostFingerprint | None = None
 ) -> Profiles:
-    """Every engine of the model (newest first, RETIRED ones left out), judged for `host` (default:
-    this one), with the one `select_profile` takes marked. An unknown model raises NotFoundError."""
-    model = get_model(app, model_ref)
+    """Every engine of the model (a name, id, digest, or `NAME@ALIAS`: `service.releases`; newest
+    first, RETIRED ones left out), judged for `host` (default: this one), with the one
+    `select_profile` takes marked. An unknown model or an unset alias raises NotFoundError."""
     host = host or host_fingerprint()
+    model, release = resolve_model(app, model_ref, host)
     query = (
         select(EngineRecord)
         .where(EngineRecord.model_id == model.id, col(EngineRecord.status) != EngineStatus.RETIRED)
@@ -150,4 +153,4 @@ def model_profiles(
     marked = tuple(
         replace(p, selected=True) if chosen is not None and p.engine_id == chosen.engine_id else p for p in judged
     )
-    return Profiles(model.id or 0, model.name, host.hostname, marked)
+    return Profiles(model.id or 0, model.name, host.hostname, marked, release)
