@@ -21,23 +21,36 @@ link, the rename, or finding it already there) happens under `publish_lock`, a s
 never removes a blob or bundle younger than its age threshold. So gc either runs wholly before a
 publish (which then writes the name anew) or wholly after it (and finds it fresh). The shared lock
 costs a publish an open, a flock and a close; publishers never wait for each other.
+
+A remote store (`ENGINECACHE_STORE=s3://bucket/prefix`, core.storeconfig; docs/store.md): the local
+folder stays the verified cache every read goes through, and `remote` is a second backend of the same
+interface (core.blobbackend). `write_blob` and `ingest_file` give the remote the blob, from the
+hashed temp file, before it gets its local name: a publish that returns has put the blob in both, and
+one that raises StoreError (the remote unreachable, refusing) has published nothing. `fetch_blob`
+makes a blob the catalog records present locally, from the remote, verified in the pass that writes
+it: the same temp file, hash and link as any publish, so a mismatch leaves nothing and raises
+IntegrityCheckError. No remote call is made under `publish_lock`: gc never waits for the network.
 """
 
 from __future__ import annotations
 
 import contextlib
+import enum
 import fcntl
 import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from enginecache.core.hashing import CHUNK_BYTES, DigestResult, StreamHasher, hash_file
 from enginecache.errors import IntegrityCheckError, StoreError
+
+if TYPE_CHECKING:
+    from enginecache.core.blobbackend import BlobBackend, BlobSink
 
 logger = logging.getLogger(__name__)
 
@@ -76,14 +89,35 @@ class HashingWriter:
         return len(data)
 
 
-class ArtifactStore:
-    """Blobs and model bundles under one home directory."""
+class _Remote(enum.Enum):
+    FROM_ENV = "from the environment"
 
-    def __init__(self, home: Path, *, tmp_dir: Path | None = None) -> None:
+
+FROM_ENV = _Remote.FROM_ENV  # ArtifactStore's default remote: ENGINECACHE_STORE, read on first use
+
+Fill = Callable[[HashingWriter], None]
+
+
+class ArtifactStore:
+    """Blobs and model bundles under one home directory (and blobs in a remote, where one is set)."""
+
+    def __init__(
+        self, home: Path, *, tmp_dir: Path | None = None, remote: BlobBackend | _Remote | None = FROM_ENV
+    ) -> None:
         self.home = home
         self.objects_dir = home / "objects" / "sha256"
         self.models_dir = home / "models"
         self.tmp_dir = tmp_dir or home / "tmp"  # must be on the same filesystem as objects/
+        self._remote = remote
+
+    @property
+    def remote(self) -> BlobBackend | None:
+        """The remote blob store publishes also go to, None for the local folder only. By default
+        the environment's (core.storeconfig), resolved on first use: a store that publishes nothing
+        never parses it, and one without a remote imports no client."""
+        if self._remote is FROM_ENV:
+            self._remote = remote_from_env()
+        return self._remote
 
     def ensure(self) -> None:
         for path in (self.objects_dir, self.models_dir, self.tmp_dir):
@@ -162,7 +196,7 @@ class ArtifactStore:
             shutil.rmtree(path, ignore_errors=True)
 
     def write_blob(self, chunks: Sequence[bytes | bytearray | memoryview] | memoryview) -> BlobInfo:
-        """Write bytes (a buffer or a sequence of buffers) as a new blob."""
+        """Write bytes (a buffer or a sequence of buffers) as a new blob (and to the remote)."""
         parts = [chunks] if isinstance(chunks, memoryview) else list(chunks)
 
         def fill(writer: HashingWriter) -> None:
@@ -174,28 +208,49 @@ class ArtifactStore:
         return self._publish(fill)
 
     def ingest_file(self, source: Path) -> BlobInfo:
-        """Copy a file into the store while hashing it."""
+        """Copy a file into the store (and to the remote) while hashing it."""
+        return self._publish(_copy_from(source))
+
+    def fetch_blob(self, sha256: str, *, size: int | None = None, source: BlobBackend | None = None) -> Path:
+        """Make blob `sha256` present here: its path, at once where it is stored already (the read
+        that uses it verifies it); else downloaded from `source` (default: the remote) into a temp
+        file while hashed, and given its name only where every byte matched. `size`, the recorded
+        size, refuses an object of another size before downloading it.
+
+        IntegrityCheckError: the blob is in neither place, or the remote's bytes are not the blob
+        (nothing is left here); StoreError: the remote cannot be reached or read."""
+        path = self.blob_path(sha256)
+        if path.is_file():
+            return path
+        origin = source if source is not None else self.remote
+        if origin is None:
+            raise IntegrityCheckError(f"blob {sha256} is missing from {path.parent} and no remote store is set")
 
         def fill(writer: HashingWriter) -> None:
-            buffer = bytearray(CHUNK_BYTES)
-            view = memoryview(buffer)
-            with open(source, "rb", buffering=0) as stream:
-                while n := stream.readinto(view):
-                    writer.write(view[:n])
+            origin.read_blob(sha256, writer.write, size=size)
 
-        return self._publish(fill)
+        info = self._publish(fill, expect=sha256, mirror=False)
+        logger.info("fetched blob %s (%d bytes) from %s", sha256, info.size, origin.describe())
+        return info.path
 
-    def _publish(self, fill: object) -> BlobInfo:
+    def _publish(self, fill: Fill, *, expect: str | None = None, mirror: bool = True) -> BlobInfo:
+        """Write `fill`'s bytes to a temp file while hashing them; refuse them unless they hash to
+        `expect` (where given); give them to the remote (where `mirror`); then give them their name."""
         self.ensure()
         fd, temp_name = tempfile.mkstemp(prefix="blob-", suffix=".partial", dir=self.tmp_dir)
         temp = Path(temp_name)
         try:
             with os.fdopen(fd, "wb") as stream:
                 writer = HashingWriter(stream)
-                fill(writer)  # type: ignore[operator]
+                fill(writer)
                 stream.flush()
                 os.fsync(stream.fileno())
             digest = writer.hasher.result()
+            if expect is not None and digest.sha256 != expect:
+                raise IntegrityCheckError(f"the bytes written as blob {expect} hash to {digest.sha256}: refused")
+            remote = self.remote if mirror else None
+            if remote is not None:
+                remote.put_blob(digest.sha256, temp, digest.size)  # before the name: both, or neither
             final = self.blob_path(digest.sha256)
             if not final.parent.is_dir():
                 final.parent.mkdir(parents=True, exist_ok=True)
@@ -233,6 +288,42 @@ class ArtifactStore:
         if got.sha256 != sha256:
             raise IntegrityCheckError(f"blob {path} hashes to {got.sha256}, recorded {sha256}")
         return got
+
+    # -- the blob backend interface (core.blobbackend), local folder only ---------------
+
+    def describe(self) -> str:
+        return str(self.objects_dir)
+
+    def stat_blob(self, sha256: str) -> int | None:
+        try:
+            return self.blob_path(sha256).stat().st_size
+        except FileNotFoundError:
+            return None
+        except OSError as err:
+            raise StoreError(f"could not look up blob {sha256} in {self.objects_dir}: {err}") from err
+
+    def put_blob(self, sha256: str, source: Path, size: int) -> bool:
+        """Store `source` here only (not mirrored): refused unless its bytes hash to `sha256`."""
+        info = self._publish(_copy_from(source), expect=sha256, mirror=False)
+        if info.size != size:
+            raise IntegrityCheckError(f"blob {sha256} is {info.size} bytes, the caller said {size}")
+        return info.created
+
+    def read_blob(self, sha256: str, sink: BlobSink, *, size: int | None = None) -> None:
+        path = self.blob_path(sha256)
+        try:
+            with open(path, "rb", buffering=0) as stream:
+                stored = os.fstat(stream.fileno()).st_size
+                if size is not None and stored != size:
+                    raise IntegrityCheckError(f"blob {path} is {stored} bytes, recorded {size}")
+                buffer = bytearray(CHUNK_BYTES)
+                view = memoryview(buffer)
+                while n := stream.readinto(view):
+                    sink(view[:n])
+        except FileNotFoundError as err:
+            raise IntegrityCheckError(f"blob {sha256} is missing from {path.parent}") from err
+        except OSError as err:
+            raise StoreError(f"could not read blob {path}: {err}") from err
 
     # -- model bundles ------------------------------------------------------------------
 
@@ -285,3 +376,29 @@ class ArtifactStore:
         except OSError as err:
             raise StoreError(f"could not use the stored model bundle {target}: {err}") from err
         return True
+
+
+def remote_from_env() -> BlobBackend | None:
+    """The remote of this process's environment (core.storeconfig), opened, not yet contacted; None
+    for the local folder only. The S3 client is imported here, and only where one is configured."""
+    from enginecache.core.storeconfig import s3_settings
+
+    settings = s3_settings()
+    if settings is None:
+        return None
+    from enginecache.core.objectstore import S3BlobStore
+
+    return S3BlobStore(settings)
+
+
+def _copy_from(source: Path) -> Fill:
+    """A fill that copies `source`, a chunk at a time."""
+
+    def fill(writer: HashingWriter) -> None:
+        buffer = bytearray(CHUNK_BYTES)
+        view = memoryview(buffer)
+        with open(source, "rb", buffering=0) as stream:
+            while n := stream.readinto(view):
+                writer.write(view[:n])
+
+    return fill

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from enginecache.core.backends.loadtypes import LoadSpec
 from enginecache.core.backends.registry import get_backend
+from enginecache.core.blobfetch import ensure_local_blob
 from enginecache.core.blobpaths import blob_path
 from enginecache.core.lazyimport import import_backend
 from enginecache.core.valuetype import Frozen
@@ -146,6 +147,10 @@ def read_blob(facts: EngineFacts, timer: PhaseTimer, on_corrupt: Callable[[], No
     missing blob calls `on_corrupt` and raises EngineRejectedError (verdict CORRUPT)."""
     from enginecache.core.hashing import read_verified
 
+    try:  # a remote store configured and the blob not here yet: fetched, verified (StoreError: unavailable)
+        ensure_local_blob(facts.home, facts.sha256)
+    except IntegrityCheckError as err:  # the remote's copy is missing or not the blob: CORRUPT, as a missing one
+        raise _corrupt(facts, err, on_corrupt) from err
     try:
         with timer.phase("read_verify"):
             if facts.blake3:

@@ -1,0 +1,32 @@
+"""The load path's one call for a remote store: make an engine's blob present locally before the
+verified read (`ArtifactStore.fetch_blob`), at the cost of a lookup where there is nothing to do.
+
+Where no remote is configured, or the blob is stored here already, it is an environment lookup and
+a stat: no module is imported (this one imports only core.blobpaths, which the load path has, and
+core.storeenv, which imports nothing) and nothing is hashed (the read that follows verifies the bytes). Only
+a blob missing here, with a remote configured, loads the store and the S3 client and downloads it.
+"""
+
+from __future__ import annotations
+
+from enginecache.core.blobpaths import blob_path
+from enginecache.core.storeenv import configured
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy treats the name as True)
+if TYPE_CHECKING:
+    from pathlib import Path
+
+
+def ensure_local_blob(home: Path, sha256: str | None, *, size: int | None = None) -> Path:
+    """The local path of blob `sha256` under `home`, fetched (verified) from the remote store where
+    it is missing here and one is configured. Returns the path even where the blob is in neither
+    place and no remote is set: the read that follows finds it missing, as without a remote.
+
+    IntegrityCheckError: not a digest, or the remote's copy is missing or is not the blob (nothing is
+    left here); StoreError: the remote cannot be reached or read (try again later)."""
+    path = blob_path(home, sha256)
+    if sha256 is None or not configured() or path.is_file():  # in this order: no stat without a remote
+        return path
+    from enginecache.core.store import ArtifactStore
+
+    return ArtifactStore(home).fetch_blob(sha256, size=size)

@@ -1,0 +1,181 @@
+"""Blobs in S3-compatible object storage, through obstore (a `core.blobbackend.BlobBackend`).
+
+Keys: `<prefix>/objects/sha256/<2 hex>/<sha256>`, the local layout below the bucket's prefix. Each
+object carries its digest as user metadata (`x-amz-meta-sha256`), so an existing object is checked
+by its size and that claim without reading it.
+
+Never overwriting (docs/store.md says what each path guarantees):
+
+- a blob up to `multipart_threshold` bytes is one conditional PUT (`mode="create"`, S3's
+  `If-None-Match: *`): atomic, and refused where the key exists; the existing object is then checked;
+- a larger blob is first looked up (HEAD): an existing object is checked and kept; an absent one is
+  sent as a multipart upload in `chunk_bytes` parts. obstore cannot make a multipart upload
+  conditional (a put with a mode other than overwrite is always a single PUT, held in memory whole,
+  and S3 caps a single PUT at 5 GiB), so here "never overwrite" holds against everything but an
+  upload of the same key racing this one, and that key's bytes are the same verified bytes: the
+  name is their digest. A multipart upload is invisible until it completes; one that dies part way
+  (a killed client or server) leaves parts the bucket's lifecycle rule for incomplete multipart
+  uploads removes, and never a visible object.
+
+An existing object that is not the blob (another size, another claimed digest, or no claim and other
+bytes) is IntegrityCheckError, and it is left as it is: an operator removes it. Every other failure
+(the server refuses our credentials, is unreachable, errs) is StoreError.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import obstore
+from obstore.exceptions import AlreadyExistsError, BaseError, PreconditionError
+from obstore.store import S3Store
+
+from enginecache.core.blobbackend import BlobSink
+from enginecache.core.blobpaths import is_digest
+from enginecache.core.hashing import CHUNK_BYTES, StreamHasher
+from enginecache.core.storeconfig import S3Settings
+from enginecache.errors import IntegrityCheckError, StoreError
+
+if TYPE_CHECKING:
+    from obstore.store import ClientConfig, RetryConfig
+
+logger = logging.getLogger(__name__)
+
+DIGEST_ATTRIBUTE = "sha256"  # user metadata: x-amz-meta-sha256
+CONTENT_TYPE = "application/octet-stream"
+# What obstore raises: its own BaseError tree, and for some operations a built-in ValueError or
+# OSError. A missing object is the built-in FileNotFoundError (an OSError: caught before these).
+FAILURES = (BaseError, OSError, ValueError)
+
+
+def blob_key(sha256: str) -> str:
+    """The key of a blob below the store's prefix (the local layout: core.blobpaths)."""
+    if not is_digest(sha256):
+        raise StoreError(f"not a sha256 digest: {sha256!r}")
+    return f"objects/sha256/{sha256[:2]}/{sha256}"
+
+
+class S3BlobStore:
+    """Blobs in one bucket below one prefix (the endpoint, region and keys of `settings`)."""
+
+    def __init__(self, settings: S3Settings) -> None:
+        self.settings = settings
+        client: ClientConfig = {"allow_http": settings.allow_http}
+        retry: RetryConfig = {}
+        if settings.retry_seconds is not None:
+            retry["retry_timeout"] = timedelta(seconds=settings.retry_seconds)
+        given = {
+            "endpoint": settings.endpoint,
+            "region": settings.region,
+            "access_key_id": settings.access_key_id,
+            "secret_access_key": settings.secret_access_key,
+            "session_token": settings.session_token,
+        }
+        options: dict[str, Any] = {name: value for name, value in given.items() if value}
+        try:
+            self._store = S3Store(
+                settings.bucket,
+                prefix=settings.prefix or None,
+                client_options=client,
+                retry_config=retry or None,
+                **options,
+            )
+        except FAILURES as err:  # a configuration obstore refuses (a malformed endpoint, region)
+            raise StoreError(f"could not open {settings.url}: {err}") from err
+
+    def describe(self) -> str:
+        where = f" at {self.settings.endpoint}" if self.settings.endpoint else ""
+        return f"{self.settings.url}{where}"
+
+    def _where(self, key: str) -> str:
+        return f"{self.settings.url.rstrip('/')}/{key}"
+
+    # -- the interface ----------------------------------------------------------------
+
+    def stat_blob(self, sha256: str) -> int | None:
+        key = blob_key(sha256)
+        try:
+            return int(obstore.head(self._store, key)["size"])
+        except FileNotFoundError:
+            return None
+        except FAILURES as err:
+            raise StoreError(f"could not look up {self._where(key)}: {err}") from err
+
+    def put_blob(self, sha256: str, source: Path, size: int) -> bool:
+        key = blob_key(sha256)
+        attributes = {"Content-Type": CONTENT_TYPE, DIGEST_ATTRIBUTE: sha256}
+        if size <= self.settings.multipart_threshold:
+            try:
+                obstore.put(self._store, key, source, mode="create", attributes=attributes)
+            except (AlreadyExistsError, PreconditionError):
+                self._check_existing(key, sha256, size)
+                return False
+            except FAILURES as err:
+                raise StoreError(f"could not upload blob {sha256} to {self._where(key)}: {err}") from err
+            return True
+        if self.stat_blob(sha256) is not None:
+            self._check_existing(key, sha256, size)
+            return False
+        try:
+            obstore.put(
+                self._store,
+                key,
+                source,
+                attributes=attributes,
+                use_multipart=True,
+                chunk_size=self.settings.chunk_bytes,
+                max_concurrency=self.settings.max_concurrency,
+            )
+        except FAILURES as err:
+            raise StoreError(f"could not upload blob {sha256} ({size} bytes) to {self._where(key)}: {err}") from err
+        logger.debug("uploaded blob %s (%d bytes) to %s in parts", sha256, size, self._where(key))
+        return True
+
+    def read_blob(self, sha256: str, sink: BlobSink, *, size: int | None = None) -> None:
+        key = blob_key(sha256)
+        try:
+            result = obstore.get(self._store, key)
+        except FileNotFoundError as err:
+            raise IntegrityCheckError(f"blob {sha256} is missing from {self.describe()}") from err
+        except FAILURES as err:
+            raise StoreError(f"could not download {self._where(key)}: {err}") from err
+        stored = int(result.meta["size"])
+        if size is not None and stored != size:
+            raise IntegrityCheckError(f"{self._where(key)} is {stored} bytes, recorded {size}: it is not blob {sha256}")
+        chunks = iter(result.stream(min_chunk_size=CHUNK_BYTES))
+        while True:
+            try:
+                chunk = next(chunks)
+            except StopIteration:
+                return
+            except FAILURES as err:  # the connection cut part way: the sink's own errors are its own
+                raise StoreError(f"could not download {self._where(key)}: {err}") from err
+            sink(memoryview(chunk))
+
+    # -- checking an object that is there already --------------------------------------
+
+    def _check_existing(self, key: str, sha256: str, size: int) -> None:
+        """The object at `key` is the blob: same size and the same digest claimed (or, where it
+        claims none, its bytes hash to it). Otherwise IntegrityCheckError; the object is left as is."""
+        try:
+            found = obstore.get(self._store, key, options={"head": True})
+        except FAILURES as err:  # FileNotFoundError too: it existed a moment ago
+            raise StoreError(f"could not check the existing {self._where(key)}: {err}") from err
+        stored = int(found.meta["size"])
+        claimed = found.attributes.get(DIGEST_ATTRIBUTE)
+        refuse = f"{self._where(key)} exists but is not blob {sha256}"
+        remedy = "it was left as it is: remove it from the bucket and publish again"
+        if stored != size:
+            raise IntegrityCheckError(f"{refuse} ({stored} bytes, the blob is {size}); {remedy}")
+        if claimed == sha256:
+            return
+        if claimed is not None:
+            raise IntegrityCheckError(f"{refuse} (it claims sha256 {claimed}); {remedy}")
+        hasher = StreamHasher(with_blake3=False)
+        self.read_blob(sha256, hasher.update, size=size)  # no claim: its bytes decide
+        got = hasher.result().sha256
+        if got != sha256:
+            raise IntegrityCheckError(f"{refuse} (its bytes hash to {got}); {remedy}")
