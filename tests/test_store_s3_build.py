@@ -106,3 +106,19 @@ def test_a_serving_host_without_the_blob_loads_it_from_the_bucket_verified(
     with pytest.raises(EngineRejectedError) as rejected:
         load_engine(other, PhaseTimer(), on_corrupt=lambda: corrupted.append(1))
     assert rejected.value.verdict == "CORRUPT" and corrupted == [1] and not other.blob.exists()
+
+
+def test_pull_on_a_host_without_the_store_folder_fetches_from_the_bucket(
+    server: S3Server, app_ctx: AppContext, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from enginecache.service.pull import pull
+
+    use_env(monkeypatch, server.env(f"pull-{uuid.uuid4().hex[:12]}"))
+    register_model(app_ctx, make_mlp(tmp_path / "mlp.onnx"), name="mlp")
+    engine = build_engine(app_ctx, BuildRequest(model="mlp", backend="ort")).engine
+    local = app_ctx.store.blob_path(engine.sha256 or "")
+    data = local.read_bytes()
+    local.chmod(0o644)
+    local.unlink()  # this host sees the catalog but not the build pool's store folder
+    result = pull(app_ctx, "mlp", tmp_path / "engines")
+    assert result.copied_bytes == len(data) and (tmp_path / "engines" / result.manifest["blob"]).read_bytes() == data

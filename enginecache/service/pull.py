@@ -15,8 +15,9 @@ Idempotent: a manifest that names the same engine, whose blob is in place and ha
 means nothing is copied ("up to date"); a damaged copy is removed and copied again. Resumable: a partial copy
 left by a killed pull is hashed and continued (`core.resumable`), and the blob is renamed into place
 only once every byte matched its sha256; the manifest is written (atomically) after the blob, so a
-manifest never names a blob that is not whole. The source is the catalog's store (the store folder a
-fleet shares, until an object store is configured: docs/store.md).
+manifest never names a blob that is not whole. The source is the catalog's store folder where this
+host has it (a shared volume), else the object store (`ENGINECACHE_STORE`, docs/store.md), whose
+download is verified in the pass that writes it (a killed download starts again rather than resumes).
 
 Exit codes (the CLI's, enginecache.errors): 0 pulled or up to date; 1 no engine of the model fits
 this host (each engine's reason in the message) or the source blob does not match its digest; 2 an
@@ -33,11 +34,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from enginecache.core.blobfetch import ensure_local_blob
 from enginecache.core.blobpaths import blob_path
 from enginecache.core.fingerprint import HostFingerprint, host_fingerprint
 from enginecache.core.hashing import hash_file
 from enginecache.core.names import check_model_name
 from enginecache.core.resumable import copy_resumable
+from enginecache.core.storeenv import configured as remote_configured
 from enginecache.db.models import EngineRecord
 from enginecache.errors import NoEngineFitsError, StoreError
 from enginecache.service.context import AppContext
@@ -175,7 +178,11 @@ def pull(
         return PullResult(dest, where, chosen.engine_id, sha256, 0, True, json.loads(where.read_text()))
     source = blob_path(app.home, sha256)
     try:
-        copied = copy_resumable(source, final, dest / "tmp" / f"{sha256}.partial", sha256=sha256)
+        if not source.is_file() and remote_configured():  # this host has no store folder: the object store
+            fetched = ensure_local_blob(dest, sha256, size=engine.size_bytes)  # verified, renamed into place
+            copied = fetched.stat().st_size
+        else:
+            copied = copy_resumable(source, final, dest / "tmp" / f"{sha256}.partial", sha256=sha256)
         _write_atomically(where, manifest)
     except OSError as err:
         raise StoreError(f"could not pull engine {chosen.engine_id} into {dest}: {err}") from err
