@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from enginecache.core.blobpaths import blob_path
-from enginecache.db.models import EngineRecord, EngineStatus, utcnow
+from enginecache.db.models import EngineStatus, utcnow
 from enginecache.errors import BadInputError, MissError, NotFoundError
 from enginecache.service import audit
 from enginecache.service.context import AppContext
@@ -20,18 +20,8 @@ from enginecache.service.gc import collect_garbage
 from enginecache.service.gcreport import GcPolicy
 from enginecache.service.runtime import load_or_build
 from tests.clirunner import run_cli
+from tests.enginerows import engine_row_like
 from tests.servingkit import ORT, serve_mlp
-
-
-def _copy_row(app: AppContext, engine: EngineRecord, **changes: object) -> EngineRecord:
-    """Another engine row naming the same blob (identical bytes are stored once)."""
-    data = engine.model_dump(exclude={"id"}) | {"cache_key": "f" * 64, **changes}
-    row = EngineRecord.model_validate(data)
-    with app.catalog.write() as session:
-        session.add(row)
-        session.flush()
-        session.refresh(row)
-    return row
 
 
 def test_delete_retires_and_removes_the_blob_now_keeping_the_row(app_ctx: AppContext, tmp_path: Path) -> None:
@@ -56,7 +46,7 @@ def test_delete_retires_and_removes_the_blob_now_keeping_the_row(app_ctx: AppCon
 
 def test_a_blob_another_engine_still_names_is_kept(app_ctx: AppContext, tmp_path: Path) -> None:
     engine = serve_mlp(app_ctx, tmp_path / "src").engine
-    twin = _copy_row(app_ctx, engine)
+    twin = engine_row_like(app_ctx, engine)
     result = delete_engine(app_ctx, engine.id or 0)
     assert not result.blob_removed and f"engine {twin.id}" in result.reason
     assert blob_path(app_ctx.home, engine.sha256).exists()
@@ -69,7 +59,7 @@ def test_a_blob_another_engine_still_names_is_kept(app_ctx: AppContext, tmp_path
 
 def test_a_pending_engine_or_an_unknown_id_is_refused(app_ctx: AppContext, tmp_path: Path) -> None:
     engine = serve_mlp(app_ctx, tmp_path / "src").engine
-    pending = _copy_row(app_ctx, engine, status=EngineStatus.PENDING, sha256=None, blob_path=None)
+    pending = engine_row_like(app_ctx, engine, status=EngineStatus.PENDING, sha256=None, blob_path=None)
     with pytest.raises(BadInputError, match=rf"engine {pending.id} is PENDING"):
         delete_engine(app_ctx, pending.id or 0)
     assert get_engine(app_ctx, pending.id or 0).status == EngineStatus.PENDING

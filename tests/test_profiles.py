@@ -6,7 +6,6 @@ never selected; RETIRED ones left out."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -18,18 +17,8 @@ from enginecache.service.context import AppContext
 from enginecache.service.engines import retire_engine
 from enginecache.service.models import register_model
 from enginecache.service.profiles import PRECISION_PREFERENCE, model_profiles
+from tests.enginerows import engine_row_like
 from tests.modelfactory import make_mlp
-
-
-def _row_like(app: AppContext, engine: EngineRecord, **changes: Any) -> EngineRecord:
-    """Another engine row of the same model (a catalog row is what the rule judges: no blob is read)."""
-    data = engine.model_dump(exclude={"id"}) | {"cache_key": f"{len(changes)}{changes}"[:64], **changes}
-    row = EngineRecord.model_validate(data)
-    with app.catalog.write() as session:
-        session.add(row)
-        session.flush()
-        session.refresh(row)
-    return row
 
 
 def fake_gpu_host(cc: str) -> HostFingerprint:
@@ -66,9 +55,9 @@ def test_an_ort_engine_for_another_cpu_or_library_is_incompatible_with_the_reaso
     app_ctx: AppContext, mlp_engines: dict[str, EngineRecord]
 ) -> None:
     fp16 = mlp_engines["fp16"]
-    other_cpu = _row_like(app_ctx, fp16, targets="riscv64-rv64gc")
-    old_lib = _row_like(app_ctx, fp16, backend_version="1.0.0")
-    failed = _row_like(app_ctx, fp16, status=EngineStatus.FAILED, sha256=None)
+    other_cpu = engine_row_like(app_ctx, fp16, targets="riscv64-rv64gc")
+    old_lib = engine_row_like(app_ctx, fp16, backend_version="1.0.0")
+    failed = engine_row_like(app_ctx, fp16, status=EngineStatus.FAILED, sha256=None)
     retire_engine(app_ctx, mlp_engines["fp32"].id or 0)
     found = {p.engine_id: p for p in model_profiles(app_ctx, "mlp").profiles}
     assert mlp_engines["fp32"].id not in found, "RETIRED engines are not profiles"
@@ -87,10 +76,10 @@ def test_rtx_engines_exact_target_first_then_precision_fake_gpu_host(
 
     base = mlp_engines["fp16"]
     rtx = {"backend": "rtx", "backend_version": tensorrt_rtx.__version__}
-    wide = _row_like(app_ctx, base, **rtx, targets="sm80,sm86", precision="fp16")
-    exact_fp32 = _row_like(app_ctx, base, **rtx, targets="sm86", precision="fp32")
-    exact_fp16 = _row_like(app_ctx, base, **rtx, targets="sm86", precision="fp16")
-    other_gpu = _row_like(app_ctx, base, **rtx, targets="sm89", precision="fp16")
+    wide = engine_row_like(app_ctx, base, **rtx, targets="sm80,sm86", precision="fp16")
+    exact_fp32 = engine_row_like(app_ctx, base, **rtx, targets="sm86", precision="fp32")
+    exact_fp16 = engine_row_like(app_ctx, base, **rtx, targets="sm86", precision="fp16")
+    other_gpu = engine_row_like(app_ctx, base, **rtx, targets="sm89", precision="fp16")
     found = model_profiles(app_ctx, "mlp", host=fake_gpu_host("sm86"))
     verdicts = {p.engine_id: p for p in found.profiles}
     assert verdicts[wide.id or 0].verdict == verdicts[exact_fp32.id or 0].verdict == "compatible"

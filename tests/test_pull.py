@@ -19,8 +19,8 @@ from enginecache.service.context import AppContext
 from enginecache.service.models import register_model
 from enginecache.service.pull import MANIFEST_FORMAT, manifest_path, pull
 from tests.clirunner import run_cli
+from tests.enginerows import engine_row_like
 from tests.modelfactory import make_mlp
-from tests.test_profiles import _row_like
 
 
 @pytest.fixture
@@ -104,7 +104,7 @@ def test_no_engine_that_fits_is_refused_with_every_reason(
 def test_the_cli_profiles_and_pull(
     app_ctx: AppContext, engines: dict[str, EngineRecord], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    _row_like(app_ctx, engines["fp16"], targets="riscv64-rv64gc")
+    engine_row_like(app_ctx, engines["fp16"], targets="riscv64-rv64gc")
     listed = run_cli(capsys, *_cli(app_ctx, "profiles", "mlp", "--json"))
     assert listed.code == 0, listed.err
     data = listed.json()
