@@ -275,6 +275,39 @@ def write_docs(
     path.write_text("\n".join(lines).rstrip("\n") + "\n")
 
 
+README_BEGIN = "<!-- bench:glance:begin (written by bench/run_all.py from the newest results) -->"
+README_END = "<!-- bench:glance:end -->"
+
+
+def write_readme_glance(report: Report, stamp: str, readme: Path) -> bool:
+    """Replace the block between the README's markers with every figure that has a goal (ours, its
+    floor, the ratio, the goal and whether it was met), so no README figure is quoted by hand."""
+    text = readme.read_text()
+    if README_BEGIN not in text or README_END not in text:
+        return False
+    rows = [
+        f"Figures of `make bench` on {stamp}"
+        + (" (`QUICK=1`)" if report.quick else "")
+        + ", new processes beside their floor, interleaved (docs/performance.md has every figure):",
+        "",
+        "| figure | ours ms median | floor ms median | ratio median (min) | goal |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for f in report.figures:
+        if f.goal_ratio is None:
+            continue
+        s = f.summary
+        met = "met" if s["goal_met"] else "**not met**"
+        rows.append(
+            f"| {f.section}: {f.name} | {_ms(s['a'][f.metric]['median'])} | {_ms(s['b'][f.metric]['median'])} "
+            f"| {s['ratio']['median']:.2f}x ({s['ratio']['min']:.2f}x) | ≤ {f.goal_ratio:g}x: {met} |"
+        )
+    head, rest = text.split(README_BEGIN, 1)
+    _old, tail = rest.split(README_END, 1)
+    readme.write_text(head + README_BEGIN + "\n" + "\n".join(rows) + "\n" + README_END + tail)
+    return True
+
+
 def load_results(path: Path) -> tuple[Report, dict[str, Any], str, dict[str, str]]:
     """A results JSON back into a Report (figures with their samples), for --from-results."""
     data = json.loads(path.read_text())
@@ -318,7 +351,8 @@ def main() -> None:
         report, machine, stamp, failed = load_results(args.from_results)
         charts = draw_charts(report, args.docs.parent / "performance")
         write_docs(report, machine, charts, stamp, args.docs, failed, args.from_results.resolve())
-        print(f"wrote {args.docs} from {args.from_results}", file=sys.stderr)
+        write_readme_glance(report, stamp, ROOT / "README.md")
+        print(f"wrote {args.docs} and the README's figures from {args.from_results}", file=sys.stderr)
         return
     if args.pairs < 5:
         print("note: fewer than 5 pairs is below the project's standard", file=sys.stderr)
@@ -362,6 +396,8 @@ def main() -> None:
         charts = draw_charts(report, chart_dir)
         write_docs(report, machine, charts, stamp, args.docs, failed, results)
         print(f"wrote {args.docs} and {sum(len(v) for v in charts.values())} charts in {chart_dir}", file=sys.stderr)
+        if not args.only and write_readme_glance(report, stamp, ROOT / "README.md"):  # a whole run only
+            print("wrote the README's figures", file=sys.stderr)
     if failed:
         print(f"failed: {', '.join(failed)}", file=sys.stderr)
         sys.exit(1)
