@@ -13,7 +13,7 @@ STAMP_OIDC := tests/oidc/node_modules/.installed
 export ENGINECACHE_HOME ?= $(CURDIR)/engines
 PORT ?= 8501
 
-.PHONY: run test lint typecheck clean corpus oidc
+.PHONY: run test test-fast lint typecheck clean corpus oidc
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -52,6 +52,10 @@ typecheck: $(STAMP_DEV)
 
 test: $(STAMP_DEV) corpus oidc lint typecheck
 	$(BIN)/pytest -q -p no:cacheprovider
+
+# The fast lane: every test but those needing PostgreSQL or ../shared models (goal: under 90 s on 2 cores).
+test-fast: $(STAMP_DEV) oidc
+	$(BIN)/pytest -q -p no:cacheprovider -m "not postgres and not shared"
 
 # Speed goals live here, not in the tests: each figure is new processes beside its floor, interleaved
 # (bench/harness.py); writes bench/results/<date>.json and docs/performance.md. QUICK=1: shorter run.

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import functools
 import os
+import shutil
 import stat
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -23,6 +25,7 @@ import pytest
 import sqlalchemy as sa
 
 from enginecache.db.models import utcnow
+from enginecache.db.reader import sqlite_url
 from enginecache.service.context import AppContext
 
 if TYPE_CHECKING:
@@ -109,14 +112,43 @@ def requires_no_gpu() -> None:
 # -- homes and app contexts -------------------------------------------------------------------
 
 
+@pytest.fixture(scope="session")
+def migrated_catalog(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An empty SQLite catalog at the newest schema, migrated once per test process: a test's new
+    home starts from a copy of it (what migrating an empty database gives, in milliseconds instead of
+    Alembic's run). Migrating itself is tested in test_catalog_open.py, on databases of its own."""
+    home = tmp_path_factory.mktemp("migrated-catalog")
+    ctx = AppContext.from_settings(home)
+    try:
+        ctx.catalog  # creates and migrates it  # noqa: B018
+    finally:
+        ctx.close()  # SQLite checkpoints its WAL: catalog.db alone is the whole database
+    left = sorted(p.name for p in home.iterdir())
+    assert left == ["catalog.db"], left
+    return home / "catalog.db"
+
+
+def _start_from_migrated(ctx: AppContext, template: Path) -> None:
+    """Give a new home its SQLite catalog as a copy of the migrated template (nothing where the
+    context's catalog is elsewhere, or already there)."""
+    database = ctx.home / "catalog.db"
+    if ctx.db_url != sqlite_url(database) or ctx.home.exists():
+        return
+    ctx.home.mkdir(parents=True)
+    shutil.copyfile(template, database)
+
+
 @pytest.fixture
-def app_factory(tmp_path: Path) -> Iterator[Callable[..., AppContext]]:
+def app_factory(tmp_path: Path, migrated_catalog: Path) -> Iterator[Callable[..., AppContext]]:
     """Opens app contexts (`open(home=None, db_url=None)`; home defaults to tmp_path/"home") and
-    closes every one of them after the test."""
+    closes every one of them after the test. The default home's SQLite catalog starts as a copy of
+    `migrated_catalog`."""
     opened: list[AppContext] = []
 
     def open_app(home: Path | None = None, db_url: str | None = None) -> AppContext:
         ctx = AppContext.from_settings(home or tmp_path / "home", db_url)
+        if home is None:
+            _start_from_migrated(ctx, migrated_catalog)
         opened.append(ctx)
         return ctx
 
@@ -259,6 +291,22 @@ def no_modelopt(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 # -- the dashboard tests' seeded catalog -------------------------------------------------------
+
+
+@pytest.fixture(scope="session", autouse=True)
+def component_manifests_scanned_once() -> Iterator[None]:
+    """Streamlit's AppTest scans every installed distribution for component manifests each time a
+    new AppTest first runs (about 0.5 s); what is installed does not change during the session, so
+    the scan runs once and its answer is reused. A `streamlit run` scans once at its start likewise."""
+    if "streamlit" not in sys.modules:  # no test module collected uses Streamlit
+        yield
+        return
+    from streamlit.components.v2 import manifest_scanner
+
+    with pytest.MonkeyPatch.context() as patch:
+        scan = functools.cache(manifest_scanner.scan_component_manifests)
+        patch.setattr(manifest_scanner, "scan_component_manifests", lambda max_workers=None: list(scan()))
+        yield
 
 
 @pytest.fixture(scope="module")

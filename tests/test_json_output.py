@@ -21,6 +21,15 @@ import pytest
 import typer
 
 from enginecache.cli.app import app
+from enginecache.db.models import JobRecord, JobStatus
+from enginecache.service.access import set_role
+from enginecache.service.backup import backup
+from enginecache.service.builds import BuildRequest
+from enginecache.service.context import AppContext
+from enginecache.service.jobs import submit_build
+from enginecache.service.models import register_model
+from enginecache.service.releases import promote
+from enginecache.service.submitwait import run_and_wait
 from tests.clirunner import run_cli
 from tests.modelfactory import make_mlp
 
@@ -93,6 +102,18 @@ RECIPES: dict[str, tuple[list[str], list[str], str]] = {
         "not_found",
     ),
     "audit": (["audit"], ["audit", "--limit", "0"], "usage"),
+    "release promote": (
+        ["release", "promote", "{model}", "--alias", "canary"],
+        ["release", "promote", "no-such-model", "--alias", "canary"],
+        "not_found",
+    ),
+    # the fixture promoted `prod` twice: one rollback has somewhere to go; `never` was never set
+    "release rollback": (
+        ["release", "rollback", "{model}", "--alias", "prod"],
+        ["release", "rollback", "{model}", "--alias", "never"],
+        "bad_input",
+    ),
+    "release list": (["release", "list", "{model}"], ["release", "list", "{model}", "--bogus"], "usage"),
     "role set": (
         ["role", "set", "Viewer@Example.com", "viewer"],
         ["role", "set", "v@example.com", "root"],
@@ -116,31 +137,44 @@ def _cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def _build(app: AppContext, request: BuildRequest) -> JobRecord:
+    """What `enginecache build` does: submit the job, run it here (a one-shot worker), wait for it."""
+    submitted = submit_build(app, request)
+    assert submitted.job is not None, submitted.notes
+    job = run_and_wait(app, submitted.job, timeout_seconds=TIMEOUT)
+    assert job.status == JobStatus.SUCCEEDED and job.result_engine_id is not None, job.error
+    return job
+
+
 @pytest.fixture(scope="module")
 def small_catalog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Catalog]:
-    """A SQLite catalog with one model, its ort engine and the job that built it (made through the CLI)."""
+    """A SQLite catalog with one model, its ort engine and the job that built it, a spare engine (for
+    `engine retire` and `engine delete`), a role for `role remove` to remove and a backup for
+    `restore` to restore: made in this process by the service
+    calls the CLI's `model add`, `build`, `role set` and `backup` make (the commands themselves are
+    what the tests below run)."""
     tmp = tmp_path_factory.mktemp("json")
     home = tmp / "home"
     model_path = make_mlp(tmp / "mlp.onnx")
-    added = _cli(home, "model", "add", str(model_path), "--json")
-    assert added.returncode == 0, added.stderr
-    built = _cli(home, "build", "mlp", "--backend", "ort", "--json")
-    assert built.returncode == 0, built.stderr
-    engine = json.loads(built.stdout)
-    spare = _cli(home, "build", "mlp", "--backend", "ort", "--precision", "fp16", "--json")
-    assert spare.returncode == 0, spare.stderr
-    jobs = json.loads(_cli(home, "jobs", "--json").stdout)
-    granted = _cli(home, "role", "set", "gone@example.com", "viewer", "--json")  # what `role remove` removes
-    assert granted.returncode == 0, granted.stderr
-    backed_up = _cli(home, "backup", str(tmp / "backup"), "--json")  # what the restore recipe restores
-    assert backed_up.returncode == 0, backed_up.stderr
+    app = AppContext.from_settings(home)
+    try:
+        model = register_model(app, model_path).model
+        assert model.name == "mlp"
+        job = _build(app, BuildRequest(model="mlp", backend="ort"))
+        spare = _build(app, BuildRequest(model="mlp", backend="ort", opt_level=1))  # a second engine, another key
+        set_role(app, "gone@example.com", "viewer")  # what `role remove` removes
+        promote(app, "mlp", "prod")  # twice: what `release rollback` takes back
+        promote(app, "mlp", "prod")
+        backup(app, tmp / "backup")  # what the restore recipe restores
+    finally:
+        app.close()  # SQLite checkpoints its WAL: the CLI processes below see one consistent file
     yield Catalog(
         home=home,
         db=f"sqlite:///{home / 'catalog.db'}",
         model="mlp",
-        engine_id=engine["id"],
-        spare_engine_id=json.loads(spare.stdout)["id"],
-        job_id=jobs[-1]["id"],
+        engine_id=job.result_engine_id or 0,
+        spare_engine_id=spare.result_engine_id or 0,
+        job_id=job.id or 0,
         model_path=model_path,
         tmp=tmp,
     )

@@ -5,6 +5,7 @@ before they read only a few columns); `find_ready_engine` is one probe of the ca
 from __future__ import annotations
 
 import random
+import shutil
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -106,11 +107,10 @@ def reference_nearest(app: AppContext, plan: BuildPlan, host: HostFingerprint) -
 # -- a small catalog: one model, engines over targets x precisions x options, some not READY ---
 
 
-@pytest.fixture
-def catalog(catalog_ctx: AppContext, tmp_path: Path) -> tuple[AppContext, dict[str, BuildPlan]]:
-    app = catalog_ctx
-    register_model(app, make_mlp(tmp_path / "mlp.onnx"), name="mlp")
-    register_model(app, make_mlp(tmp_path / "other.onnx", seed=5), name="other")  # no engines at all
+def fill_catalog(app: AppContext, models: Path) -> dict[str, BuildPlan]:
+    """Two models (engines for one of them only) and the plans the engines were made from."""
+    register_model(app, make_mlp(models / "mlp.onnx"), name="mlp")
+    register_model(app, make_mlp(models / "other.onnx", seed=5), name="other")  # no engines at all
     rng = random.Random(3)
     plans: dict[str, BuildPlan] = {}
     for targets in TARGET_SETS:
@@ -131,6 +131,35 @@ def catalog(catalog_ctx: AppContext, tmp_path: Path) -> tuple[AppContext, dict[s
     # An engine whose ingredients carry one the plans lack (an older or newer key schema).
     odd = plans["sm89 fp16"]
     add_engine(app, odd, key_ingredients={**odd.ingredients, "calibration": {"digest": "abc"}})
+    return plans
+
+
+@pytest.fixture(scope="module")
+def sqlite_catalog(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, BuildPlan]]:
+    """`fill_catalog` on SQLite, once per module: its home (copied for each test) and its plans."""
+    root = tmp_path_factory.mktemp("lookup")
+    app = AppContext.from_settings(root / "home")
+    try:
+        plans = fill_catalog(app, root)
+    finally:
+        app.close()  # SQLite checkpoints its WAL: the home is one consistent set of files
+    return app.home, plans
+
+
+@pytest.fixture
+def catalog(
+    catalog_ctx: AppContext, tmp_path: Path, request: pytest.FixtureRequest
+) -> tuple[AppContext, dict[str, BuildPlan]]:
+    """A small catalog: one model, engines over targets x precisions x options, some not READY, and
+    a model without engines. On SQLite each test gets its own copy of one filled home (tests may add
+    engines); on PostgreSQL it is filled for each test."""
+    app = catalog_ctx
+    if not app.db_url.startswith("sqlite"):
+        return app, fill_catalog(app, tmp_path)
+    home, plans = request.getfixturevalue("sqlite_catalog")
+    app.close()  # nothing of it was opened yet: its home becomes the copy
+    shutil.rmtree(app.home, ignore_errors=True)
+    shutil.copytree(home, app.home)
     return app, plans
 
 

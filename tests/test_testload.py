@@ -94,9 +94,13 @@ def test_routing_sends_rtx_test_loads_to_gpu_workers(app_ctx: AppContext, tmp_pa
         "backend_version": rtx.backend_version,
         "os": rtx.os,
     }
-    here = worker_capabilities(host_fingerprint())
+    host = host_fingerprint()
+    here = worker_capabilities(host)
     assert can_run(load_requirements(ort), here)
-    assert not can_run(rtx_needs, here), "this host has no GPU"
+    # A worker without a GPU (this host's, less any GPU it has: the test holds on a host with one too).
+    assert not can_run(rtx_needs, {**here, "gpus": []}), "a worker without a GPU cannot load an rtx engine"
+    if not host.gpus:
+        assert not can_run(rtx_needs, here), "this host has no GPU"
     gpu_worker = {**here, "gpus": [{"name": "RTX A6000", "compute_capability": "sm86"}]}
     assert can_run(rtx_needs, gpu_worker)
     other_version = {**gpu_worker, "versions": {**here["versions"], "rtx": "0.0.1"}}
