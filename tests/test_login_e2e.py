@@ -223,6 +223,14 @@ def _roles_or_skip() -> None:
         pytest.skip("`enginecache role` does not exist yet (roles are being built); the login alone is tested")
 
 
+def _logged_in_as(page: Page, site: Site, email: str, role: str) -> Page:
+    """`page` logged in as `email`, given `role` first."""
+    _roles_or_skip()
+    _set_role(site, email, role)
+    _log_in(page, site, email)
+    return page
+
+
 def test_account_without_a_role_sees_only_that(site: Site, new_page: Page) -> None:
     _roles_or_skip()
     page = new_page
@@ -233,10 +241,7 @@ def test_account_without_a_role_sees_only_that(site: Site, new_page: Page) -> No
 
 
 def test_viewer_cannot_build_or_register_from_the_server(site: Site, new_page: Page) -> None:
-    _roles_or_skip()
-    page = new_page
-    _set_role(site, "viewer@example.com", "viewer")
-    _log_in(page, site, "viewer@example.com")
+    page = _logged_in_as(new_page, site, "viewer@example.com", "viewer")
     _goto(page, site, "build")
     expect(page.get_by_role("button", name="Submit 1 build(s)")).to_be_disabled()
     _goto(page, site, "models")
@@ -245,10 +250,7 @@ def test_viewer_cannot_build_or_register_from_the_server(site: Site, new_page: P
 
 
 def test_operator_builds_until_the_role_is_removed(site: Site, new_page: Page) -> None:
-    _roles_or_skip()
-    page = new_page
-    _set_role(site, "operator@example.com", "operator")
-    _log_in(page, site, "operator@example.com")
+    page = _logged_in_as(new_page, site, "operator@example.com", "operator")
     _goto(page, site, "build")
     submit = page.get_by_role("button", name="Submit 1 build(s)")
     expect(submit).to_be_enabled()
@@ -263,10 +265,7 @@ def test_operator_builds_until_the_role_is_removed(site: Site, new_page: Page) -
 
 
 def test_admin_sees_audit(site: Site, new_page: Page) -> None:
-    _roles_or_skip()
-    page = new_page
-    _set_role(site, "admin@example.com", "admin")
-    _log_in(page, site, "admin@example.com")
+    page = _logged_in_as(new_page, site, "admin@example.com", "admin")
     expect(page.get_by_test_id("stSidebarNav").get_by_text("Audit", exact=True)).to_be_visible()
     _goto(page, site, "audit")
     expect(page.get_by_role("heading", name="Audit").first).to_be_visible()
