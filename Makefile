@@ -19,12 +19,16 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
+# setuptools' editable build warns that a folder named like the package could shadow it on every
+# install (the checkout is that folder, by design): that one warning is filtered, no other.
+PIP_INSTALL := PYTHONWARNINGS="ignore:Editable installation" $(BIN)/pip install --quiet
+
 $(STAMP_RUN): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e .
+	$(PIP_INSTALL) -e .
 	touch $@
 
 $(STAMP_DEV): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[dev,modelopt]'
+	$(PIP_INSTALL) -e '.[dev,modelopt]'
 	touch $@ $(STAMP_RUN)
 
 $(STAMP_CORPUS): tests/corpus.py | $(BIN)/python
@@ -61,7 +65,7 @@ test-fast: $(STAMP_DEV) oidc
 # (bench/harness.py); writes bench/results/<date>.json and docs/performance.md. QUICK=1: shorter run.
 .PHONY: bench
 $(STAMP_BENCH): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[dev,bench]'
+	$(PIP_INSTALL) -e '.[dev,bench]'
 	touch $@ $(STAMP_RUN)
 
 bench: $(STAMP_BENCH)
