@@ -137,3 +137,28 @@ def test_job_error_names_the_engine_by_kind() -> None:
     assert job_error("build 27 failed: x", 28) == "build 27 failed: x", "only the job's own engine is renamed"
     assert job_error("the worker's host differs", None) == "the worker's host differs"
     assert job_error(None, None) == "no error recorded"
+
+
+def test_output_into_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
+    """`enginecache --help | head -1`: the reader went away; the command stops with no error line
+    (as any Unix tool does), not "error: stopped". The pipe's read end is closed before the command
+    starts, so its first write meets the closed pipe."""
+    import os
+    import subprocess
+    import sys
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "enginecache.cli", "--home", str(tmp_path), "--help"],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        os.close(write_end)
+    assert done.returncode != 0
+    assert "error:" not in done.stderr and "Traceback" not in done.stderr, done.stderr

@@ -221,10 +221,11 @@ def _run() -> int:
     except typer.TyperException as err:  # usage errors: Typer's own Click raises them
         code = err.exit_code
         error_document(_usage_error(err), "usage", code)
-    except SystemExit as done:  # SIGTERM (see sigterm_exits)
+    except SystemExit as done:
         code = done.code if isinstance(done.code, int) else EXIT_FAILED
-        if code != 0:
-            error_line(f"stopped (exit status {code})")
+        if code <= 128:  # a library's own exit: rich's on a closed stdout (`| head`), whose output has nowhere to go
+            return code
+        error_line(f"stopped (exit status {code})")  # a signal: SIGTERM (see sigterm_exits)
         error_document(f"stopped (exit status {code})", "interrupted", code)
     except Exception as err:  # a bug: its traceback on stderr, and still one document on stdout
         error_line(f"internal error (a bug; its traceback follows): {type(err).__name__}: {err}")
