@@ -50,6 +50,7 @@ VIEWS: tuple[tuple[str, str, str, str], ...] = (
     ("overview", "Overview", "overview", ":material/dashboard:"),
     ("models", "Models", "models", ":material/deployed_code:"),
     ("build", "Build", "build", ":material/construction:"),
+    ("coverage", "Coverage", "coverage", ":material/grid_view:"),
     ("engines", "Engines", "engines", ":material/memory:"),
     ("timings", "Timings", "timings", ":material/timer:"),
     ("hosts", "Hosts", "hosts", ":material/dns:"),

@@ -177,12 +177,6 @@ def serving_hit_rates(key: CatalogKey, days: int, pairs: int) -> timings.HitRate
     return timings.serving_hit_rates(_open_app(*key), days=days, pairs=pairs)
 
 
-@st.cache_data(ttl=LIST_TTL, show_spinner=False)
-def load_runs(key: CatalogKey, engine_id: int) -> list[dict[str, Any]]:
-    """An engine's test-load runs, newest first."""
-    return loadruns.list_load_runs(_open_app(*key), engine_id, limit=20)
-
-
 @st.cache_data(ttl=LIVE_TTL, show_spinner=False)
 def worker_hosts(key: CatalogKey) -> list[hosts.HostRow]:
     return hosts.worker_hosts(_open_app(*key))

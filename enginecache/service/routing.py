@@ -89,7 +89,7 @@ def can_run(requirements: Mapping[str, Any], capabilities: Mapping[str, Any]) ->
 
 
 def requirement_words(requirements: Mapping[str, Any]) -> str:
-    """'TensorRT 10.13.0.35 and an SM86 GPU on Linux'."""
+    """'TensorRT-RTX 1.7.1 and an SM86 GPU on Linux'; 'an SM86 or SM89 GPU' where any of them will do."""
     backend = str(requirements.get("backend"))
     label = backend_label(backend)
     parts = [f"{label} {requirements['backend_version']}" if requirements.get("backend_version") else label]
@@ -97,7 +97,7 @@ def requirement_words(requirements: Mapping[str, Any]) -> str:
         parts.append(f"an {str(requirements['compute_capability']).upper()} GPU")
     if "compute_capability_any" in requirements:
         ccs = [str(cc).upper() for cc in requirements["compute_capability_any"]]
-        parts.append(f"a GPU of {' or '.join(ccs)}" if ccs else "a GPU")
+        parts.append(f"an {' or '.join(ccs)} GPU" if ccs else "a GPU")
     if "cpu_target" in requirements:
         parts.append(f"a {requirements['cpu_target']} CPU")
     where = f" on {requirements['os']}" if requirements.get("os") else ""

@@ -1,6 +1,11 @@
 """An engine's actions on the Engines view: Verify hash, Check compatibility, Test-load,
 Download, Retire (with a confirmation); the engine's test-load jobs from the catalog.
 
+A test-load's inputs are generated (`core.inputs`' shared generator, following the source model's
+graph) or an uploaded .npz, checked against the engine's inputs before anything is queued
+(`service.testinputs`: names, dtypes, shapes within the profile; the problem named otherwise), then
+handed to `submit_test_load(inputs=...)` as the CLI's `test-load --inputs` does.
+
 Each action's result is kept in session state and the page redrawn (`st.rerun()`), so what it
 says is shown beside the state it produced (a retired engine's status RETIRED, no Confirm button
 left). A button that can do nothing for this engine is disabled (a FAILED engine has nothing to
@@ -9,8 +14,14 @@ missing, with Cancel, never a success."""
 
 from __future__ import annotations
 
+import re
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import streamlit as st
 
 from enginecache.core.backends.registry import get_backend
@@ -22,6 +33,7 @@ from enginecache.service.context import AppContext
 from enginecache.service.engines import verify_engines
 from enginecache.service.jobs import cancel_job
 from enginecache.service.readmodels.jobs import JobView
+from enginecache.service.testinputs import InputsCheck, check_engine_inputs, engine_expected_inputs
 from enginecache.service.testload import submit_test_load
 
 RESULT = "engines_result"  # st.session_state: (engine id, [(ok, line)]) of the last action
@@ -56,8 +68,10 @@ def actions(app: AppContext, engine: EngineRecord, info: dict[str, Any], test_lo
         if verdicts is not None:
             st.session_state["engines_verdicts"] = (engine_id, verdicts)
     testable = status == EngineStatus.READY and data.may("test_load")
-    if cols[2].button("Test-load", key="engines_testload", disabled=not testable):
-        job = data.attempt("test-load not submitted", submit_test_load, app, engine_id)
+    inputs_ready, upload = _test_load_inputs(app, engine_id) if testable else (False, None)
+    if cols[2].button("Test-load", key="engines_testload", disabled=not (testable and inputs_ready)):
+        with _inputs_file(upload) as inputs:
+            job = data.attempt("test-load not submitted", submit_test_load, app, engine_id, inputs=inputs)
         if job is not None:
             _done(engine_id, [])  # the job is shown below, from the catalog, in the state it is in
     if info["path"] and status == EngineStatus.READY:
@@ -78,6 +92,76 @@ def actions(app: AppContext, engine: EngineRecord, info: dict[str, Any], test_lo
     _retire(app, engine_id, status, cols[4])
     _results(engine_id)
     _test_load_jobs(test_loads)
+
+
+INPUT_SOURCES = {
+    "generated": "generated (the shared generator, following the model's graph)",
+    "upload": "an .npz I upload",
+}
+INPUTS_SOURCE = "engines_testload_source"  # the radio's key
+CHECKED = "engines_testload_checked"  # st.session_state: {(engine id, upload id): InputsCheck | error text}
+
+
+def _test_load_inputs(app: AppContext, engine_id: int) -> tuple[bool, Any]:
+    """What the next test-load feeds the engine, chosen above the buttons: (ready, the upload or
+    None for generated inputs). An upload that does not fit the engine's inputs says why, and the
+    Test-load button stays disabled until one does."""
+    with st.expander("Test-load inputs", expanded=st.session_state.get(INPUTS_SOURCE) == "upload"):
+        expected = data.attempt("cannot read the engine's inputs", engine_expected_inputs, app, engine_id)
+        if expected:
+            st.dataframe(
+                pd.DataFrame([{"input": e.name, "dtype": e.dtype, "shape": e.shape_text} for e in expected]),
+                hide_index=True,
+                key="engines_testload_expected",
+            )
+        source = st.radio(
+            "Inputs", list(INPUT_SOURCES), format_func=INPUT_SOURCES.__getitem__, horizontal=True, key=INPUTS_SOURCE
+        )
+        if source == "generated":
+            st.caption("Each input at the profile's opt shape, made as its use in the model's graph suggests.")
+            return True, None
+        upload = st.file_uploader(
+            "Inputs (.npz, one array per engine input, by name)", type=["npz"], key=f"engines_testload_npz_{engine_id}"
+        )
+        if upload is None:
+            st.caption("Upload an .npz to test-load with it.")
+            return False, None
+        checked = _checked(app, engine_id, upload)
+        if isinstance(checked, str):
+            st.error(markdown_literal(checked), icon=":material/error:")
+            return False, None
+        fits = ", ".join(f"{c.name} {c.dtype} {list(c.shape)}" for c in checked.inputs)
+        st.success(markdown_literal(f"{upload.name} fits the engine's inputs: {fits}"))
+        if checked.ignored:
+            st.caption(markdown_literal(f"not an input of this engine, left out: {', '.join(checked.ignored)}"))
+        return True, upload
+
+
+def _checked(app: AppContext, engine_id: int, upload: Any) -> InputsCheck | str:
+    """The upload checked against the engine (once per upload: a live page redraws every few seconds)."""
+    cache: dict[tuple[int, str], InputsCheck | str] = st.session_state.setdefault(CHECKED, {})
+    key = (engine_id, str(upload.file_id))
+    if key not in cache:
+        with _inputs_file(upload) as path:
+            try:
+                cache[key] = check_engine_inputs(app, engine_id, path or Path())
+            except data.EXPECTED_ERRORS as err:  # shown with its reason, and the button stays disabled
+                cache[key] = f"these inputs cannot be used: {err}"
+    return cache[key]
+
+
+@contextmanager
+def _inputs_file(upload: Any) -> Iterator[Path | None]:
+    """The upload on disk under its own name (made safe) while it is checked or submitted (submit
+    copies it into the store); None for generated inputs."""
+    if upload is None:
+        yield None
+        return
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", Path(str(upload.name)).name) or "inputs.npz"
+    with tempfile.TemporaryDirectory(prefix="enginecache-inputs-") as tmp:
+        path = Path(tmp) / name
+        path.write_bytes(upload.getvalue())
+        yield path
 
 
 def _retire(app: AppContext, engine_id: int, status: str, col: Any) -> None:

@@ -27,6 +27,7 @@ from enginecache.db.models import EngineStatus, JobStatus
 from enginecache.service.builds import plan_build
 from enginecache.service.context import AppContext
 from enginecache.service.engines import engine_to_dict, get_engine
+from enginecache.service.loadruns import list_load_runs
 from enginecache.service.readmodels.engines import EngineFilter, ingredient_rows
 from enginecache.service.readmodels.jobs import JobView, engine_test_loads, jobs_by_id
 from enginecache.service.readmodels.models import model_lineage
@@ -138,7 +139,10 @@ def render() -> None:
     if wanted and wanted.isdigit() and int(wanted) not in ids:
         ids.insert(0, int(wanted))
     if not ids:
-        st.info("No engines match." if page.total == 0 else "")
+        if page.total == 0 and spec == EngineFilter():  # nothing filtered away: there are none
+            st.info("No engines yet: build one under Build (or from the Coverage matrix).")
+        elif page.total == 0:
+            st.info("No engines match: clear a filter or the search.")
         return
     labels = {r.id: f"{r.id}: {r.model} {r.backend} {r.precision} {r.targets} {r.status}" for r in page.rows}
     if st.session_state.get("engines_detail") not in ids:
@@ -175,7 +179,7 @@ def _engine_page(key: data.CatalogKey, engine_id: int) -> bool:
     cols[0].metric("Status", engine.status)
     cols[1].metric("Size", data.fmt_bytes(engine.size_bytes))
     cols[2].metric("Build time", f"{engine.build_seconds:.2f} s" if engine.build_seconds is not None else "-")
-    cols[3].metric("Backend", f"{backend_label(engine.backend)} {engine.backend_version}")
+    cols[3].metric(backend_label(engine.backend), engine.backend_version, help="the backend and its library version")
     cols[4].metric(
         "Verified",
         info["verified_at"][:10] if info["verified_at"] else "never",
@@ -194,11 +198,14 @@ def _engine_page(key: data.CatalogKey, engine_id: int) -> bool:
     actions(app, engine, info, test_loads)
 
     ingredients, loads, host, io, log, lineage, miss = st.tabs(
-        ["Cache key", "Test-loads", "Build host", "IO", "Builder log", "Lineage", "Why was this a miss?"]
+        ["Cache key", "Test-loads", "Build host", "IO", "Builder log", "Lineage", "Why was this a miss?"],
+        key="engines_tabs",  # the tab chosen stays chosen while the page redraws itself (a test-load ending)
+        on_change="rerun",
     )
     with loads:
         failed = [j for j in test_loads if j.job.status in (JobStatus.FAILED, JobStatus.DEAD)]
-        _load_runs(data.load_runs(key, engine_id), failed[0] if failed else None)
+        # read now, not from a cache: the page's last redraw after a test-load ends must show its run
+        _load_runs(list_load_runs(app, engine_id, limit=20), failed[0] if failed else None)
     with ingredients:
         st.dataframe(
             pd.DataFrame(
@@ -278,6 +285,9 @@ def _load_runs(runs: list[dict[str, Any]], failed: JobView | None) -> None:
         f"Latest test-load ({latest['created_at'][:19]} on {markdown_literal(latest['hostname'])}): "
         f"**{latest['verdict']}**. {markdown_literal(latest['reason'])}"
     )
+    _inputs_used(latest)  # what it was fed, then how close its outputs came: before the timings
+    if latest["accuracy"]:
+        _accuracy(latest)
     if latest["phases"]:
         phases = pd.DataFrame(
             [{"phase": LOAD_PHASE_LABELS.get(k, k), "ms": v * 1e3} for k, v in latest["phases"].items()]
@@ -305,9 +315,6 @@ def _load_runs(runs: list[dict[str, Any]], failed: JobView | None) -> None:
             ),
             key="engines_load_latency",
         )
-    if latest["accuracy"]:
-        st.markdown("**Accuracy against ONNX Runtime on the source fp32 model**")
-        st.dataframe(pd.DataFrame(latest["accuracy"]).astype(str), hide_index=True, key="engines_load_accuracy")
     st.dataframe(
         pd.DataFrame(
             [
@@ -326,6 +333,66 @@ def _load_runs(runs: list[dict[str, Any]], failed: JobView | None) -> None:
         hide_index=True,
         key="engines_load_runs",
     )
+
+
+def _inputs_used(run: dict[str, Any]) -> None:
+    """What the run fed the engine: each input's shape, and an uploaded file or how it was generated."""
+    made = (run.get("details") or {}).get("inputs") or {}
+    shapes = run.get("input_shapes") or {}
+    if not made and not shapes:
+        return
+    st.markdown("**Inputs used**")
+    st.dataframe(
+        pd.DataFrame(
+            [
+                {"input": name, "shape": shape_text(shapes.get(name) or ()), "made": str(made.get(name, "-"))}
+                for name in dict.fromkeys([*shapes, *made])
+            ]
+        ),
+        hide_index=True,
+        key="engines_load_inputs",
+    )
+
+
+TOLERANCE_LABELS = {
+    "atol": "atol",
+    "rtol": "rtol",
+    "min_cosine": "min cosine",
+    "min_top1": "min top-1",
+    "min_top5": "min top-5",
+}
+
+
+def _fmt(value: Any) -> str:
+    return "-" if value is None else f"{value:.6g}" if isinstance(value, float) else str(value)
+
+
+def _accuracy(run: dict[str, Any]) -> None:
+    """Per output: PASS or FAIL, its errors against the reference, and the tolerances it was judged by
+    (the precision's, with the run's overrides and any per-output ones)."""
+    tolerances = dict(run.get("tolerances") or {})
+    per_output = tolerances.pop("per_output", {}) or {}
+    used = ", ".join(f"{TOLERANCE_LABELS.get(k, k)} {_fmt(v)}" for k, v in tolerances.items())
+    st.markdown(f"**Accuracy against ONNX Runtime on the source fp32 model** ({run['precision']} tolerances: {used})")
+    rows = []
+    for out in run["accuracy"]:
+        own = {**tolerances, **per_output.get(out.get("name"), {})}
+        rows.append(
+            {
+                "output": out.get("name"),
+                "verdict": "PASS" if out.get("passed") else "FAIL",
+                "shape": shape_text(out.get("shape") or ()),
+                "max abs err": _fmt(out.get("max_abs")),
+                "atol": _fmt(own.get("atol")),
+                "max rel err": _fmt(out.get("max_rel")),
+                "rtol": _fmt(own.get("rtol")),
+                "cosine": _fmt(out.get("cosine")),
+                "min cosine": _fmt(own.get("min_cosine")),
+                "top-1": _fmt(out.get("top1")),
+                "failed checks": "; ".join(out.get("failed_checks") or []),
+            }
+        )
+    st.dataframe(pd.DataFrame(rows), hide_index=True, key="engines_load_accuracy")
 
 
 def _lineage(app: AppContext, engine: Any) -> None:

@@ -9,6 +9,7 @@ import streamlit as st
 
 from enginecache.core.plaintext import markdown_literal
 from enginecache.dashboard import data
+from enginecache.service.coverage import HostCoverage, hosts_coverage
 
 
 def render() -> None:
@@ -20,6 +21,10 @@ def render() -> None:
     if not hosts:
         return
     now = datetime.now(UTC)
+    app = data.get_app()
+    reach: dict[str, HostCoverage] = (
+        data.attempt("cannot read what the hosts can load", hosts_coverage, app, hosts) or {}
+    )
     st.dataframe(
         pd.DataFrame(
             [
@@ -35,6 +40,8 @@ def render() -> None:
                     )
                     or "none",
                     "CPU": h.capabilities.get("cpu_target"),
+                    "loads": len(found.loadable) if (found := reach.get(h.name)) else None,
+                    "lacks": len(found.lacking) if found else None,
                     "can build": "; ".join(h.can_build),
                     "can load": "; ".join(h.can_load),
                 }
@@ -43,6 +50,12 @@ def render() -> None:
         ),
         hide_index=True,
         key="hosts_table",
+        column_config={
+            "loads": st.column_config.NumberColumn(help="groups of READY engines this host can load (below)"),
+            "lacks": st.column_config.NumberColumn(
+                help="models x backend x precision with READY engines, none of which this host can load"
+            ),
+        },
     )
     labels = {h.name: f"{h.name} ({'online' if h.online else h.status})" for h in hosts}
     name = st.selectbox("Worker", list(labels), format_func=lambda n: labels[n], key="hosts_detail")
@@ -67,6 +80,9 @@ def render() -> None:
     )
     st.markdown("**Can build:** " + ("; ".join(host.can_build) or "nothing"))
     st.markdown("**Can load:** " + ("; ".join(host.can_load) or "nothing"))
+    found = reach.get(host.name)
+    if found is not None:
+        _engines(found)
     packages = fp.get("packages") or {}
     if packages:
         st.dataframe(
@@ -76,3 +92,51 @@ def render() -> None:
         )
     with st.expander("Full fingerprint"):
         st.json(fp)
+
+
+def _engines(found: HostCoverage) -> None:
+    """The READY engines this host can load, and the model x backend x precision READY elsewhere
+    that it cannot load any engine of (the backend's rule, on this host's recorded fingerprint)."""
+    st.markdown(f"**Engines it can load** ({len(found.loadable)} group(s) of READY engines)")
+    if found.loadable:
+        st.dataframe(
+            pd.DataFrame(
+                [
+                    {
+                        "loads engine": e.engine_id,
+                        "model": e.model,
+                        "backend": e.backend,
+                        "precision": e.precision,
+                        "targets": e.targets,
+                        "version": e.backend_version,
+                        "engines": e.count,
+                    }
+                    for e in found.loadable
+                ]
+            ),
+            hide_index=True,
+            key="hosts_loadable",
+        )
+    else:
+        st.caption("None of the READY engines: see what it lacks below.")
+    st.markdown(f"**READY elsewhere, none it can load** ({len(found.lacking)})")
+    if found.lacking:
+        st.dataframe(
+            pd.DataFrame(
+                [
+                    {
+                        "model": e.model,
+                        "backend": e.backend,
+                        "precision": e.precision,
+                        "newest engine": e.engine_id,
+                        "targets": e.targets,
+                        "why": e.reason,
+                    }
+                    for e in found.lacking
+                ]
+            ),
+            hide_index=True,
+            key="hosts_lacking",
+        )
+    else:
+        st.caption("Nothing: it can load an engine of every model and precision that has a READY one.")

@@ -148,7 +148,8 @@ def _size_chart(groups: list[BuildTimeGroup]) -> go.Figure:
             }
         )
     axes = {"xaxis": {"title": {"text": "mean build s"}}, "yaxis": {"title": {"text": "mean size MiB"}}}
-    return _figure(traces, {"height": 380, **axes})
+    # the legend's markers all one size: sized like the points, a group of one engine is a dot
+    return _figure(traces, {"height": 380, "legend": {"itemsizing": "constant"}, **axes})
 
 
 LOAD_PHASES = {

@@ -1,0 +1,463 @@
+"""Coverage: which engines the fleet has, per model x GPU (or CPU) target x precision, and what each
+known host can load of them.
+
+A cell is one source model (engines built from its converted variants count under it), one
+backend target (a compute capability TensorRT-RTX builds for from anywhere, or a GPU or CPU target
+of a worker the catalog has seen) and one precision. Its state, from the catalog as it is now:
+
+- READY: a READY engine covers the target, built with the newest library version the fleet runs,
+  and at least one known host can load it (or no host is known yet);
+- INCOMPATIBLE: such an engine exists, but every known host refuses it (the backend's one rule,
+  `service.engines.host_verdict`, decided on each worker's recorded fingerprint);
+- STALE: the READY engines that cover it were all built with an older library version than the
+  fleet's newest (the newest `capabilities.versions[backend]` the workers table holds);
+- BUILDING: no current READY engine, and a build job for it is QUEUED or RUNNING;
+- FAILED: nothing READY, and the newest engine built for it FAILED (its error is the reason);
+- MISSING: nothing at all, or only RETIRED engines.
+
+The engine groups, the fleet's versions and the active builds are read with three SQL statements
+(GROUP BY, DISTINCT, and a bounded scan of active jobs); the verdicts are the backend's rule applied
+once per engine group and host.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import aliased
+from sqlmodel import col
+
+from enginecache.core.backends.registry import all_backends, backend_label
+from enginecache.db.models import EngineRecord, EngineStatus, JobRecord, ModelRecord, WorkerRecord
+from enginecache.service.context import AppContext
+from enginecache.service.engines import host_verdict
+from enginecache.service.readmodels.hosts import HostRow, worker_hosts
+from enginecache.service.readmodels.jobs import ACTIVE_JOB_STATUSES
+
+READY = "READY"
+INCOMPATIBLE = "INCOMPATIBLE"
+STALE = "STALE"
+BUILDING = "BUILDING"
+FAILED = "FAILED"
+MISSING = "MISSING"
+STATES: tuple[str, ...] = (READY, INCOMPATIBLE, STALE, BUILDING, FAILED, MISSING)
+BUILDABLE: tuple[str, ...] = (MISSING, STALE)  # what "build the missing and stale cells" submits
+ACTIVE_BUILDS_SCANNED = 1000  # active build jobs looked at (the queue's head, oldest first)
+GROUPS_MAX = 20_000  # engine groups read (one per model x backend x precision x targets x version x status)
+
+
+def version_key(version: str) -> tuple[tuple[int, int | str], ...]:
+    """A library version comparable part by part ('1.10.0' > '1.9.2'); numbers before words."""
+    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in re.findall(r"\d+|[A-Za-z]+", version))
+
+
+@dataclass(frozen=True)
+class Column:
+    """One backend target: `hosts` are the known workers' hostnames that have it."""
+
+    backend: str
+    target: str
+    hosts: tuple[str, ...] = ()
+
+    @property
+    def label(self) -> str:
+        count = len(self.hosts)
+        where = f"{count} host{'s' if count != 1 else ''}" if count else "no host"
+        return f"{backend_label(self.backend)} {self.target} ({where})"
+
+
+@dataclass(frozen=True)
+class EngineGroup:
+    """Engines of one source model alike in what the compatibility rule decides on, and status."""
+
+    model_id: int
+    backend: str
+    precision: str
+    targets: tuple[str, ...]
+    backend_version: str
+    os: str
+    status: str
+    count: int
+    newest_id: int
+
+    def as_engine(self) -> EngineRecord:
+        """The group's newest engine as the rule takes it (only the fields it reads)."""
+        return EngineRecord(
+            id=self.newest_id,
+            model_id=self.model_id,
+            backend=self.backend,
+            backend_version=self.backend_version,
+            precision=self.precision,
+            targets=",".join(self.targets),
+            os=self.os,
+            status=self.status,
+            cache_key="",
+            onnx_digest="",
+        )
+
+
+@dataclass(frozen=True)
+class Cell:
+    model_id: int
+    precision: str
+    column: Column
+    state: str
+    text: str  # "READY · engine 12": the state's name first (never colour alone)
+    engine_id: int | None = None
+    job_id: int | None = None
+    reason: str = ""  # why: the hosts it loads on, the rule's refusal, the build error, the versions
+
+
+@dataclass(frozen=True)
+class Coverage:
+    models: list[tuple[int, str]]  # (id, name) of the source models shown, by name
+    precisions: tuple[str, ...]
+    columns: list[Column]
+    cells: list[Cell]
+    fleet_versions: dict[str, str]  # backend -> the newest version a worker reports
+    host_count: int
+
+    def cell(self, model_id: int, precision: str, column: Column) -> Cell | None:
+        return self._index.get((model_id, precision, column.backend, column.target))
+
+    @cached_property
+    def _index(self) -> dict[tuple[int, str, str, str], Cell]:
+        return {(c.model_id, c.precision, c.column.backend, c.column.target): c for c in self.cells}
+
+    def counts(self) -> dict[str, int]:
+        """How many cells are in each state (every state named, zeros included)."""
+        found = {state: 0 for state in STATES}
+        for c in self.cells:
+            found[c.state] += 1
+        return found
+
+
+@dataclass(frozen=True)
+class KnownHost:
+    """A distinct host (hostname and library versions): its workers' fingerprint, once."""
+
+    hostname: str
+    online: bool
+    fingerprint: dict[str, Any] = field(default_factory=dict)
+
+
+def known_hosts(rows: Sequence[HostRow]) -> list[KnownHost]:
+    """One per hostname and set of library versions (as `engine_host_verdicts` counts them)."""
+    seen: dict[tuple[str, str], KnownHost] = {}
+    for row in rows:
+        identity = (row.hostname, str(sorted((row.fingerprint.get("packages") or {}).items())))
+        if identity not in seen or (row.online and not seen[identity].online):
+            seen[identity] = KnownHost(row.hostname, row.online, dict(row.fingerprint))
+    return list(seen.values())
+
+
+def fleet_versions(app: AppContext) -> dict[str, str]:
+    """Per backend, the newest library version any worker in the catalog reports (DISTINCT in SQL)."""
+    capabilities = WorkerRecord.__table__.c.capabilities  # type: ignore[attr-defined]
+    found: dict[str, str] = {}
+    with app.catalog.read() as session:
+        for backend in all_backends():
+            version = capabilities[("versions", backend.name)].as_string()
+            values = session.execute(sa.select(version).where(version.is_not(None)).distinct()).scalars().all()
+            versions = [str(v) for v in values if v]
+            if versions:
+                found[backend.name] = max(versions, key=version_key)
+    return found
+
+
+def engine_groups(
+    app: AppContext, *, statuses: Sequence[str] = (EngineStatus.READY, EngineStatus.FAILED, EngineStatus.RETIRED)
+) -> list[EngineGroup]:
+    """Engines grouped by source model, backend, precision, targets, library version, OS and status
+    (GROUP BY in SQL), with their count and newest id."""
+    model = aliased(ModelRecord)
+    source = sa.func.coalesce(col(model.parent_id), col(EngineRecord.model_id)).label("source")
+    keys = (
+        source,
+        col(EngineRecord.backend),
+        col(EngineRecord.precision),
+        col(EngineRecord.targets),
+        col(EngineRecord.backend_version),
+        col(EngineRecord.os),
+        col(EngineRecord.status),
+    )
+    query = (
+        sa.select(*keys, sa.func.count(), sa.func.max(col(EngineRecord.id)))
+        .join(model, col(model.id) == col(EngineRecord.model_id))
+        .where(col(EngineRecord.status).in_(list(statuses)))
+        .group_by(*keys)
+        .limit(GROUPS_MAX)
+    )
+    with app.catalog.read() as session:
+        rows = session.execute(query).all()
+    return [
+        EngineGroup(
+            model_id=int(r[0]),
+            backend=str(r[1]),
+            precision=str(r[2]),
+            targets=tuple(t for t in str(r[3]).split(",") if t),
+            backend_version=str(r[4]),
+            os=str(r[5] or ""),
+            status=str(r[6]),
+            count=int(r[7]),
+            newest_id=int(r[8]),
+        )
+        for r in rows
+    ]
+
+
+def _errors(app: AppContext, engine_ids: Iterable[int]) -> dict[int, str]:
+    ids = sorted(set(engine_ids))
+    if not ids:
+        return {}
+    with app.catalog.read() as session:
+        rows = session.execute(
+            sa.select(col(EngineRecord.id), col(EngineRecord.error)).where(col(EngineRecord.id).in_(ids))
+        ).all()
+    return {int(i): str(e or "no reason recorded") for i, e in rows}
+
+
+def _active_builds(app: AppContext, parents: dict[int, int]) -> dict[tuple[int, str, str, str], int]:
+    """(source model, backend, target, precision) -> the oldest QUEUED/RUNNING build job for it."""
+    with app.catalog.read() as session:
+        rows = session.execute(
+            sa.select(col(JobRecord.id), col(JobRecord.payload))
+            .where(col(JobRecord.kind) == "build", col(JobRecord.status).in_(ACTIVE_JOB_STATUSES))
+            .order_by(col(JobRecord.id))
+            .limit(ACTIVE_BUILDS_SCANNED)
+        ).all()
+    found: dict[tuple[int, str, str, str], int] = {}
+    for job_id, payload in rows:
+        model = str((payload or {}).get("model") or "")
+        if not model.isdigit():
+            continue
+        source = parents.get(int(model), int(model))
+        for target in payload.get("targets") or []:
+            found.setdefault((source, str(payload.get("backend")), str(target), str(payload.get("precision"))), job_id)
+    return found
+
+
+def _models(app: AppContext, model_ids: Sequence[int] | None) -> tuple[list[tuple[int, str]], dict[int, int]]:
+    """The source models to show, by name, and every variant's source."""
+    with app.catalog.read() as session:
+        rows = session.execute(sa.select(col(ModelRecord.id), col(ModelRecord.name), col(ModelRecord.parent_id))).all()
+    parents = {int(i): int(p) for i, _, p in rows if p is not None}
+    wanted = None if model_ids is None else set(model_ids)
+    sources = sorted(
+        ((int(i), str(n)) for i, n, p in rows if p is None and (wanted is None or int(i) in wanted)),
+        key=lambda m: (m[1], m[0]),
+    )
+    return sources, parents
+
+
+def columns_for(
+    hosts: Sequence[HostRow],
+    groups: Sequence[EngineGroup],
+    backends: Sequence[str] | None,
+    *,
+    building: Iterable[tuple[str, str]] = (),
+    every_target: bool = False,
+) -> list[Column]:
+    """Per backend, in the registry's order: the GPU or CPU targets of the known workers that have
+    it, any target an engine in the catalog was built for, and any an active build job (`building`:
+    (backend, target)) is for; with `every_target`, also every target it builds for from anywhere
+    (TensorRT-RTX's compute capabilities). Each column names the hosts that have it."""
+    columns: list[Column] = []
+    busy = set(building)
+    for backend in all_backends():
+        if backends is not None and backend.name not in backends:
+            continue
+        where: dict[str, set[str]] = {t: set() for t in backend.known_targets()} if every_target else {}
+        where.update({t: set() for b, t in sorted(busy) if b == backend.name})
+        for host in hosts:
+            caps = host.capabilities
+            if backend.name not in caps.get("backends", []):
+                continue
+            if backend.device == "gpu":
+                for gpu in caps.get("gpus") or []:
+                    where.setdefault(str(gpu.get("compute_capability")), set()).add(host.hostname)
+            elif caps.get("cpu_target"):
+                where.setdefault(str(caps["cpu_target"]), set()).add(host.hostname)
+        for group in groups:
+            if group.backend == backend.name:
+                for target in group.targets:
+                    where.setdefault(target, set())
+        known = [t for t in backend.known_targets() if t in where]
+        ordered = known + sorted(t for t in where if t not in known)
+        columns += [Column(backend.name, t, tuple(sorted(where[t]))) for t in ordered]
+    return columns
+
+
+def coverage(
+    app: AppContext,
+    *,
+    model_ids: Sequence[int] | None = None,
+    backends: Sequence[str] | None = None,
+    precisions: Sequence[str] = ("fp32", "fp16"),
+    every_target: bool = False,
+) -> Coverage:
+    """The matrix for these models (None: every source model), backends (None: all) and precisions,
+    over the targets in use (a known host has it, an engine or an active build is for it), or with
+    `every_target` over every target each backend builds for too."""
+    models, parents = _models(app, model_ids)
+    host_rows = worker_hosts(app)
+    hosts = known_hosts(host_rows)
+    groups = engine_groups(app)
+    fleet = fleet_versions(app)
+    active = _active_builds(app, parents)
+    columns = columns_for(
+        host_rows, groups, backends, building=[(b, t) for _, b, t, _ in active], every_target=every_target
+    )
+    shown = {m for m, _ in models}
+    by_cell: dict[tuple[int, str, str, str], list[EngineGroup]] = {}
+    for group in groups:
+        if group.model_id in shown and group.precision in precisions:
+            for target in group.targets:
+                by_cell.setdefault((group.model_id, group.backend, target, group.precision), []).append(group)
+    failed_ids = [g.newest_id for g in groups if g.status == EngineStatus.FAILED and g.model_id in shown]
+    errors = _errors(app, failed_ids)
+    verdicts: dict[EngineGroup, list[tuple[str, str]]] = {}
+    cells = []
+    for model_id, _ in models:
+        for precision in precisions:
+            for column in columns:
+                key = (model_id, column.backend, column.target, precision)
+                cells.append(
+                    _cell(
+                        model_id,
+                        precision,
+                        column,
+                        by_cell.get(key, []),
+                        fleet,
+                        hosts,
+                        verdicts,
+                        active.get(key),
+                        errors,
+                    )
+                )
+    return Coverage(models, tuple(precisions), columns, cells, fleet, len(hosts))
+
+
+def _cell(
+    model_id: int,
+    precision: str,
+    column: Column,
+    groups: list[EngineGroup],
+    fleet: dict[str, str],
+    hosts: list[KnownHost],
+    verdicts: dict[EngineGroup, list[tuple[str, str]]],
+    job_id: int | None,
+    errors: dict[int, str],
+) -> Cell:
+    def make(state: str, text: str, engine_id: int | None = None, reason: str = "") -> Cell:
+        return Cell(model_id, precision, column, state, text, engine_id, job_id, reason)
+
+    newest_version = fleet.get(column.backend)
+    ready = sorted((g for g in groups if g.status == EngineStatus.READY), key=lambda g: -g.newest_id)
+    current = [
+        g for g in ready if newest_version is None or version_key(g.backend_version) >= version_key(newest_version)
+    ]
+    for group in current:
+        if group not in verdicts:
+            verdicts[group] = [host_verdict(group.as_engine(), h.fingerprint) for h in hosts]
+    loadable = [g for g in current if not hosts or any(v == "compatible" for v, _ in verdicts[g])]
+    if loadable:
+        best = loadable[0]
+        count = sum(v == "compatible" for v, _ in verdicts[best])
+        on = f"loads on {count} of {len(hosts)} host(s)" if hosts else "no host known yet"
+        return make(READY, f"READY · engine {best.newest_id}", best.newest_id, on)
+    if current:
+        best = current[0]
+        reasons = "; ".join(sorted({reason for _, reason in verdicts[best]}))
+        return make(INCOMPATIBLE, f"INCOMPATIBLE · engine {best.newest_id}", best.newest_id, reasons)
+    if job_id is not None:
+        return make(BUILDING, f"BUILDING · job {job_id}")
+    if ready:
+        best = ready[0]
+        why = f"built with {backend_label(best.backend)} {best.backend_version}; the fleet runs {newest_version}"
+        return make(STALE, f"STALE · engine {best.newest_id}", best.newest_id, why)
+    ended = sorted(
+        (g for g in groups if g.status in (EngineStatus.FAILED, EngineStatus.RETIRED)), key=lambda g: -g.newest_id
+    )
+    if ended and ended[0].status == EngineStatus.FAILED:
+        newest = ended[0].newest_id
+        return make(FAILED, f"FAILED · engine {newest}", newest, errors.get(newest, "no reason recorded"))
+    if ended:
+        return make(MISSING, "MISSING", None, f"engine {ended[0].newest_id} was retired")
+    return make(MISSING, "MISSING")
+
+
+# -- per host: what it can load, and what it lacks ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HostEngine:
+    model: str
+    backend: str
+    precision: str
+    targets: str
+    backend_version: str
+    engine_id: int  # the newest of the group
+    count: int
+    verdict: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class HostCoverage:
+    loadable: list[HostEngine]  # READY engine groups this host can load
+    lacking: list[HostEngine]  # per model x backend x precision READY somewhere: none this host can load (the newest)
+
+
+def host_coverage(app: AppContext, fingerprint: dict[str, Any]) -> HostCoverage:
+    """What a host (its recorded fingerprint) can load of the READY engines, and which model x
+    backend x precision that has READY engines it cannot load any of (with the rule's reason)."""
+    return _host_coverage(*_ready_groups(app), fingerprint)
+
+
+def hosts_coverage(app: AppContext, hosts: Sequence[HostRow]) -> dict[str, HostCoverage]:
+    """`host_coverage` of each worker, by name, from one read of the READY engine groups."""
+    groups, names = _ready_groups(app)
+    return {h.name: _host_coverage(groups, names, h.fingerprint) for h in hosts}
+
+
+def _ready_groups(app: AppContext) -> tuple[list[EngineGroup], dict[int, str]]:
+    groups = engine_groups(app, statuses=(EngineStatus.READY,))
+    with app.catalog.read() as session:
+        names = {
+            int(i): str(n) for i, n in session.execute(sa.select(col(ModelRecord.id), col(ModelRecord.name))).all()
+        }
+    return groups, names
+
+
+def _host_coverage(groups: Sequence[EngineGroup], names: dict[int, str], fingerprint: dict[str, Any]) -> HostCoverage:
+    loadable: list[HostEngine] = []
+    refused: dict[tuple[int, str, str], HostEngine] = {}
+    covered: set[tuple[int, str, str]] = set()
+    for group in sorted(groups, key=lambda g: -g.newest_id):
+        verdict, reason = host_verdict(group.as_engine(), fingerprint)
+        row = HostEngine(
+            names.get(group.model_id, f"model {group.model_id}"),
+            group.backend,
+            group.precision,
+            ",".join(group.targets),
+            group.backend_version,
+            group.newest_id,
+            group.count,
+            verdict,
+            reason,
+        )
+        what = (group.model_id, group.backend, group.precision)
+        if verdict == "compatible":
+            loadable.append(row)
+            covered.add(what)
+        else:
+            refused.setdefault(what, row)
+    lacking = [row for what, row in refused.items() if what not in covered]
+    order = lambda r: (r.model, r.backend, r.precision, r.targets)  # noqa: E731
+    return HostCoverage(sorted(loadable, key=order), sorted(lacking, key=order))
