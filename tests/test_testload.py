@@ -287,3 +287,27 @@ def test_job_kinds_table_and_the_test_kinds_switch(monkeypatch: pytest.MonkeyPat
     jobkinds.register_job_kind("test_load", run_test_load_job)  # the same runner again: a no-op
     with pytest.raises(ValueError, match="already registered"):
         jobkinds.register_job_kind("test_load", sleep)
+
+
+def test_inputs_that_do_not_fit_are_refused_at_submit_by_the_cli_too(
+    app_ctx: AppContext, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The one check the dashboard's uploader uses (service.testinputs): a dtype or a dimension the
+    engine does not take is refused before anything is queued, naming it, not cast in the job."""
+    register_model(app_ctx, make_mlp(tmp_path / "mlp.onnx"), name="mlp")
+    engine = build_engine(app_ctx, BuildRequest(model="mlp", backend="ort")).engine
+    wrong_dtype = tmp_path / "f64.npz"
+    np.savez(wrong_dtype, input=np.ones((2, 16), dtype=np.float64))
+    with pytest.raises(TestInputError, match="'input' is float64, the engine takes float32"):
+        submit_test_load(app_ctx, engine.id or 0, inputs=wrong_dtype)
+    wrong_width = tmp_path / "w.npz"
+    np.savez(wrong_width, input=np.ones((2, 15), dtype=np.float32))
+    where = ["--home", str(app_ctx.home), "--db", app_ctx.db_url]
+    refused = run_cli(capsys, *where, "test-load", str(engine.id), "--inputs", str(wrong_width), "--json")
+    assert refused.code == 2 and "does not fit the engine" in refused.json()["error"], refused.err
+    with app_ctx.catalog.read() as session:
+        from sqlmodel import select
+
+        from enginecache.db.models import JobRecord
+
+        assert [j.kind for j in session.exec(select(JobRecord)).all()] == [], "no test-load queued"

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from enginecache.core.backends.base import EngineRef
+from enginecache.core.backends.base import EngineRef, TensorIO
 
 if TYPE_CHECKING:  # annotations only (routing imports this module)
     from enginecache.db.models import EngineRecord
@@ -28,3 +28,8 @@ def engine_ref(engine: EngineRecord, path: Path | None = None) -> EngineRef:
         os=engine.os,
         path=path,
     )
+
+
+def engine_io(engine: EngineRecord) -> tuple[TensorIO, ...]:
+    """The engine's inputs and outputs as its build recorded them."""
+    return tuple(TensorIO(t["name"], t["mode"], t["dtype"], tuple(t["shape"])) for t in engine.io)

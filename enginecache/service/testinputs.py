@@ -21,8 +21,8 @@ from enginecache.core.backends.base import TensorIO, numpy_dtype
 from enginecache.core.inputs import load_inputs
 from enginecache.errors import TestInputError
 from enginecache.service.context import AppContext
+from enginecache.service.enginerefs import engine_io
 from enginecache.service.engines import get_engine
-from enginecache.service.testload import engine_io
 
 
 @dataclass(frozen=True)

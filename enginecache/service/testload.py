@@ -24,7 +24,6 @@ from typing import Any
 
 from sqlmodel import Session
 
-from enginecache.core.backends.base import TensorIO
 from enginecache.core.backends.registry import get_backend
 from enginecache.core.blobpaths import blob_path
 from enginecache.core.fingerprint import HostFingerprint, host_fingerprint
@@ -34,20 +33,17 @@ from enginecache.db.models import EngineRecord, EngineStatus, JobRecord, LoadRun
 from enginecache.errors import EngineCacheError, StaleLeaseError, TestInputError, UnavailableError
 from enginecache.service import access, audit
 from enginecache.service.context import AppContext
-from enginecache.service.enginerefs import engine_targets
+from enginecache.service.enginerefs import engine_io, engine_targets
 from enginecache.service.engines import get_engine
 from enginecache.service.modelverify import stage_bundle
 from enginecache.service.routing import load_requirements
+from enginecache.service.testinputs import check_inputs
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_ITERATIONS = 50
 TEST_LOAD_TIMEOUT_SECONDS = 900.0
 MAX_SAMPLES_KEPT = 1000  # latency samples stored per run (the distribution chart)
-
-
-def engine_io(engine: EngineRecord) -> tuple[TensorIO, ...]:
-    return tuple(TensorIO(t["name"], t["mode"], t["dtype"], tuple(t["shape"])) for t in engine.io)
 
 
 @dataclass(frozen=True)
@@ -99,6 +95,8 @@ def submit_test_load(
     if options.inputs is not None:
         if not Path(options.inputs).is_file():
             raise TestInputError(f"inputs file {options.inputs} does not exist")
+        # every name, dtype and dimension against the engine's profile, as the dashboard checks it
+        check_inputs(Path(options.inputs), engine_io(engine), engine.build_options.get("profiles", {}))
         inputs_blob = app.store.ingest_file(Path(options.inputs))
     payload: dict[str, Any] = {
         "engine_id": engine_id,
