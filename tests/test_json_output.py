@@ -107,7 +107,7 @@ RECIPES: dict[str, tuple[list[str], list[str], str]] = {
         ["release", "promote", "no-such-model", "--alias", "canary"],
         "not_found",
     ),
-    # the fixture promoted `prod` twice: one rollback has somewhere to go; `never` was never set
+    # the fixture promoted `prod` three times: each rollback has somewhere to go; `never` was never set
     "release rollback": (
         ["release", "rollback", "{model}", "--alias", "prod"],
         ["release", "rollback", "{model}", "--alias", "never"],
@@ -163,8 +163,8 @@ def small_catalog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Catalog]
         job = _build(app, BuildRequest(model="mlp", backend="ort"))
         spare = _build(app, BuildRequest(model="mlp", backend="ort", opt_level=1))  # a second engine, another key
         set_role(app, "gone@example.com", "viewer")  # what `role remove` removes
-        promote(app, "mlp", "prod")  # twice: what `release rollback` takes back
-        promote(app, "mlp", "prod")
+        for _ in range(3):  # what `release rollback` takes back, once with --json and once without
+            promote(app, "mlp", "prod")
         backup(app, tmp / "backup")  # what the restore recipe restores
     finally:
         app.close()  # SQLite checkpoints its WAL: the CLI processes below see one consistent file
