@@ -18,6 +18,7 @@ import re
 import shutil
 import time
 from pathlib import Path
+from urllib.parse import urlparse
 
 import numpy as np
 import pytest
@@ -96,6 +97,11 @@ def test_two_models_mixed_precisions_coverage_retire_and_test_load_in_chromium(
         page = browser.new_page(viewport=VIEWPORT)
         page.set_default_timeout(TIMEOUT_MS)
         page.set_default_navigation_timeout(TIMEOUT_MS)
+        # Offline: every request the page makes (documents, scripts, fonts, the favicon, the
+        # WebSocket, images) goes to the dashboard's own host; data: and blob: URLs have none.
+        requested: list[str] = []
+        page.on("request", lambda request: requested.append(request.url))
+        page.on("websocket", lambda socket: requested.append(socket.url))
 
         def open_view(path: str) -> None:
             page.goto(f"{url}{path}")
@@ -243,5 +249,11 @@ def test_two_models_mixed_precisions_coverage_retire_and_test_load_in_chromium(
         expect(page.get_by_role("heading", name="Overview")).to_be_visible()
         shot("overview")
         browser.close()
+
+    own = urlparse(url).hostname
+    elsewhere = sorted(
+        {u for u in requested if urlparse(u).scheme not in ("data", "blob") and urlparse(u).hostname != own}
+    )
+    assert requested and not elsewhere, f"requests that left the machine: {elsewhere}"
 
     assert sorted(p.name for p in shots.iterdir()) == [f"{n}.png" for n in SHOTS]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 from streamlit.testing.v1 import AppTest
 
 from enginecache.db.models import EngineRecord, EngineStatus, JobRecord, JobStatus, ModelRecord, utcnow
@@ -142,3 +143,26 @@ def test_overview_lists_a_failed_build_once_with_its_whole_reason(seeded: Seeded
     assert [t.value for t in at.text].count(reason) == 1, "the whole reason, once"
     seeded_job = next(h for h in heads if f"**job {seeded.failed_job_id}**" in h)
     assert "convnet" in seeded_job and "model " not in seeded_job, "named, not numbered"
+
+
+def test_listing_tables_are_sized_to_their_rows_not_a_ten_row_box(
+    seeded: Seeded, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Engines, Models and Audit give their table the height of its rows (a page of engines is at
+    most 50), instead of Streamlit's default box of ten rows with a scroll bar inside the page."""
+    import streamlit
+
+    heights: dict[str, object] = {}
+    real = streamlit.dataframe
+
+    def recording(data: object, *args: object, **kwargs: object) -> object:
+        heights[str(kwargs.get("key"))] = kwargs.get("height", "auto")
+        return real(data, *args, **kwargs)
+
+    monkeypatch.setattr(streamlit, "dataframe", recording)
+    for name in ("engines", "models", "audit"):
+        at = view(name).run()
+        assert not at.exception, at.exception
+    assert {k: heights.get(k) for k in ("engines_table", "models_table", "audit_table")} == dict.fromkeys(
+        ("engines_table", "models_table", "audit_table"), "content"
+    )

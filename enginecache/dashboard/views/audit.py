@@ -65,4 +65,4 @@ def render() -> None:
     if not events:
         st.info("No change recorded yet." if action is None and page == 1 else "No event on this page.")
         return
-    st.dataframe(pd.DataFrame([_row(e) for e in events]), hide_index=True, key="audit_table")
+    st.dataframe(pd.DataFrame([_row(e) for e in events]), hide_index=True, height="content", key="audit_table")

@@ -128,6 +128,7 @@ def render() -> None:
                 ]
             ),
             hide_index=True,
+            height="content",  # a page of rows shown whole: no box of ten rows to scroll inside
             key="engines_table",
             column_config={"link": st.column_config.LinkColumn("open", display_text="open")},
         )

@@ -166,6 +166,7 @@ def render() -> None:
             ]
         ),
         hide_index=True,
+        height="content",  # every model shown, no box of ten rows to scroll inside
         key="models_table",
         column_config={
             "engines": st.column_config.NumberColumn(help="engines built from this very file"),
