@@ -166,3 +166,34 @@ def test_listing_tables_are_sized_to_their_rows_not_a_ten_row_box(
     assert {k: heights.get(k) for k in ("engines_table", "models_table", "audit_table")} == dict.fromkeys(
         ("engines_table", "models_table", "audit_table"), "content"
     )
+
+
+def test_status_tables_are_coloured_by_status(seeded: Seeded, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Overview's status tables and the Engines table colour each status (the word stays in the cell)."""
+    import pandas as pd
+    import streamlit
+
+    from enginecache.dashboard.statuscolours import STATUS_COLOURS
+
+    styled: dict[str, dict[str, str]] = {}
+    real = streamlit.dataframe
+
+    def recording(data: object, *args: object, **kwargs: object) -> object:
+        if isinstance(data, pd.io.formats.style.Styler):
+            data._compute()
+            frame = data.data
+            styled[str(kwargs.get("key"))] = {
+                str(frame.iloc[row]["status"]): "; ".join(f"{k}: {v}" for k, v in css)
+                for (row, _col), css in data.ctx.items()
+            }
+        return real(data, *args, **kwargs)
+
+    monkeypatch.setattr(streamlit, "dataframe", recording)
+    for name in ("overview", "engines"):
+        at = view(name).run()
+        assert not at.exception, at.exception
+    for key in ("overview_engines", "overview_jobs", "engines_table"):
+        assert styled.get(key), f"{key} is not coloured"
+    ready, _ink = STATUS_COLOURS["READY"]
+    assert ready in styled["overview_engines"]["READY"] and ready in styled["engines_table"]["READY"]
+    assert styled["overview_engines"]["FAILED"] != styled["overview_engines"]["READY"]

@@ -20,6 +20,7 @@ from enginecache.core.precision.spec import PRECISIONS
 from enginecache.core.shapetext import shape_text
 from enginecache.dashboard import data
 from enginecache.dashboard.live import link, live_section
+from enginecache.dashboard.statuscolours import status_style
 from enginecache.dashboard.urlstate import from_url, to_url, url_int, url_text
 from enginecache.dashboard.views.build import make_request, target_options
 from enginecache.dashboard.views.engineactions import actions
@@ -126,7 +127,7 @@ def render() -> None:
                     }
                     for r in page.rows
                 ]
-            ),
+            ).style.map(status_style, subset=["status"]),
             hide_index=True,
             height="content",  # a page of rows shown whole: no box of ten rows to scroll inside
             key="engines_table",

@@ -17,6 +17,7 @@ import streamlit as st
 from enginecache.core.plaintext import markdown_literal
 from enginecache.dashboard import data
 from enginecache.dashboard.live import link
+from enginecache.dashboard.statuscolours import status_style
 from enginecache.db.models import EngineStatus, JobStatus
 from enginecache.service.readmodels.overview import CacheDay, Failure
 
@@ -65,14 +66,20 @@ def render() -> None:
     with left:
         st.subheader("Engines by status")
         st.dataframe(
-            _status_frame(counts.engines_by_status, [s.value for s in EngineStatus]),
+            _status_frame(counts.engines_by_status, [s.value for s in EngineStatus]).style.map(
+                status_style, subset=["status"]
+            ),
             hide_index=True,
             key="overview_engines",
         )
     with right:
         st.subheader("Jobs by status")
         st.dataframe(
-            _status_frame(counts.jobs_by_status, [s.value for s in JobStatus]), hide_index=True, key="overview_jobs"
+            _status_frame(counts.jobs_by_status, [s.value for s in JobStatus]).style.map(
+                status_style, subset=["status"]
+            ),
+            hide_index=True,
+            key="overview_jobs",
         )
 
     st.subheader(f"Cache activity, last {ACTIVITY_DAYS} days")
