@@ -29,7 +29,7 @@ from enginecache.dashboard import live
 from enginecache.dashboard.views import coverage as coverage_view
 from enginecache.db import queue
 from enginecache.db.models import EngineRecord, EngineStatus, JobRecord, JobStatus, WorkerRecord, utcnow
-from enginecache.service import coverage
+from enginecache.service import coverage, hostcoverage
 from enginecache.service.access import Role, set_role
 from enginecache.service.builds import BuildRequest, build_engine
 from enginecache.service.context import AppContext
@@ -309,7 +309,7 @@ def test_the_hosts_page_says_what_each_host_loads_and_lacks(fleet: Seeded) -> No
 
 def test_host_coverage_uses_the_backends_one_rule(fleet: Seeded) -> None:
     [host] = coverage.known_hosts(coverage.worker_hosts(fleet.app))
-    found = coverage.host_coverage(fleet.app, host.fingerprint)
+    found = hostcoverage.host_coverage(fleet.app, host.fingerprint)
     [verdict] = engine_host_verdicts(fleet.app, fleet.engine_id)
     assert [(e.engine_id, e.verdict) for e in found.loadable] == [(fleet.engine_id, verdict.verdict)]
     assert found.loadable[0].reason == verdict.reason
@@ -348,5 +348,5 @@ def test_the_coverage_queries_run_on_each_catalog(catalog_ctx: AppContext, tmp_p
     matrix = coverage.coverage(app, backends=("ort",), precisions=("fp32",))
     [cell] = matrix.cells
     assert (cell.state, cell.engine_id) == (coverage.READY, built.id)
-    [found] = coverage.hosts_coverage(app, coverage.worker_hosts(app)).values()
+    [found] = hostcoverage.hosts_coverage(app, coverage.worker_hosts(app)).values()
     assert [e.engine_id for e in found.loadable] == [built.id] and not found.lacking

@@ -10,7 +10,6 @@ from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
 import pandas as pd
-import plotly.express as px
 import streamlit as st
 
 from enginecache.core.backends.registry import backend_label
@@ -24,13 +23,14 @@ from enginecache.dashboard.statuscolours import status_style
 from enginecache.dashboard.urlstate import from_url, to_url, url_int, url_text
 from enginecache.dashboard.views.build import make_request, target_options
 from enginecache.dashboard.views.engineactions import actions
+from enginecache.dashboard.views.enginetestloads import load_runs
 from enginecache.db.models import EngineStatus, JobStatus
 from enginecache.service.builds import plan_build
 from enginecache.service.context import AppContext
 from enginecache.service.engines import engine_to_dict, get_engine
 from enginecache.service.loadruns import list_load_runs
 from enginecache.service.readmodels.engines import EngineFilter, ingredient_rows
-from enginecache.service.readmodels.jobs import JobView, engine_test_loads, jobs_by_id
+from enginecache.service.readmodels.jobs import engine_test_loads, jobs_by_id
 from enginecache.service.readmodels.models import model_lineage
 
 PAGE_SIZE = 50
@@ -207,7 +207,7 @@ def _engine_page(key: data.CatalogKey, engine_id: int) -> bool:
     with loads:
         failed = [j for j in test_loads if j.job.status in (JobStatus.FAILED, JobStatus.DEAD)]
         # read now, not from a cache: the page's last redraw after a test-load ends must show its run
-        _load_runs(list_load_runs(app, engine_id, limit=20), failed[0] if failed else None)
+        load_runs(list_load_runs(app, engine_id, limit=20), failed[0] if failed else None)
     with ingredients:
         st.dataframe(
             pd.DataFrame(
@@ -254,147 +254,6 @@ def _builder_log(app: AppContext, engine: Any) -> None:
         st.code(jobs[0].log_tail, language=None)
     elif not engine.builder_log:
         st.code("(empty)", language=None)
-
-
-LOAD_PHASE_LABELS = {
-    "read_verify": "read + verify",
-    "validity": "header check",
-    "deserialize": "deserialize",
-    "create_context": "create context",
-    "allocate_io": "allocate IO",
-    "first_inference": "first inference",
-}
-
-
-def _load_runs(runs: list[dict[str, Any]], failed: JobView | None) -> None:
-    """The latest test-load: verdict, phases as a bar, latency distribution, accuracy per output;
-    then every run in a table. A test-load job that failed without recording a run (newer than the
-    last run) is shown first, with its reason."""
-    latest_run = runs[0]["job_id"] if runs else None
-    if failed is not None and (latest_run is None or failed.job.id > int(latest_run or 0)):
-        job = failed.job
-        st.error(
-            markdown_literal(f"Test-load job {job.id} {job.status}: {job.error or 'no reason recorded'}"),
-            icon=":material/error:",
-        )
-    if not runs:
-        if failed is None:
-            st.caption("No test-load yet: click Test-load to queue one on a worker that can load this engine.")
-        return
-    latest = runs[0]
-    show = st.success if latest["verdict"] == "PASS" else st.error
-    show(
-        f"Latest test-load ({latest['created_at'][:19]} on {markdown_literal(latest['hostname'])}): "
-        f"**{latest['verdict']}**. {markdown_literal(latest['reason'])}"
-    )
-    _inputs_used(latest)  # what it was fed, then how close its outputs came: before the timings
-    if latest["accuracy"]:
-        _accuracy(latest)
-    if latest["phases"]:
-        phases = pd.DataFrame(
-            [{"phase": LOAD_PHASE_LABELS.get(k, k), "ms": v * 1e3} for k, v in latest["phases"].items()]
-        )
-        st.plotly_chart(
-            px.bar(phases, x="ms", y="phase", orientation="h", height=260, title="Load phases (ms)"),
-            key="engines_load_phases",
-        )
-    if latest["latency"]:
-        lat = latest["latency"]
-        cols = st.columns(5)
-        for col, (label, name) in zip(
-            cols, (("p50", "p50_ms"), ("p90", "p90_ms"), ("p99", "p99_ms"), ("mean", "mean_ms")), strict=False
-        ):
-            col.metric(f"{label} latency", f"{lat[name]:.3f} ms")
-        cols[4].metric("throughput", f"{lat['throughput']:.1f}/s")
-    if latest["samples_ms"]:
-        st.plotly_chart(
-            px.histogram(
-                pd.DataFrame({"ms": latest["samples_ms"]}),
-                x="ms",
-                nbins=30,
-                height=260,
-                title=f"Latency over {len(latest['samples_ms'])} iterations",
-            ),
-            key="engines_load_latency",
-        )
-    st.dataframe(
-        pd.DataFrame(
-            [
-                {
-                    "run": r["id"],
-                    "when": r["created_at"][:19],
-                    "host": r["hostname"],
-                    "verdict": r["verdict"],
-                    "load ms": None if r["load_seconds"] is None else round(r["load_seconds"] * 1e3, 3),
-                    "p50 ms": (r["latency"] or {}).get("p50_ms"),
-                    "reason": r["reason"],
-                }
-                for r in runs
-            ]
-        ),
-        hide_index=True,
-        key="engines_load_runs",
-    )
-
-
-def _inputs_used(run: dict[str, Any]) -> None:
-    """What the run fed the engine: each input's shape, and an uploaded file or how it was generated."""
-    made = (run.get("details") or {}).get("inputs") or {}
-    shapes = run.get("input_shapes") or {}
-    if not made and not shapes:
-        return
-    st.markdown("**Inputs used**")
-    st.dataframe(
-        pd.DataFrame(
-            [
-                {"input": name, "shape": shape_text(shapes.get(name) or ()), "made": str(made.get(name, "-"))}
-                for name in dict.fromkeys([*shapes, *made])
-            ]
-        ),
-        hide_index=True,
-        key="engines_load_inputs",
-    )
-
-
-TOLERANCE_LABELS = {
-    "atol": "atol",
-    "rtol": "rtol",
-    "min_cosine": "min cosine",
-    "min_top1": "min top-1",
-    "min_top5": "min top-5",
-}
-
-
-def _fmt(value: Any) -> str:
-    return "-" if value is None else f"{value:.6g}" if isinstance(value, float) else str(value)
-
-
-def _accuracy(run: dict[str, Any]) -> None:
-    """Per output: PASS or FAIL, its errors against the reference, and the tolerances it was judged by
-    (the precision's, with the run's overrides and any per-output ones)."""
-    tolerances = dict(run.get("tolerances") or {})
-    per_output = tolerances.pop("per_output", {}) or {}
-    used = ", ".join(f"{TOLERANCE_LABELS.get(k, k)} {_fmt(v)}" for k, v in tolerances.items())
-    st.markdown(f"**Accuracy against ONNX Runtime on the source fp32 model** ({run['precision']} tolerances: {used})")
-    rows = []
-    for out in run["accuracy"]:
-        own = {**tolerances, **per_output.get(out.get("name"), {})}
-        rows.append(
-            {
-                "output": out.get("name"),
-                "verdict": "PASS" if out.get("passed") else "FAIL",
-                "shape": shape_text(out.get("shape") or ()),
-                "max abs err": _fmt(out.get("max_abs")),
-                "atol": _fmt(own.get("atol")),
-                "max rel err": _fmt(out.get("max_rel")),
-                "rtol": _fmt(own.get("rtol")),
-                "cosine": _fmt(out.get("cosine")),
-                "min cosine": _fmt(own.get("min_cosine")),
-                "top-1": _fmt(out.get("top1")),
-                "failed checks": "; ".join(out.get("failed_checks") or []),
-            }
-        )
-    st.dataframe(pd.DataFrame(rows), hide_index=True, key="engines_load_accuracy")
 
 
 def _lineage(app: AppContext, engine: Any) -> None:
