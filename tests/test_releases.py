@@ -121,3 +121,21 @@ def test_the_release_cli(
     assert back.code == 0 and back.json()["version"] == 2
     refused = run_cli(capsys, *where, "release", "rollback", "m", "--alias", "canary")
     assert refused.code == 2 and refused.err.startswith("error: ")
+
+
+def test_export_and_the_startup_probe_resolve_name_at_alias(
+    app_ctx: AppContext, two_versions: list[ModelRecord], tmp_path: Path
+) -> None:
+    from enginecache.service.exports import export_model
+    from enginecache.service.readiness import check_ready
+    from enginecache.service.runtime import RuntimeSpec
+
+    v1, _ = two_versions
+    old = build_engine(app_ctx, BuildRequest(model=str(v1.id), backend="ort")).engine
+    new = build_engine(app_ctx, BuildRequest(model="m", backend="ort")).engine
+    promote(app_ctx, "m", "prod", version=1)
+    ready = check_ready(app_ctx, "m@prod", RuntimeSpec(backend="ort"))
+    assert ready.ready and ready.engine_id == old.id, ready.reason
+    assert check_ready(app_ctx, "m", RuntimeSpec(backend="ort")).engine_id == new.id, "the name alone: newest"
+    exported = export_model(app_ctx, "m@prod", tmp_path / "tree", fmt="tree", backend="ort")
+    assert [e["sha256"] for e in exported.manifest["engines"]] == [old.sha256]

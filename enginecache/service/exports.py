@@ -43,7 +43,8 @@ from enginecache.db.models import EngineRecord, EngineStatus, ModelRecord
 from enginecache.errors import ExportError
 from enginecache.service.context import AppContext
 from enginecache.service.enginerefs import engine_targets
-from enginecache.service.models import get_model, model_path
+from enginecache.service.models import model_path
+from enginecache.service.releases import resolve_model
 from enginecache.service.tritonconfig import (
     TRITON_TYPES,
     cc_number,
@@ -187,7 +188,7 @@ def export_model(
 ) -> ExportResult:
     if fmt not in FORMATS:
         raise ExportError(f"unknown export format {fmt!r}: choose {' or '.join(FORMATS)}")
-    record = get_model(app, model)
+    record, _release = resolve_model(app, model)  # a name, id, digest, or NAME@ALIAS (service.releases)
     if fmt == "triton":
         return export_triton(app, record, Path(dest), backend=backend, precision=precision or "fp32")
     return export_tree(app, record, Path(dest), backend=backend, precision=precision)

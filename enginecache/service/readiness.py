@@ -17,7 +17,7 @@ from enginecache.service.enginerefs import engine_ref
 from enginecache.service.loading import read_engine
 from enginecache.service.localhost import local_host
 from enginecache.service.lookup import explain_miss, find_engine
-from enginecache.service.models import get_model
+from enginecache.service.releases import resolve_model
 from enginecache.service.runtimetypes import RuntimeSpec
 
 
@@ -37,7 +37,7 @@ def check_ready(
     """Is the engine for this model, spec and host loadable here: present, verified and compatible?"""
     spec = spec or RuntimeSpec()
     host = host or local_host()
-    record = get_model(app, model)
+    record, _release = resolve_model(app, model, host)  # NAME@ALIAS resolved for this host's GPU class
     plan = plan_build(app, spec.request(str(record.id)), host=host)
     engine = find_engine(app, plan, host)
     if engine is None:
