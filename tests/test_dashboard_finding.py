@@ -197,3 +197,17 @@ def test_status_tables_are_coloured_by_status(seeded: Seeded, monkeypatch: pytes
     ready, _ink = STATUS_COLOURS["READY"]
     assert ready in styled["overview_engines"]["READY"] and ready in styled["engines_table"]["READY"]
     assert styled["overview_engines"]["FAILED"] != styled["overview_engines"]["READY"]
+
+
+def test_the_engine_page_says_its_models_version_and_the_aliases_pointing_at_it(seeded: Seeded) -> None:
+    from enginecache.service.models import get_model
+    from enginecache.service.releases import promote
+    from tests.dashboardkit import engine_view, texts
+
+    name = get_model(seeded.app, seeded.model_id).name
+    before = texts(engine_view(seeded.engine_id).run())
+    assert "version 1" in before and "aliases" not in before
+    promote(seeded.app, name, "prod")
+    promote(seeded.app, name, "canary", gpu_class="sm89")
+    after = texts(engine_view(seeded.engine_id).run())
+    assert "aliases canary for sm89, prod" in after, after

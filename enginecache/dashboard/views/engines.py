@@ -29,9 +29,11 @@ from enginecache.service.builds import plan_build
 from enginecache.service.context import AppContext
 from enginecache.service.engines import engine_to_dict, get_engine
 from enginecache.service.loadruns import list_load_runs
+from enginecache.service.models import get_model
 from enginecache.service.readmodels.engines import EngineFilter, ingredient_rows
 from enginecache.service.readmodels.jobs import engine_test_loads, jobs_by_id
 from enginecache.service.readmodels.models import model_lineage
+from enginecache.service.releases import aliases_of_model, version_of
 
 PAGE_SIZE = 50
 ANY = "(any)"
@@ -188,7 +190,7 @@ def _engine_page(key: data.CatalogKey, engine_id: int) -> bool:
         help=f"last re-hash {info['verified_at']} UTC" if info["verified_at"] else None,
     )
     st.markdown(
-        f"**model** {link(str(info['model']), 'models', model=engine.model_id)}  \n"
+        f"**model** {link(str(info['model']), 'models', model=engine.model_id)}{_aliases(app, engine)}  \n"
         f"**sha256** `{engine.sha256 or '-'}`  \n**blake3** `{engine.blake3 or '-'}`  \n"
         f"**cache key** `{engine.cache_key}`  \n**blob** `{info['path'] or '-'}`"
     )
@@ -254,6 +256,17 @@ def _builder_log(app: AppContext, engine: Any) -> None:
         st.code(jobs[0].log_tail, language=None)
     elif not engine.builder_log:
         st.code("(empty)", language=None)
+
+
+def _aliases(app: AppContext, engine: Any) -> str:
+    """`, version N, aliases prod, canary for sm86`: the release of the engine's model (plain text)."""
+    model = data.attempt("cannot read the model", get_model, app, engine.model_id)
+    if model is None:
+        return ""
+    version = version_of(app, model)
+    pointing = [a.alias + (f" for {a.gpu_class}" if a.gpu_class else "") for a in aliases_of_model(app, model)]
+    text = f", version {version}" + (f", aliases {', '.join(pointing)}" if pointing else "")
+    return markdown_literal(text)
 
 
 def _lineage(app: AppContext, engine: Any) -> None:
