@@ -8,7 +8,7 @@ of a worker the catalog has seen) and one precision. Its state, from the catalog
 - READY: a READY engine covers the target, built with the newest library version the fleet runs,
   and at least one known host can load it (or no host is known yet);
 - INCOMPATIBLE: such an engine exists, but every known host refuses it (the backend's one rule,
-  `service.engines.host_verdict`, decided on each worker's recorded fingerprint);
+  `service.engines.ref_verdict`, decided on each worker's recorded fingerprint);
 - STALE: the READY engines that cover it were all built with an older library version than the
   fleet's newest (the newest `capabilities.versions[backend]` the workers table holds);
 - BUILDING: no current READY engine, and a build job for it is QUEUED or RUNNING;
@@ -23,7 +23,7 @@ once per engine group and host.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -32,10 +32,11 @@ import sqlalchemy as sa
 from sqlalchemy.orm import aliased
 from sqlmodel import col
 
+from enginecache.core.backends.base import EngineRef
 from enginecache.core.backends.registry import all_backends, backend_label
 from enginecache.db.models import EngineRecord, EngineStatus, JobRecord, ModelRecord, WorkerRecord
 from enginecache.service.context import AppContext
-from enginecache.service.engines import host_verdict
+from enginecache.service.engines import recorded_host, ref_verdict
 from enginecache.service.readmodels.hosts import HostRow, worker_hosts
 from enginecache.service.readmodels.jobs import ACTIVE_JOB_STATUSES
 
@@ -84,6 +85,10 @@ class EngineGroup:
     status: str
     count: int
     newest_id: int
+
+    def ref(self) -> EngineRef:
+        """What the backend's rule knows of the group's engines (no blob here)."""
+        return EngineRef(self.backend, self.backend_version, self.targets, self.precision, self.os or None)
 
     def as_engine(self) -> EngineRecord:
         """The group's newest engine as the rule takes it (only the fields it reads)."""
@@ -144,6 +149,22 @@ class KnownHost:
     hostname: str
     online: bool
     fingerprint: dict[str, Any] = field(default_factory=dict)
+
+
+class Judge:
+    """The backend's one rule (`service.engines.ref_verdict`) for engine groups on a set of hosts:
+    each host's recorded fingerprint made a `HostFingerprint` once, each distinct engine ref judged
+    once (at 100,000 engines the groups number thousands, their distinct refs a handful)."""
+
+    def __init__(self, fingerprints: Sequence[Mapping[str, Any]]) -> None:
+        self._hosts = [recorded_host(f) for f in fingerprints]
+        self._seen: dict[EngineRef, list[tuple[str, str]]] = {}
+
+    def __call__(self, ref: EngineRef) -> list[tuple[str, str]]:
+        """(verdict, reason) per host, in the order given."""
+        if ref not in self._seen:
+            self._seen[ref] = [ref_verdict(ref, host) for host in self._hosts]
+        return self._seen[ref]
 
 
 def known_hosts(rows: Sequence[HostRow]) -> list[KnownHost]:
@@ -322,6 +343,7 @@ def coverage(
     failed_ids = [g.newest_id for g in groups if g.status == EngineStatus.FAILED and g.model_id in shown]
     errors = _errors(app, failed_ids)
     verdicts: dict[EngineGroup, list[tuple[str, str]]] = {}
+    judge = Judge([h.fingerprint for h in hosts])
     cells = []
     for model_id, _ in models:
         for precision in precisions:
@@ -336,6 +358,7 @@ def coverage(
                         fleet,
                         hosts,
                         verdicts,
+                        judge,
                         active.get(key),
                         errors,
                     )
@@ -351,6 +374,7 @@ def _cell(
     fleet: dict[str, str],
     hosts: list[KnownHost],
     verdicts: dict[EngineGroup, list[tuple[str, str]]],
+    judge: Judge,
     job_id: int | None,
     errors: dict[int, str],
 ) -> Cell:
@@ -364,7 +388,7 @@ def _cell(
     ]
     for group in current:
         if group not in verdicts:
-            verdicts[group] = [host_verdict(group.as_engine(), h.fingerprint) for h in hosts]
+            verdicts[group] = judge(group.ref())
     loadable = [g for g in current if not hosts or any(v == "compatible" for v, _ in verdicts[g])]
     if loadable:
         best = loadable[0]

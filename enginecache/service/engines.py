@@ -20,7 +20,7 @@ from typing import Any
 
 from sqlmodel import col, select
 
-from enginecache.core.backends.base import CompatibilityResult
+from enginecache.core.backends.base import CompatibilityResult, EngineRef
 from enginecache.core.backends.registry import get_backend
 from enginecache.core.blobpaths import blob_path
 from enginecache.core.fingerprint import HostFingerprint, host_fingerprint
@@ -242,7 +242,14 @@ def host_verdict(engine: EngineRecord, fingerprint: Mapping[str, Any]) -> tuple[
     """(verdict, reason) of the backend's rule for a host as the catalog recorded its fingerprint."""
     if engine.status != EngineStatus.READY:
         return "unknown", f"engine {engine.id} is {engine.status}: there is nothing to load"
-    result = get_backend(engine.backend).compatibility(engine_ref(engine), recorded_host(fingerprint))
+    return ref_verdict(engine_ref(engine), recorded_host(fingerprint))
+
+
+def ref_verdict(ref: EngineRef, host: HostFingerprint) -> tuple[str, str]:
+    """`host_verdict` of a READY engine given as its `EngineRef`, for a host already made a
+    fingerprint (`recorded_host`): what a view judging many engine groups per host calls, once per
+    distinct ref and host (the rule reads nothing else)."""
+    result = get_backend(ref.backend).compatibility(ref, host)
     if result.compatible:
         return result.verdict, f"{result.reason} (header not checked from here)"
     return result.verdict, result.reason

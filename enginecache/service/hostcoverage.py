@@ -1,6 +1,6 @@
 """What each known host can load of the READY engines, and what it lacks (the Hosts view): the
 engine groups of `service.coverage` judged once per host by the backend's one rule
-(`service.engines.host_verdict`, on the host's recorded fingerprint)."""
+(`service.engines.ref_verdict` through `coverage.Judge`, on the host's recorded fingerprint)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,7 @@ from sqlmodel import col
 
 from enginecache.db.models import EngineStatus, ModelRecord
 from enginecache.service.context import AppContext
-from enginecache.service.coverage import EngineGroup, engine_groups
-from enginecache.service.engines import host_verdict
+from enginecache.service.coverage import EngineGroup, Judge, engine_groups
 from enginecache.service.readmodels.hosts import HostRow
 
 
@@ -62,8 +61,9 @@ def _host_coverage(groups: Sequence[EngineGroup], names: dict[int, str], fingerp
     loadable: list[HostEngine] = []
     refused: dict[tuple[int, str, str], HostEngine] = {}
     covered: set[tuple[int, str, str]] = set()
+    judge = Judge([fingerprint])
     for group in sorted(groups, key=lambda g: -g.newest_id):
-        verdict, reason = host_verdict(group.as_engine(), fingerprint)
+        [(verdict, reason)] = judge(group.ref())
         row = HostEngine(
             names.get(group.model_id, f"model {group.model_id}"),
             group.backend,
