@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import sqlalchemy as sa
@@ -327,3 +327,22 @@ def seeded(seed: SeedIds, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> It
     copy = copy_catalog(seed, tmp_path / "home", monkeypatch)
     yield copy
     copy.app.close()
+
+
+@pytest.fixture
+def intervals(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
+    """Each dashboard live section's `run_every`, by its name, as the view declared it in its last run."""
+    import streamlit
+
+    from enginecache.dashboard import live
+
+    seen: dict[str, Any] = {}
+    real = streamlit.fragment
+
+    def spy(func: Callable[..., Any] | None = None, **kwargs: Any) -> Any:
+        if func is not None:
+            seen[func.__name__] = kwargs.get("run_every")
+        return real(func, **kwargs)
+
+    monkeypatch.setattr(live.st, "fragment", spy)
+    yield seen

@@ -14,39 +14,28 @@ from enginecache.service.readmodels.timings import cold_warm_starts
 from tests.dashboardkit import Seeded, view
 
 
+def _event(seeded: Seeded, outcome: str, source: str, total: float) -> LoadEventRecord:
+    return LoadEventRecord(
+        hostname="gpu-box-1",
+        model_name="convnet",
+        model_id=seeded.model_id,
+        engine_id=seeded.engine_id,
+        backend="rtx",
+        precision="fp32",
+        host_target="sm86",
+        outcome=outcome,
+        source=source,
+        total_s=total,
+    )
+
+
 def _hits(seeded: Seeded, *seconds: float) -> None:
     with seeded.app.catalog.write() as session:
         for total in seconds:
-            session.add(
-                LoadEventRecord(
-                    hostname="gpu-box-1",
-                    model_name="convnet",
-                    model_id=seeded.model_id,
-                    engine_id=seeded.engine_id,
-                    backend="rtx",
-                    precision="fp32",
-                    host_target="sm86",
-                    outcome="hit",
-                    source="load_or_build",
-                    total_s=total,
-                )
-            )
+            session.add(_event(seeded, "hit", "load_or_build", total))
         # a miss and a build request are no warm start
         for source, outcome in (("load_or_build", "miss"), ("build_request", "hit")):
-            session.add(
-                LoadEventRecord(
-                    hostname="gpu-box-1",
-                    model_name="convnet",
-                    model_id=seeded.model_id,
-                    engine_id=seeded.engine_id,
-                    backend="rtx",
-                    precision="fp32",
-                    host_target="sm86",
-                    outcome=outcome,
-                    source=source,
-                    total_s=99.0,
-                )
-            )
+            session.add(_event(seeded, outcome, source, 99.0))
 
 
 def _chart(at: AppTest, key: str) -> dict[str, Any]:

@@ -12,14 +12,12 @@ from __future__ import annotations
 import io
 import re
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import pytest
-import streamlit
 from sqlmodel import select
 from streamlit.testing.v1 import AppTest
 
@@ -256,20 +254,6 @@ def test_a_link_with_filters_reproduces_the_view(fleet: Seeded) -> None:
     # a value that names nothing is left out, not an error
     bad = _rtx_view("model=999", "precision=fp64").run()
     assert not bad.exception and bad.multiselect(key="coverage_precisions").value == ["fp32", "fp16"]
-
-
-@pytest.fixture
-def intervals(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
-    seen: dict[str, Any] = {}
-    real = streamlit.fragment
-
-    def spy(func: Callable[..., Any] | None = None, **kwargs: Any) -> Any:
-        if func is not None:
-            seen[func.__name__] = kwargs.get("run_every")
-        return real(func, **kwargs)
-
-    monkeypatch.setattr(live.st, "fragment", spy)
-    yield seen
 
 
 def test_the_matrix_redraws_itself_while_a_job_runs_and_turns_ready(fleet: Seeded, intervals: dict[str, Any]) -> None:

@@ -5,12 +5,9 @@ fresh session (a reload); buttons that can do nothing are disabled."""
 from __future__ import annotations
 
 import io
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
-import pytest
-import streamlit
 from sqlmodel import select
 from streamlit.testing.v1 import AppTest
 
@@ -166,21 +163,6 @@ def test_an_error_is_listed_once_even_after_a_submit(seeded: Seeded) -> None:
     at.button(key="build_submit").click().run()
     assert [e.count("needs calibration data") for e in _matrix_errors(at)] == [1]
     assert [str(s.value).count("queued job") for s in at.success] == [1]
-
-
-@pytest.fixture
-def intervals(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
-    """Each live section's `run_every`, by its name, as the view declared it in its last run."""
-    seen: dict[str, Any] = {}
-    real = streamlit.fragment
-
-    def spy(func: Callable[..., Any] | None = None, **kwargs: Any) -> Any:
-        if func is not None:
-            seen[func.__name__] = kwargs.get("run_every")
-        return real(func, **kwargs)
-
-    monkeypatch.setattr(live.st, "fragment", spy)
-    yield seen
 
 
 def test_the_matrix_and_the_job_list_redraw_themselves_while_a_job_runs(

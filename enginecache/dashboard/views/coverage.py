@@ -11,9 +11,7 @@ across every model) that a viewer may ask too and that deserves a link of its ow
 
 from __future__ import annotations
 
-import tempfile
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +24,7 @@ from enginecache.core.precision.spec import PRECISIONS, QUANTIZED
 from enginecache.dashboard import data
 from enginecache.dashboard.live import link, live_section
 from enginecache.dashboard.urlstate import from_url, to_url
+from enginecache.dashboard.views.build import calibration_file
 from enginecache.service import coverage as cov
 from enginecache.service.builds import BuildRequest
 from enginecache.service.jobs import submit_build
@@ -239,17 +238,6 @@ def submit_cells(cells: Sequence[cov.Cell], names: dict[int, str], calibration: 
     return lines
 
 
-@contextmanager
-def _calibration_file(upload: Any) -> Iterator[Path | None]:
-    if upload is None:
-        yield None
-        return
-    with tempfile.TemporaryDirectory(prefix="enginecache-calib-") as tmp:
-        path = Path(tmp) / "calibration.npz"
-        path.write_bytes(upload.getvalue())
-        yield path
-
-
 def _build_button(matrix: cov.Coverage) -> None:
     calibration_upload = None
     if any(c.state in cov.BUILDABLE and c.precision in QUANTIZED for c in matrix.cells):
@@ -274,7 +262,7 @@ def _build_button(matrix: cov.Coverage) -> None:
     elif not cells:
         st.caption("Nothing to build: every cell shown is READY, building, failed or has no host to load it.")
     if clicked and may_build and cells:
-        with _calibration_file(calibration_upload) as calibration:
+        with calibration_file(calibration_upload) as calibration:
             st.session_state[SUBMITTED] = submit_cells(cells, dict(matrix.models), calibration)
         data.clear_caches()
         st.rerun()
