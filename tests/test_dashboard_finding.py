@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
+from sqlmodel import select
 from streamlit.testing.v1 import AppTest
 
 from enginecache.db.models import EngineRecord, EngineStatus, JobRecord, JobStatus, ModelRecord, utcnow
@@ -211,3 +212,16 @@ def test_the_engine_page_says_its_models_version_and_the_aliases_pointing_at_it(
     promote(seeded.app, name, "canary", gpu_class="sm89")
     after = texts(engine_view(seeded.engine_id).run())
     assert "aliases canary for sm89, prod" in after, after
+
+
+def test_filtering_engines_by_a_converted_variant_finds_the_engines_built_from_it(seeded: Seeded) -> None:
+    variant = _variant(seeded)  # one fp16 engine built from it, filed under its source model
+    with seeded.app.catalog.read() as session:
+        built = session.exec(select(EngineRecord).where(EngineRecord.variant_model_id == variant.id)).all()
+    at = _url_view("engines", model=str(variant.id))
+    at.run()
+    assert not at.exception, at.exception
+    assert frame(at, "id", "sha256")["id"].tolist() == [e.id for e in built]
+    source = _url_view("engines", model=str(seeded.model_id))
+    source.run()
+    assert set(frame(source, "id", "sha256")["id"]) >= {e.id for e in built}, "and under its source"

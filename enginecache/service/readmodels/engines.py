@@ -58,7 +58,10 @@ class EnginePage:
 def _engine_where(spec: EngineFilter) -> list[Any]:
     where: list[Any] = []
     if spec.model_id is not None:
-        where.append(col(EngineRecord.model_id) == spec.model_id)
+        # a source model's engines, or a converted variant's (filed under its source, built from it)
+        where.append(
+            sa.or_(col(EngineRecord.model_id) == spec.model_id, col(EngineRecord.variant_model_id) == spec.model_id)
+        )
     if spec.backend:
         where.append(col(EngineRecord.backend) == spec.backend)
     if spec.precision:
