@@ -199,9 +199,20 @@ def test_two_models_mixed_precisions_coverage_retire_and_test_load_in_chromium(
                 select(EngineRecord).where(EngineRecord.backend == "ort", EngineRecord.status == EngineStatus.READY)
             ).all()
         open_view(f"/engines?engine={ort.id}")
-        page.get_by_text("Test-load inputs").click()
-        page.get_by_text("an .npz I upload").click()
-        page.locator("input[type=file]").first.set_input_files(str(inputs))
+        # Open the inputs expander and choose an upload; a click that lands while the page is still
+        # settling can be lost, so each step waits for its effect (the uploader) and is tried again.
+        uploader = page.locator("input[type=file]").first
+        upload_choice = page.get_by_text("an .npz I upload")
+        for _attempt in range(4):
+            if not upload_choice.is_visible():
+                page.get_by_text("Test-load inputs").click()
+            upload_choice.click()
+            try:
+                expect(uploader).to_be_attached(timeout=15_000)
+                break
+            except AssertionError:
+                _wait_for_app_run(page)
+        uploader.set_input_files(str(inputs))
         expect(page.get_by_text("encoder-inputs.npz fits the engine's inputs: input float32 [4, 16]")).to_be_visible()
         test_load = page.get_by_role("button", name="Test-load")
         expect(test_load).to_be_enabled()
