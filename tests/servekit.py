@@ -1,4 +1,5 @@
-"""Starting `enginecache serve` in the end-to-end tests: a free port, and waiting for the dashboard."""
+"""Starting `enginecache serve` in the end-to-end tests: a free port, waiting for the dashboard, and
+the Debian Chromium every browser test drives, with its flags and Playwright's limit."""
 
 from __future__ import annotations
 
@@ -6,7 +7,20 @@ import socket
 import subprocess
 import time
 import urllib.request
+from pathlib import Path
 
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
+# Generous: the machines are shared, and a wait ends as soon as its condition holds.
+TIMEOUT_MS = 60_000  # every Playwright action, navigation and expect()
 HEALTH_SECONDS = 120.0  # `enginecache serve` answering /_stcore/health
 POLL_SECONDS = 0.5  # how often the health endpoint is polled (not a margin)
 

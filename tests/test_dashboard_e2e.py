@@ -30,13 +30,11 @@ from playwright.sync_api import Page, expect, sync_playwright
 from enginecache.db.models import EngineRecord, EngineStatus, JobRecord, LoadRunRecord, ModelRecord
 from enginecache.service.context import AppContext
 from tests.modelfactory import make_conv, make_mlp
+from tests.servekit import CHROMIUM, CHROMIUM_ARGS, TIMEOUT_MS
 from tests.test_serve_e2e import (
-    CHROMIUM,
-    CHROMIUM_ARGS,
     FRESH_SECONDS,
     POLL_SECONDS,
     READY_SECONDS,
-    TIMEOUT_MS,
     VIEWPORT,
     _ready_engines,
     _wait_for_app_run,

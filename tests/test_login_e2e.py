@@ -28,20 +28,8 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 from enginecache.service.context import DB_URL_ENV, HOME_ENV, AppContext
 from tests import oidckit
 from tests.conftest import skip_or_fail
-from tests.servekit import free_port, wait_for_dashboard
+from tests.servekit import CHROMIUM, CHROMIUM_ARGS, TIMEOUT_MS, free_port, wait_for_dashboard
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    "--disable-quic",
-]
-# Generous: the machines are shared, and a wait ends as soon as its condition holds.
-TIMEOUT_MS = 60_000  # every Playwright action, navigation and expect()
 STOP_SECONDS = 60.0  # serve stopping its dashboard on SIGTERM (no worker here)
 PASSWORD = "any-password"  # the provider's development login takes any password
 NO_ROLE = "no role"  # what the page for a logged-in user without a role says (case-insensitive)

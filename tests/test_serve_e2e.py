@@ -24,23 +24,12 @@ from playwright.sync_api import Page, expect, sync_playwright
 from enginecache.db.models import EngineRecord, EngineStatus, JobRecord
 from enginecache.service.context import DB_URL_ENV, HOME_ENV, AppContext
 from tests.conftest import shared_model, skip_or_fail
-from tests.servekit import free_port, wait_for_dashboard
+from tests.servekit import CHROMIUM, CHROMIUM_ARGS, TIMEOUT_MS, free_port, wait_for_dashboard
 
 ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    "--disable-quic",
-]
 VIEWPORT = {"width": 1440, "height": 1600}
 # Generous everywhere: the machines running this are shared, and a wait ends as soon as its
 # condition holds, so a long limit costs nothing when things are fast.
-TIMEOUT_MS = 60_000  # every Playwright action, navigation and expect()
 READY_SECONDS = 600.0  # both builds READY (fp16 converts the model first)
 FRESH_SECONDS = 120.0  # a cached list showing what the worker just wrote (TTLs are seconds)
 STOP_SECONDS = 120.0  # serve stopping its dashboard and worker on SIGTERM (the worker may get 30 s)
