@@ -47,9 +47,8 @@ from enginecache.service.context import AppContext
 from enginecache.service.engines import get_engine
 from enginecache.service.models import get_model
 from enginecache.service.profiles import Profile, model_profiles
+from enginecache.service.pulled import MANIFEST_FORMAT
 from enginecache.service.releases import AliasTarget, version_of
-
-MANIFEST_FORMAT = "enginecache-pull-v1"
 
 
 @dataclass(frozen=True)

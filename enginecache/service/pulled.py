@@ -28,7 +28,7 @@ from enginecache.service.runtimetypes import LoadedEngine, RuntimeSpec
 
 logger = logging.getLogger(__name__)
 
-MANIFEST_FORMAT = "enginecache-pull-v1"  # as service.pull writes it (not imported: that module needs the catalog)
+MANIFEST_FORMAT = "enginecache-pull-v1"  # what service.pull writes (it imports it from here: this side is light)
 
 
 def is_pull_manifest(path: Path) -> bool:
