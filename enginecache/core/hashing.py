@@ -100,11 +100,16 @@ class StreamHasher:
 
 
 def hash_stream(
-    stream: BinaryIO, *, chunk_bytes: int = CHUNK_BYTES, sink: Callable[[memoryview], object] | None = None
+    stream: BinaryIO,
+    *,
+    chunk_bytes: int = CHUNK_BYTES,
+    sink: Callable[[memoryview], object] | None = None,
+    hasher: StreamHasher | None = None,
 ) -> DigestResult:
     """Hash a readable binary stream to its end with one reused buffer; `sink`, where given, is handed
-    each chunk right after it was hashed (so what it receives is exactly what was hashed)."""
-    hasher = StreamHasher()
+    each chunk right after it was hashed (so what it receives is exactly what was hashed). `hasher`,
+    where given, goes on from what it was fed before (one digest over several streams)."""
+    hasher = hasher if hasher is not None else StreamHasher()
     buffer = bytearray(chunk_bytes)
     view = memoryview(buffer)
     while True:
