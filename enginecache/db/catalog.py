@@ -38,6 +38,20 @@ SQLITE_BUSY_TIMEOUT_MS = 30_000
 MIGRATION_LOCK_KEY = 0x656E67696E65  # "engine": the advisory lock migrations hold on PostgreSQL
 _MIGRATE_LOCK = threading.Lock()
 _MIGRATED: set[str] = set()
+# libpq settings for a catalog across a network. Without them a connect that gets no answer, or a
+# connection whose peer is gone without a word (a cut link drops packets: no RST), waits on the
+# kernel's TCP retries, about 15 minutes, with the worker's heartbeat or a serving start stuck in it.
+# With them a connect fails after 10 s and a dead connection after about 30 s, as an OperationalError
+# the callers ride out (the worker retries; its lease lapses meanwhile and another host takes over).
+# A URL's own query parameters (`?connect_timeout=...`) win.
+PG_NETWORK_DEFAULTS: dict[str, str] = {
+    "connect_timeout": "10",
+    "keepalives": "1",
+    "keepalives_idle": "10",
+    "keepalives_interval": "5",
+    "keepalives_count": "3",
+    "tcp_user_timeout": "30000",  # ms: unacknowledged data for this long ends the connection
+}
 
 
 def normalize_url(url: str) -> str:
@@ -45,6 +59,12 @@ def normalize_url(url: str) -> str:
     if url.startswith("postgresql://") or url.startswith("postgres://"):
         return "postgresql+psycopg://" + url.split("://", 1)[1]
     return url
+
+
+def pg_network_args(url: str) -> dict[str, str]:
+    """`PG_NETWORK_DEFAULTS` less the ones `url` sets itself."""
+    given = sa.engine.make_url(url).query
+    return {name: value for name, value in PG_NETWORK_DEFAULTS.items() if name not in given}
 
 
 class CatalogConnectError(CatalogUnavailableError, sa.exc.OperationalError):
@@ -112,7 +132,7 @@ class Catalog:
             _configure_sqlite(self.engine)
             self._writer = self.engine.execution_options(sqlite_immediate=True)
         else:
-            self.engine = sa.create_engine(self.url, pool_pre_ping=True)
+            self.engine = sa.create_engine(self.url, pool_pre_ping=True, connect_args=pg_network_args(self.url))
             self._writer = self.engine.execution_options()
         if migrate:
             self.migrate()
