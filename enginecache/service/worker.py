@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import multiprocessing
+import multiprocessing.forkserver
 import os
 import signal
 import socket
@@ -125,12 +126,19 @@ class Worker:
             config,
             host=self.host,
             clock=clock,
-            children=children if children is not None else _child_context(),
+            children=children if children is not None else self._default_children(),
             hard_stop=self._hard_stop,
         )
         self._current: dict[int, int] = {}  # slot -> job id
         self._lock = threading.Lock()
         self.jobs_run = 0
+
+    def _default_children(self) -> Any:
+        context = _child_context()
+        self._warm_fork_server = context.get_start_method() == "forkserver"
+        return context
+
+    _warm_fork_server = False
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -148,6 +156,10 @@ class Worker:
 
     def run(self) -> int:
         """Claim and run jobs until stopped (or, with `once`/`job_id`, until none is claimable)."""
+        if self._warm_fork_server:
+            # Its preload (WARM_MODULES) takes seconds on a busy host: before the first claim, not
+            # inside the first attempt, whose lease would run out meanwhile with no heartbeat.
+            multiprocessing.forkserver.ensure_running()
         queue.register_worker(
             self.app.catalog,
             name=self.config.name,
