@@ -55,6 +55,7 @@ def test_a_build_publishes_its_engine_to_the_bucket(
 def test_a_build_whose_remote_is_down_fails_transiently(
     app_ctx: AppContext, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    register_model(app_ctx, make_mlp(tmp_path / "mlp.onnx"), name="mlp")  # before the remote (it would refuse)
     use_env(
         monkeypatch,
         {
@@ -66,7 +67,6 @@ def test_a_build_whose_remote_is_down_fails_transiently(
             "ENGINECACHE_STORE_RETRY_SECONDS": "1",
         },
     )
-    register_model(app_ctx, make_mlp(tmp_path / "mlp.onnx"), name="mlp")
     with pytest.raises(BuildFailedError) as failed:
         build_engine(app_ctx, BuildRequest(model="mlp", backend="ort"))
     assert any(isinstance(cause, StoreError) for cause in causes(failed.value))

@@ -10,6 +10,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlmodel import col, select
 
+from enginecache.core.bundleremote import upload_bundle
 from enginecache.core.names import check_model_name, name_from_filename
 from enginecache.core.onnx_info import TensorInfo, inspect_model
 from enginecache.db.catalog import ConnectionRows
@@ -66,13 +67,18 @@ def register_model(
         if not new_version:
             _refuse_taken_name(app, name)
     stored = app.store.put_model_bundle(info.path, info.external_data_files, info.digest)
+    remote_files = upload_bundle(app.store, info.digest, [info.path.name, *info.external_data_files])
     record = ModelRecord(
         name=name or info.path.stem,
         digest=info.digest,
         filename=info.path.name,
         store_path=app.store.relative(stored),
         size_bytes=info.size_bytes,
-        info={**info.to_dict(), "path": app.store.relative(stored)},
+        info={
+            **info.to_dict(),
+            "path": app.store.relative(stored),
+            **({"remote_files": remote_files} if remote_files else {}),
+        },
         parent_id=parent_id,
         recipe=recipe or {},
         recipe_key=recipe_key,

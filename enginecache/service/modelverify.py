@@ -118,11 +118,23 @@ def check_bundle(app: AppContext, model: ModelRecord, read: DigestReader | None 
         audit.record(app, audit.MODEL_OK, f"model {model.id}", details)
 
 
+def ensure_bundle_here(app: AppContext, model: ModelRecord) -> None:
+    """Fetch the model's bundle from the remote store where this host lacks it and its files were
+    put there at registration (`info["remote_files"]`, `core.bundleremote`): a build host of a fleet
+    needs no shared folder. A bundle present here, or one never uploaded, is left to the check."""
+    files = (model.info or {}).get("remote_files")
+    if files and not model_dir(app.store.home, model.digest).is_dir():
+        from enginecache.core.bundleremote import fetch_bundle
+
+        fetch_bundle(app.store, model.digest, files)
+
+
 def stage_bundle(app: AppContext, model: ModelRecord, folder: Path) -> Path:
     """Copy the stored bundle into `folder` (new, private to the caller, who removes it) in the pass
     that hashes it, and return the copy's model file: what a converter, a backend or a reference
     session then reads is exactly the bytes that hashed to the digest, whatever happens to the store
     meanwhile. A mismatch is `check_bundle`'s (model CORRUPT, IntegrityCheckError)."""
+    ensure_bundle_here(app, model)
     folder.mkdir(parents=True)
 
     def copy(file: Path, relpath: str) -> DigestResult:
