@@ -161,7 +161,7 @@ def test_test_kinds_are_enabled_only_by_the_environment_switch(monkeypatch: pyte
     assert not testkinds.enabled()
     monkeypatch.setenv(testkinds.ENABLE_ENV, "1")
     assert testkinds.enabled()
-    assert sorted(testkinds.TEST_JOB_RUNNERS) == ["crash", "sleep"]
+    assert sorted(testkinds.TEST_JOB_RUNNERS) == ["crash", "held_build", "sleep"]
 
 
 def test_without_the_switch_a_test_kind_is_an_unknown_job_kind(app_ctx: AppContext) -> None:

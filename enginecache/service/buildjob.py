@@ -46,6 +46,7 @@ from enginecache.service.context import AppContext
 from enginecache.service.jobattempt import EXIT_RECORDED, ChildSpec
 from enginecache.service.jobs import request_from_payload
 from enginecache.service.models import model_path
+from enginecache.service.modelverify import ensure_bundle_here
 
 logger = logging.getLogger(__name__)
 
@@ -108,6 +109,10 @@ class ProgressWriter:
         self._lines.append(line)
         self.flush()
 
+    def fence(self) -> None:
+        """Write the progress now, under the lease: StaleLeaseError where the job was taken over."""
+        self.flush(force=True)
+
     def fraction(self) -> float | None:
         return min(0.99, self._top_done / self._top_steps) if self._top_steps else None
 
@@ -126,13 +131,16 @@ class ProgressWriter:
         )
 
 
-def run_build_job(app: AppContext, spec: ChildSpec) -> int:
+def run_build_job(app: AppContext, spec: ChildSpec, *, hold: Callable[[], None] | None = None) -> int:
     """JOB_RUNNERS entry for `build`. The plan is made again here: a worker whose host would give
     another cache key than the one submitted fails the job rather than build a different engine.
-    A failure ends the job FAILED on this attempt unless it is transient (module docstring)."""
+    A failure ends the job FAILED on this attempt unless it is transient (module docstring). The
+    lease is checked once more between the build and the publish (`ProgressWriter.fence`), after
+    `hold()` where given (a test-only job kind waits there: `service.testkinds`)."""
     request = request_from_payload(spec.payload)
     try:
         plan = plan_build(app, request, host=spec.host)
+        ensure_bundle_here(app, plan.model)  # a fleet's build host fetches it from the remote store
         refuse_bad_external_data(app, plan.model)
     except StaleLeaseError:
         raise
@@ -151,6 +159,11 @@ def run_build_job(app: AppContext, spec: ChildSpec) -> int:
         return EXIT_RECORDED
     writer = ProgressWriter(app, spec)
 
+    def fence() -> None:
+        if hold is not None:
+            hold()
+        writer.fence()
+
     def finalize(engine_id: int, mutate: Callable[[Session], None]) -> None:
         writer.flush(force=True)
         spec.finish(app, JobStatus.SUCCEEDED, result_engine_id=engine_id, on_commit=mutate)
@@ -164,6 +177,7 @@ def run_build_job(app: AppContext, spec: ChildSpec) -> int:
             job_id=spec.job_id,
             job_attempt=spec.attempt,
             finalize=finalize,
+            before_publish=fence,
         )
     except StaleLeaseError:
         raise

@@ -18,7 +18,6 @@ model per build, a few seconds per GB beside builds of minutes.)
 from __future__ import annotations
 
 import logging
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,26 +31,26 @@ from sqlmodel.sql.expression import SelectOfScalar
 
 from enginecache.core.backends.base import Backend, BuildSpec, LoadSpec, LogCallback, ProgressCallback
 from enginecache.core.backends.registry import get_backend
-from enginecache.core.cachekey import KEY_SCHEMA, canonical_digest, compute_cache_key
+from enginecache.core.cachekey import KEY_SCHEMA, compute_cache_key
 from enginecache.core.calibration import load_calibration, read_model_inputs
 from enginecache.core.fingerprint import HostFingerprint, host_fingerprint
-from enginecache.core.precision import PrecisionSpec, convert_precision, plan_recipe
+from enginecache.core.precision import PrecisionSpec, plan_recipe
 from enginecache.core.profiles import ProfileResult, parse_profile_args, resolve_profile
 from enginecache.db import queue
-from enginecache.db.models import EngineRecord, EngineStatus, ModelRecord, ModelStatus, utcnow
+from enginecache.db.models import EngineRecord, EngineStatus, ModelRecord, utcnow
 from enginecache.errors import (
     BackendUnavailableError,
     BuildFailedError,
     BuildOptionError,
     EngineCacheError,
-    IntegrityCheckError,
     LoadFailedError,
+    StaleLeaseError,
     TargetError,
 )
 from enginecache.service import audit
 from enginecache.service.context import AppContext
-from enginecache.service.models import get_model, model_inputs, model_path, register_model
-from enginecache.service.modelverify import stage_bundle
+from enginecache.service.models import get_model, model_inputs, model_path
+from enginecache.service.precisionvariant import precision_variant
 from enginecache.service.routing import WORKER_ALIVE_SECONDS, can_run, requirement_words
 
 logger = logging.getLogger(__name__)
@@ -266,18 +265,23 @@ def run_build(
     job_id: int | None = None,
     job_attempt: int | None = None,
     finalize: Finalizer | None = None,
+    before_publish: Callable[[], None] | None = None,
 ) -> BuildResult:
     """Run a planned build: PENDING row, precision variant, backend build, blob, READY row.
 
     `finalize(engine_id, mutate)` runs the READY transition in a transaction of the caller's
     choosing (a queue job passes one that first checks its lease token); by default a plain write.
+    `before_publish()` runs after the build and before the blob goes to the store (and its remote):
+    a queue job checks its lease there, so a host whose job was taken over publishes nothing.
     """
     record = create_pending_engine(app, plan, job_id=job_id, job_attempt=job_attempt)
     engine_id = record.id or 0
     started = time.perf_counter()
     try:
         with app.store.temp_dir(prefix=f"build-{engine_id}-") as work:
-            variant, source, warnings = _precision_variant(app, plan, work)  # a verified private copy
+            variant, source, warnings = precision_variant(  # a verified private copy
+                app, plan.model, plan.precision, plan.recipe, plan.profile.opt_shapes(), work
+            )
             spec = BuildSpec(
                 onnx_path=source,
                 targets=plan.targets,
@@ -290,8 +294,13 @@ def run_build(
             proof = _prove_loadable(plan, output.engine_path, engine_id)
             if log is not None:
                 log(proof)
+            if before_publish is not None:
+                before_publish()
             blob = app.store.ingest_file(output.engine_path)
         seconds = time.perf_counter() - started
+    except StaleLeaseError as err:  # the fence: this host's job was taken over, nothing is published
+        _mark_failed(app, engine_id, f"not published: {err}", "")
+        raise
     except EngineCacheError as err:
         _mark_failed(app, engine_id, str(err), getattr(err, "log", ""))
         raise BuildFailedError(f"engine {engine_id} failed to build: {err}", engine_id) from err
@@ -368,49 +377,3 @@ def _mark_failed(app: AppContext, engine_id: int, error: str, log: str) -> None:
         row.builder_log = log or row.builder_log
         row.finished_at = utcnow()
         session.add(row)
-
-
-def recipe_key(source_digest: str, recipe: dict[str, Any]) -> str:
-    return canonical_digest({"source": source_digest, "recipe": recipe})
-
-
-def _precision_variant(app: AppContext, plan: BuildPlan, work: Path) -> tuple[ModelRecord, Path, tuple[str, ...]]:
-    """The model to build from and a verified private copy of its bundle under `work`
-    (`stage_bundle`): the source for fp32, else its stored converted variant. A source that does not
-    hash to its digest is marked CORRUPT and fails the build (IntegrityCheckError); a CORRUPT variant is
-    converted again from the (verified) source: the same bytes repair it in place (`register_model`),
-    other bytes become a new variant of the recipe."""
-    if not plan.precision.precision or plan.precision.precision == "fp32":
-        return plan.model, stage_bundle(app, plan.model, work / "source"), ()
-    key = recipe_key(plan.model.digest, plan.recipe)
-    query = select(ModelRecord).where(ModelRecord.recipe_key == key)
-    ok_first = (col(ModelRecord.status) != ModelStatus.OK, col(ModelRecord.id))  # then the oldest
-    with app.catalog.read() as session:
-        existing = session.exec(query.order_by(*ok_first)).first()
-    notes: tuple[str, ...] = ()
-    if existing is not None:
-        try:
-            staged = stage_bundle(app, existing, work / "variant")
-        except IntegrityCheckError as err:
-            logger.warning("converting %s again: its stored variant is corrupt (%s)", plan.model.name, err)
-            notes = (f"stored {plan.precision.precision} variant (model {existing.id}) was CORRUPT: converted again",)
-            shutil.rmtree(work / "variant")
-        else:
-            return existing, staged, tuple(str(w) for w in existing.recipe.get("warnings", []))
-    converted = convert_precision(
-        stage_bundle(app, plan.model, work / "source"),  # the converter reads the source's verified bytes
-        plan.precision,
-        work / "convert",
-        input_shapes=plan.profile.opt_shapes(),
-    )
-    recipe = {**converted.recipe, "warnings": list(converted.warnings), "seconds": round(converted.seconds, 3)}
-    registered = register_model(
-        app,
-        converted.path,
-        name=f"{plan.model.name}.{plan.precision.precision}",
-        parent_id=plan.model.id,
-        recipe=recipe,
-        recipe_key=key,
-    )
-    staged = stage_bundle(app, registered.model, work / "variant")  # the stored copy, as the backend reads it
-    return registered.model, staged, (*notes, *converted.warnings)

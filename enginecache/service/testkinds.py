@@ -6,14 +6,19 @@ queue and the worker (crash recovery, cancel, lease takeover, shutdown, timeout)
 - `crash`, payload `{"signal": "SIGKILL" | "SIGSEGV" | ..., "attempts": K}`: the child kills itself
   with that signal (its default action, as a parser's segfault would), on every attempt, or with
   `attempts` only on the first K attempts and records SUCCEEDED on later ones.
+- `held_build`, a `build` job's payload plus `{"release_file": PATH, "hold_attempts": K}`: a real
+  build whose first K attempts (default 1) stop between the build and the publish, say so (phase
+  "held before publishing"), and wait there until PATH exists (at most `hold_max_seconds`, default
+  300, then the attempt fails: it never waits forever); then the lease is checked and the engine
+  published as any build's. The fleet simulation cuts a host's link while its job is held there.
 
 They exist only where the environment has ``ENGINECACHE_TEST_JOB_KINDS=1``: set it in a worker's
 environment (its fork server and job children inherit it) to let that worker run them. Without
 it they are unknown, and a job of either kind fails with "unknown job kind" like any other
 unregistered kind. The job-kind table adds `TEST_JOB_RUNNERS` only when `enabled()`.
 
-This module imports `service.jobattempt` (the spec and exit codes), never the job-kind table or
-`service.jobchild`, which import it: no import cycle.
+This module imports `service.jobattempt` (the spec and exit codes) and, inside `run_held_build`,
+`service.buildjob`; never the job-kind table or `service.jobchild`, which import it: no import cycle.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from pathlib import Path
 
 from enginecache.db import queue
 from enginecache.db.models import JobStatus
@@ -29,7 +35,7 @@ from enginecache.service.jobattempt import EXIT_RECORDED, ChildSpec, JobRunner
 from enginecache.service.jobattempt import TEST_KINDS_ENV as ENABLE_ENV
 from enginecache.service.jobattempt import test_kinds_enabled as enabled
 
-__all__ = ["ENABLE_ENV", "JOB_KINDS", "TEST_JOB_RUNNERS", "enabled", "run_crash", "run_sleep"]
+__all__ = ["ENABLE_ENV", "JOB_KINDS", "TEST_JOB_RUNNERS", "enabled", "run_crash", "run_held_build", "run_sleep"]
 
 PROGRESS_SECONDS = 0.5
 
@@ -78,6 +84,31 @@ def run_crash(app: AppContext, spec: ChildSpec) -> int:
     return EXIT_RECORDED
 
 
+HOLD_POLL_SECONDS = 0.05
+HELD_PHASE = "held before publishing"
+
+
+def run_held_build(app: AppContext, spec: ChildSpec) -> int:
+    """A real build that waits before publishing on its first attempts (module docstring)."""
+    from enginecache.errors import BuildFailedError
+    from enginecache.service.buildjob import run_build_job
+
+    release = Path(str(spec.payload["release_file"]))
+    limit = float(spec.payload.get("hold_max_seconds", 300.0))
+
+    def hold() -> None:
+        if spec.attempt > int(spec.payload.get("hold_attempts", 1)):
+            return
+        queue.report_progress(app.catalog, spec.job_id, spec.token, phase=HELD_PHASE)
+        deadline = time.monotonic() + limit
+        while not release.exists():
+            if time.monotonic() > deadline:
+                raise BuildFailedError(f"held build: {release} did not appear within {limit:g} s")
+            time.sleep(HOLD_POLL_SECONDS)
+
+    return run_build_job(app, spec, hold=hold)
+
+
 # Job kind -> runner, added to the job-kind table only where `enabled()`.
-TEST_JOB_RUNNERS: dict[str, JobRunner] = {"sleep": run_sleep, "crash": run_crash}
+TEST_JOB_RUNNERS: dict[str, JobRunner] = {"sleep": run_sleep, "crash": run_crash, "held_build": run_held_build}
 JOB_KINDS = TEST_JOB_RUNNERS  # the name `service.jobkinds` reads
