@@ -7,8 +7,9 @@ the backend checks its header and deserializes it (`service.engineload`): a dama
 EngineRejectedError CORRUPT, an engine this host cannot run INCOMPATIBLE, exactly as from the
 catalog's store. A spec, where one is given, must agree with what was pulled (backend, precision);
 `spec=None` takes the pulled engine as it is. Where a catalog is given (`db_url=`, or
-$ENGINECACHE_DB_URL) the load event is recorded there as well; a catalog that cannot be reached is
-logged and the engine served anyway (the case pulling ahead is for). The same goes for engines baked
+$ENGINECACHE_DB_URL) the load event is recorded there as well, beside the start (a thread that
+`close()`, or the interpreter's exit, waits for): a catalog that cannot be reached is logged and the
+engine served at once all the same (the case pulling ahead is for). The same goes for engines baked
 into an image with `enginecache pull` at image build time and a Dockerfile COPY of DIR.
 """
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -119,8 +121,17 @@ def load_pulled(
     except EngineRejectedError as err:
         _record(db_url, data["model"], facts, "rejected", str(err), timer, started)
         raise
-    _record(db_url, data["model"], facts, "hit", f"engine {facts.id} from {home}", timer, started)
-    return LoadedEngine(
+    # The serving start does not wait on the catalog: an unreachable one (a cut link) would hold it
+    # for the connect timeout. The event is written beside it; close() (or the exit) waits for that.
+    record = None
+    if db_url or os.environ.get("ENGINECACHE_DB_URL"):
+        record = threading.Thread(
+            target=_record,
+            args=(db_url, data["model"], facts, "hit", f"engine {facts.id} from {home}", timer, started),
+            name="enginecache-load-event",
+        )
+        record.start()
+    loaded = LoadedEngine(
         session,
         lambda: _no_catalog_row(facts.id),
         "hit",
@@ -130,6 +141,8 @@ def load_pulled(
         model_name=str(data["model"]["name"]),
         via="pulled",
     )
+    loaded._pending = record
+    return loaded
 
 
 def _no_catalog_row(engine_id: int) -> Any:

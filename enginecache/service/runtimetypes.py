@@ -12,8 +12,10 @@ import os
 
 from enginecache.core.valuetype import Frozen, Mutable
 
+PENDING_JOIN_SECONDS = 60.0  # a load event still being written when the engine is closed (a slow catalog)
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy treats the name as True)
 if TYPE_CHECKING:
+    import threading
     from collections.abc import Callable, Mapping
     from pathlib import Path
     from typing import Any, Literal
@@ -105,6 +107,7 @@ class LoadedEngine(Mutable):
         "model_name",
         "state_file",
         "via",
+        "_pending",
     )
 
     session: EngineSession
@@ -138,6 +141,7 @@ class LoadedEngine(Mutable):
         self.model_name = model_name
         self.state_file = state_file
         self.via = via
+        self._pending: threading.Thread | None = None  # a background write close() waits for (service.pulled)
 
     def __repr__(self) -> str:  # as the dataclass's: `_engine` (a record or its loader) left out
         fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._fields if name != "_engine")
@@ -167,6 +171,9 @@ class LoadedEngine(Mutable):
 
     def close(self) -> None:
         self.session.close()
+        if self._pending is not None:
+            self._pending.join(PENDING_JOIN_SECONDS)
+            self._pending = None
         if self.state_file is not None:
             from enginecache.service.servestate import remove_state
 
