@@ -1,6 +1,7 @@
 """A real S3-protocol server for the store's tests: moto's standalone server (`python -m moto.server`)
-in a subprocess on 127.0.0.1, with IAM authentication on, so a request signed with wrong keys is
-refused as AWS refuses it. Not an in-process mock: obstore talks HTTP to it, and a test can SIGKILL it.
+in a subprocess on 127.0.0.1 (or another local address: `S3Server(host=...)`), with IAM authentication
+on, so a request signed with wrong keys is refused as AWS refuses it. Not an in-process mock: obstore
+talks HTTP to it, and a test can SIGKILL it.
 
 `S3Server.start()` takes a free port, starts the server, waits until it answers (a generous deadline,
 no fixed sleeps), creates an IAM user with an access key and an allow-all policy, the bucket, and only
@@ -51,9 +52,9 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
 
 
-def free_port() -> int:
+def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
+        probe.bind((host, 0))
         return int(probe.getsockname()[1])
 
 
@@ -69,16 +70,17 @@ def wait_for(condition: Callable[[], bool], what: str, seconds: float = READY_SE
 class S3Server:
     """moto's S3 server in a subprocess, with one bucket and one user whose keys it demands."""
 
-    def __init__(self) -> None:
+    def __init__(self, host: str = "127.0.0.1") -> None:
         self.folder = Path(tempfile.mkdtemp(prefix="s3kit-"))
-        self.port = free_port()
+        self.host = host  # another address for hosts in network namespaces (tests/netnskit.py)
+        self.port = free_port(host)
         self.process: subprocess.Popen[bytes] | None = None
         self.access_key = ""
         self.secret_key = ""
 
     @property
     def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     def start(self) -> S3Server:
         if importlib.util.find_spec("moto") is None or importlib.util.find_spec("boto3") is None:
@@ -86,7 +88,7 @@ class S3Server:
         log = open(self.folder / "server.log", "ab")  # noqa: SIM115 (the child keeps it)
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+                [sys.executable, "-m", "moto.server", "-H", self.host, "-p", str(self.port)],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env={**os.environ, "MOTO_PORT": str(self.port)},
