@@ -1,4 +1,6 @@
-"""The host fingerprint's CPU part comes from /proc/cpuinfo, in-process (no child processes)."""
+"""The host fingerprint's CPU part comes from /proc/cpuinfo, in-process (no child processes); its GPU
+part is `core.gpufacts.gpu_facts()`, NVML asked once and its answer kept per host state, and patched
+there (`gpufacts._nvml_gpus`, its paths) or where `host_fingerprint` calls it (`fingerprint.gpu_facts`)."""
 
 from __future__ import annotations
 
@@ -9,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from enginecache.core import fingerprint
+from enginecache.core import fingerprint, gpufacts
 from enginecache.core.fingerprint import GpuInfo, cpu_target, host_fingerprint, parse_cpuinfo
+from enginecache.core.gpufacts import GpuFacts
 from enginecache.service.localhost import forget_local_host, local_host
 from tests.servingkit import run_python
 
@@ -94,51 +97,51 @@ def counted_nvml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[li
         calls.append(1)
         return "ok", (FAKE_GPU,), "580.1", "13.0"
 
-    monkeypatch.setattr(fingerprint, "_nvml_gpus", fake_nvml)
-    monkeypatch.setenv(fingerprint.HOST_GPUS_CACHE_ENV, str(tmp_path / "host-gpus.json"))
-    fingerprint.gpu_facts.cache_clear()
+    monkeypatch.setattr(gpufacts, "_nvml_gpus", fake_nvml)
+    monkeypatch.setenv(gpufacts.HOST_GPUS_CACHE_ENV, str(tmp_path / "host-gpus.json"))
+    gpufacts.gpu_facts.cache_clear()
     forget_local_host()
     yield calls
-    fingerprint.gpu_facts.cache_clear()
+    gpufacts.gpu_facts.cache_clear()
     forget_local_host()
 
 
-@pytest.mark.skipif(not fingerprint.BOOT_ID.is_file(), reason="needs a boot id (Linux)")
+@pytest.mark.skipif(not gpufacts.BOOT_ID.is_file(), reason="needs a boot id (Linux)")
 def test_nvml_is_asked_once_and_its_answer_kept_while_the_host_state_stands(
     counted_nvml: list[int], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     assert host_fingerprint().gpus == (FAKE_GPU,) and host_fingerprint().driver_version == "580.1"
     assert len(counted_nvml) == 1, "NVML once per process"
-    fingerprint.gpu_facts.cache_clear()  # a new process: answered from the disk cache
+    gpufacts.gpu_facts.cache_clear()  # a new process: answered from the disk cache
     assert host_fingerprint().gpus == (FAKE_GPU,) and len(counted_nvml) == 1
     driver = tmp_path / "nvidia-version"
     driver.write_text("NVRM version: 580.1\n")
-    monkeypatch.setattr(fingerprint, "NVIDIA_DRIVER_VERSION", driver)
-    fingerprint.gpu_facts.cache_clear()
+    monkeypatch.setattr(gpufacts, "NVIDIA_DRIVER_VERSION", driver)
+    gpufacts.gpu_facts.cache_clear()
     host_fingerprint()
     assert len(counted_nvml) == 2, "a (re)loaded driver asks NVML again"
-    fingerprint.gpu_facts.cache_clear()
+    gpufacts.gpu_facts.cache_clear()
     host_fingerprint()
     assert len(counted_nvml) == 2
     driver.write_text("NVRM version: 590.2\n")
-    fingerprint.gpu_facts.cache_clear()
+    gpufacts.gpu_facts.cache_clear()
     host_fingerprint()
     assert len(counted_nvml) == 3, "another driver version"
-    monkeypatch.setattr(fingerprint, "read_boot_id", lambda: "another-boot")
-    fingerprint.gpu_facts.cache_clear()
+    monkeypatch.setattr(gpufacts, "read_boot_id", lambda: "another-boot")
+    gpufacts.gpu_facts.cache_clear()
     host_fingerprint()
     assert len(counted_nvml) == 4, "a reboot"
     monkeypatch.setenv("NVIDIA_VISIBLE_DEVICES", "1")
-    fingerprint.gpu_facts.cache_clear()
+    gpufacts.gpu_facts.cache_clear()
     host_fingerprint()
     assert len(counted_nvml) == 5, "another share of the GPUs"
 
 
 def test_a_transient_nvml_error_is_not_kept(counted_nvml: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(fingerprint, "_nvml_gpus", lambda: ("error: GPU is lost", (), None, None))
+    monkeypatch.setattr(gpufacts, "_nvml_gpus", lambda: ("error: GPU is lost", (), None, None))
     assert host_fingerprint().nvml == "error: GPU is lost"
-    monkeypatch.setattr(fingerprint, "_nvml_gpus", lambda: ("ok", (FAKE_GPU,), "580.1", "13.0"))
-    fingerprint.gpu_facts.cache_clear()
+    monkeypatch.setattr(gpufacts, "_nvml_gpus", lambda: ("ok", (FAKE_GPU,), "580.1", "13.0"))
+    gpufacts.gpu_facts.cache_clear()
     assert host_fingerprint().gpus == (FAKE_GPU,)
 
 
@@ -147,8 +150,29 @@ def test_a_cpu_backend_lookup_skips_nvml(counted_nvml: list[int], monkeypatch: p
     assert counted_nvml == [] and cpu_only.gpus == () and cpu_only.nvml.startswith("not probed")
     assert local_host(probe_gpus=False).gpus == () and counted_nvml == []
     assert local_host().gpus == (FAKE_GPU,) and local_host(probe_gpus=False).gpus == (FAKE_GPU,)
-    monkeypatch.setenv(fingerprint.HOST_GPUS_CACHE_ENV, "off")
-    assert fingerprint.host_gpus_cache_path() is None
+    monkeypatch.setenv(gpufacts.HOST_GPUS_CACHE_ENV, "off")
+    assert gpufacts.host_gpus_cache_path() is None
+
+
+def test_host_fingerprint_reports_the_gpu_facts_named_in_its_module(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`host_fingerprint` calls `gpu_facts` by the name `core.fingerprint` binds, so patching that name
+    (a test's fake GPU host) changes what it reports; `probe_gpus=False` does not ask it."""
+    asked: list[int] = []
+
+    def fake_facts() -> GpuFacts:
+        asked.append(1)
+        return GpuFacts("ok", (FAKE_GPU,), "999.1", "12.9")
+
+    monkeypatch.setattr(fingerprint, "gpu_facts", fake_facts)
+    host = host_fingerprint()
+    assert (host.gpus, host.driver_version, host.cuda_driver_version, host.nvml) == ((FAKE_GPU,), "999.1", "12.9", "ok")
+    assert asked == [1]
+    assert host_fingerprint(probe_gpus=False).gpus == () and asked == [1]
+
+
+def test_the_gpu_names_are_still_importable_from_the_fingerprint() -> None:
+    assert fingerprint.GpuInfo is gpufacts.GpuInfo and fingerprint.GpuFacts is gpufacts.GpuFacts
+    assert fingerprint.gpu_facts is gpufacts.gpu_facts
 
 
 def test_a_new_process_with_a_kept_answer_does_not_load_nvml(tmp_path: Path) -> None:
@@ -160,7 +184,7 @@ def test_a_new_process_with_a_kept_answer_does_not_load_nvml(tmp_path: Path) -> 
         "print(json.dumps({'nvml': host.nvml, 'pynvml': 'pynvml' in sys.modules,"
         " 'metadata': 'importlib.metadata' in sys.modules, 'seconds': time.perf_counter() - started}))\n"
     )
-    env = {fingerprint.HOST_GPUS_CACHE_ENV: str(tmp_path / "host-gpus.json")}
+    env = {gpufacts.HOST_GPUS_CACHE_ENV: str(tmp_path / "host-gpus.json")}
     first = run_python(code, env=env)
     second = run_python(code, env=env)
     assert second["nvml"] == first["nvml"] and second["pynvml"] is False and second["metadata"] is False

@@ -17,26 +17,30 @@ of a worker the catalog has seen) and one precision. Its state, from the catalog
 
 The engine groups, the fleet's versions and the active builds are read with three SQL statements
 (GROUP BY, DISTINCT, and a bounded scan of active jobs); the verdicts are the backend's rule applied
-once per engine group and host.
+once per engine group and host. The groups, the fleet's versions, the known hosts and the rule's
+`Judge` are `service.enginegroups` (shared with the Hosts view); this module builds the matrix:
+its columns, and each cell's state and reason.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.orm import aliased
 from sqlmodel import col
 
-from enginecache.core.backends.base import EngineRef
 from enginecache.core.backends.registry import all_backends, backend_label
-from enginecache.db.models import EngineRecord, EngineStatus, JobRecord, ModelRecord, WorkerRecord
+from enginecache.db.models import EngineRecord, EngineStatus, JobRecord, ModelRecord
 from enginecache.service.context import AppContext
-from enginecache.service.engines import recorded_host, ref_verdict
+from enginecache.service.enginegroups import EngineGroup as EngineGroup  # re-exported
+from enginecache.service.enginegroups import Judge as Judge  # re-exported
+from enginecache.service.enginegroups import KnownHost as KnownHost  # re-exported
+from enginecache.service.enginegroups import engine_groups as engine_groups  # re-exported
+from enginecache.service.enginegroups import fleet_versions as fleet_versions  # re-exported
+from enginecache.service.enginegroups import known_hosts as known_hosts  # re-exported
+from enginecache.service.enginegroups import version_key as version_key  # re-exported
 from enginecache.service.readmodels.hosts import HostRow, worker_hosts
 from enginecache.service.readmodels.jobs import ACTIVE_JOB_STATUSES
 
@@ -49,12 +53,6 @@ MISSING = "MISSING"
 STATES: tuple[str, ...] = (READY, INCOMPATIBLE, STALE, BUILDING, FAILED, MISSING)
 BUILDABLE: tuple[str, ...] = (MISSING, STALE)  # what "build the missing and stale cells" submits
 ACTIVE_BUILDS_SCANNED = 1000  # active build jobs looked at (the queue's head, oldest first)
-GROUPS_MAX = 20_000  # engine groups read (one per model x backend x precision x targets x version x status)
-
-
-def version_key(version: str) -> tuple[tuple[int, int | str], ...]:
-    """A library version comparable part by part ('1.10.0' > '1.9.2'); numbers before words."""
-    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in re.findall(r"\d+|[A-Za-z]+", version))
 
 
 @dataclass(frozen=True)
@@ -70,40 +68,6 @@ class Column:
         count = len(self.hosts)
         where = f"{count} host{'s' if count != 1 else ''}" if count else "no host"
         return f"{backend_label(self.backend)} {self.target} ({where})"
-
-
-@dataclass(frozen=True)
-class EngineGroup:
-    """Engines of one source model alike in what the compatibility rule decides on, and status."""
-
-    model_id: int
-    backend: str
-    precision: str
-    targets: tuple[str, ...]
-    backend_version: str
-    os: str
-    status: str
-    count: int
-    newest_id: int
-
-    def ref(self) -> EngineRef:
-        """What the backend's rule knows of the group's engines (no blob here)."""
-        return EngineRef(self.backend, self.backend_version, self.targets, self.precision, self.os or None)
-
-    def as_engine(self) -> EngineRecord:
-        """The group's newest engine as the rule takes it (only the fields it reads)."""
-        return EngineRecord(
-            id=self.newest_id,
-            model_id=self.model_id,
-            backend=self.backend,
-            backend_version=self.backend_version,
-            precision=self.precision,
-            targets=",".join(self.targets),
-            os=self.os,
-            status=self.status,
-            cache_key="",
-            onnx_digest="",
-        )
 
 
 @dataclass(frozen=True)
@@ -140,96 +104,6 @@ class Coverage:
         for c in self.cells:
             found[c.state] += 1
         return found
-
-
-@dataclass(frozen=True)
-class KnownHost:
-    """A distinct host (hostname and library versions): its workers' fingerprint, once."""
-
-    hostname: str
-    online: bool
-    fingerprint: dict[str, Any] = field(default_factory=dict)
-
-
-class Judge:
-    """The backend's one rule (`service.engines.ref_verdict`) for engine groups on a set of hosts:
-    each host's recorded fingerprint made a `HostFingerprint` once, each distinct engine ref judged
-    once (at 100,000 engines the groups number thousands, their distinct refs a handful)."""
-
-    def __init__(self, fingerprints: Sequence[Mapping[str, Any]]) -> None:
-        self._hosts = [recorded_host(f) for f in fingerprints]
-        self._seen: dict[EngineRef, list[tuple[str, str]]] = {}
-
-    def __call__(self, ref: EngineRef) -> list[tuple[str, str]]:
-        """(verdict, reason) per host, in the order given."""
-        if ref not in self._seen:
-            self._seen[ref] = [ref_verdict(ref, host) for host in self._hosts]
-        return self._seen[ref]
-
-
-def known_hosts(rows: Sequence[HostRow]) -> list[KnownHost]:
-    """One per hostname and set of library versions (as `engine_host_verdicts` counts them)."""
-    seen: dict[tuple[str, str], KnownHost] = {}
-    for row in rows:
-        identity = (row.hostname, str(sorted((row.fingerprint.get("packages") or {}).items())))
-        if identity not in seen or (row.online and not seen[identity].online):
-            seen[identity] = KnownHost(row.hostname, row.online, dict(row.fingerprint))
-    return list(seen.values())
-
-
-def fleet_versions(app: AppContext) -> dict[str, str]:
-    """Per backend, the newest library version any worker in the catalog reports (DISTINCT in SQL)."""
-    capabilities = WorkerRecord.__table__.c.capabilities  # type: ignore[attr-defined]
-    found: dict[str, str] = {}
-    with app.catalog.read() as session:
-        for backend in all_backends():
-            version = capabilities[("versions", backend.name)].as_string()
-            values = session.execute(sa.select(version).where(version.is_not(None)).distinct()).scalars().all()
-            versions = [str(v) for v in values if v]
-            if versions:
-                found[backend.name] = max(versions, key=version_key)
-    return found
-
-
-def engine_groups(
-    app: AppContext, *, statuses: Sequence[str] = (EngineStatus.READY, EngineStatus.FAILED, EngineStatus.RETIRED)
-) -> list[EngineGroup]:
-    """Engines grouped by source model, backend, precision, targets, library version, OS and status
-    (GROUP BY in SQL), with their count and newest id."""
-    model = aliased(ModelRecord)
-    source = sa.func.coalesce(col(model.parent_id), col(EngineRecord.model_id)).label("source")
-    keys = (
-        source,
-        col(EngineRecord.backend),
-        col(EngineRecord.precision),
-        col(EngineRecord.targets),
-        col(EngineRecord.backend_version),
-        col(EngineRecord.os),
-        col(EngineRecord.status),
-    )
-    query = (
-        sa.select(*keys, sa.func.count(), sa.func.max(col(EngineRecord.id)))
-        .join(model, col(model.id) == col(EngineRecord.model_id))
-        .where(col(EngineRecord.status).in_(list(statuses)))
-        .group_by(*keys)
-        .limit(GROUPS_MAX)
-    )
-    with app.catalog.read() as session:
-        rows = session.execute(query).all()
-    return [
-        EngineGroup(
-            model_id=int(r[0]),
-            backend=str(r[1]),
-            precision=str(r[2]),
-            targets=tuple(t for t in str(r[3]).split(",") if t),
-            backend_version=str(r[4]),
-            os=str(r[5] or ""),
-            status=str(r[6]),
-            count=int(r[7]),
-            newest_id=int(r[8]),
-        )
-        for r in rows
-    ]
 
 
 def _errors(app: AppContext, engine_ids: Iterable[int]) -> dict[int, str]:
