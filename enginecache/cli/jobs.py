@@ -20,6 +20,9 @@ from enginecache.cli.common import (
 )
 
 DEFAULT_JOBS_LIMIT = 200
+# db.models.ACTIVE_JOB_STATUSES, without importing the SQLModel tables: a job's recorded phase is
+# where it is only while it is in one of these; a finished job keeps its last one (--json has it).
+PHASED_STATUSES = ("QUEUED", "RUNNING")
 
 
 def worker(
@@ -49,10 +52,15 @@ def worker(
     typer.echo(f"worker {config.name}: ran {count} job(s)", err=True)
 
 
+def _current_phase(r: dict[str, Any]) -> str | None:
+    """The job's phase while it is unfinished; None for a finished one (its last phase is stale)."""
+    return r.get("phase") if r.get("status") in PHASED_STATUSES else None
+
+
 def _job_line(r: dict[str, Any]) -> str:
     return (
         f"{r['id']:>5}  {r['kind']:<9} {r['status']:<10} {r['progress']:>5.0%} {r['attempts']}/{r['max_attempts']} "
-        f"{r['worker'] or '-':<24} {r['phase'] or r['waiting'] or ''}"
+        f"{r['worker'] or '-':<24} {_current_phase(r) or r['waiting'] or ''}"
     )
 
 
@@ -79,16 +87,18 @@ def job_show(ctx: typer.Context, job_id: JobIdArgument, as_json: JsonOption = Fa
 
 
 def _job_text(data: dict[str, Any]) -> str:
-    """`job show` for people: status, attempts, progress, the engine it made, phase, worker, what it
-    needs and was asked for, times, what it waits for, the error and the log tail; --json has every
-    field. Text from the catalog is shown with its control characters escaped (no forged lines)."""
+    """`job show` for people: status, attempts, progress, the engine it made, phase (while unfinished),
+    worker, what it needs and was asked for, times, what it waits for, the error and the log tail;
+    --json has every field. Text from the catalog is shown with its control characters escaped (no
+    forged lines)."""
     from enginecache.core.plaintext import printable
 
     engine = f", engine {data['result_engine_id']}" if data.get("result_engine_id") is not None else ""
+    phase = _current_phase(data)
     lines = [
         f"job {data['id']}: {data['kind']} {data['status']}, attempt {data['attempts']} of {data['max_attempts']}, "
         f"{data['progress']:.0%}{engine}",
-        f"phase: {printable(str(data['phase']))}" if data.get("phase") else "",
+        f"phase: {printable(str(phase))}" if phase else "",
         f"worker: {printable(str(data['worker']))}" if data.get("worker") else "",
         f"waiting: {printable(str(data['waiting']))}" if data.get("waiting") else "",
         "cancel requested" if data.get("cancel_requested") else "",

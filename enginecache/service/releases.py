@@ -136,9 +136,13 @@ def promote(
 
 
 def rollback(app: AppContext, name: str, alias: str, *, gpu_class: str | None = None) -> AliasTarget:
-    """Take the alias's last promote back; BadInputError where there is nothing to go back to."""
+    """Take the alias's last promote back; NotFoundError where the catalog has no model of that name,
+    BadInputError where there is nothing to go back to."""
     access.require(app, "release")
+    check_model_name(name)
     alias, gpu = _check_alias(alias), _check_gpu_class(gpu_class)
+    if not versions(app, name):
+        raise NotFoundError(f"no model named {name!r} in the catalog")
     stack = _stack(app, name, alias, gpu)
     shown = f"{name}@{alias}" + (f" for {gpu}" if gpu else "")
     if len(stack) < 2:
