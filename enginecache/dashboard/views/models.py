@@ -34,6 +34,7 @@ from enginecache.core.shapetext import shape_text
 from enginecache.dashboard import data
 from enginecache.dashboard.uploads import UploadedFile, remove_tree, stage_upload
 from enginecache.dashboard.urlstate import from_url, to_url, url_int
+from enginecache.dashboard.views.releases import release_panel
 from enginecache.errors import BadInputError, EngineCacheError, StoreError, UnavailableError
 from enginecache.service import access
 from enginecache.service.context import AppContext
@@ -308,6 +309,8 @@ def _detail(app: AppContext, model_id: int) -> None:
             fig.update_layout(yaxis={"autorange": "reversed"}, margin={"l": 0, "r": 0, "t": 10, "b": 0})
             st.plotly_chart(fig, key="models_ops_chart")
 
+    if model.parent_id is None:  # a source model has versions and aliases; a converted variant has neither
+        release_panel(app, model)
     lineage = _attempt("cannot read the lineage", model_lineage, app, model_id)
     if lineage is None:
         return
