@@ -11,9 +11,6 @@ namespaces and the bridge (their veth pairs go with them).
 Needs CAP_NET_ADMIN (root) and `ip` (iproute2); `skip_or_fail` says so where either is missing.
 Names carry this process's id, so two runs on one machine do not collide, and what a killed run
 left behind (its process gone) is removed by the next one.
-
-`Forwarder` relays TCP from an address on the bridge to a server that listens on loopback only (the
-machine's PostgreSQL accepts 127.0.0.1 alone); each accepted connection gets its own upstream one.
 """
 
 from __future__ import annotations
@@ -21,16 +18,11 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import socket
 import subprocess
-import threading
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from tests.conftest import skip_or_fail
-
-NETNS_RUN = Path("/run/netns")
 
 
 def _ip(*args: str) -> None:
@@ -153,59 +145,3 @@ class Network:
                 else:
                     _ip("netns", "del", made)  # its veth pair goes with it
         self._made.clear()
-
-
-class Forwarder:
-    """TCP from `listen` (host, port) to `target` (host, port), a thread pair per connection."""
-
-    def __init__(self, listen: tuple[str, int], target: tuple[str, int]) -> None:
-        self.target = target
-        self._server = socket.create_server(listen, reuse_port=False)
-        self._server.settimeout(0.2)
-        self.port = int(self._server.getsockname()[1])
-        self._closed = threading.Event()
-        self._sockets: list[socket.socket] = []
-        self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._accept, name="forwarder", daemon=True)
-        self._thread.start()
-
-    def _accept(self) -> None:
-        while not self._closed.is_set():
-            try:
-                client, _ = self._server.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            try:
-                upstream = socket.create_connection(self.target, timeout=30)
-            except OSError:
-                client.close()
-                continue
-            upstream.settimeout(None)
-            with self._lock:
-                self._sockets += [client, upstream]
-            for source, sink in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
-
-    @staticmethod
-    def _pump(source: socket.socket, sink: socket.socket) -> None:
-        try:
-            while chunk := source.recv(65536):
-                sink.sendall(chunk)
-        except OSError:
-            pass  # the other side went away: end this direction, below
-        finally:
-            for end in (source, sink):
-                with contextlib.suppress(OSError):
-                    end.shutdown(socket.SHUT_RDWR)
-
-    def close(self) -> None:
-        self._closed.set()
-        self._server.close()
-        self._thread.join(timeout=10)
-        with self._lock:
-            for end in self._sockets:
-                with contextlib.suppress(OSError):
-                    end.close()
-            self._sockets.clear()

@@ -199,13 +199,16 @@ def running_server() -> Iterator[S3Server]:
 
 
 class GatedProxy:
-    """TCP from 127.0.0.1:<port> to a server. `hold_after(n)`: forward the first `n` request bytes
+    """TCP from `listen`:<port> (127.0.0.1 by default) to a server at `target_host`:`target_port`,
+    a connection upstream per accepted one. `hold_after(n)`: forward the first `n` request bytes
     (client to server, all connections together) and hold the rest; `holding` is set once a byte
-    waits. `close()` ends every connection and the listener (held bytes are dropped)."""
+    waits. `close()` ends every connection and the listener (held bytes are dropped). Ungated, it
+    is a plain forwarder: the fleet simulation reaches the loopback-only PostgreSQL through one."""
 
-    def __init__(self, target_port: int) -> None:
+    def __init__(self, target_port: int, *, listen: str = "127.0.0.1", target_host: str = "127.0.0.1") -> None:
         self.target_port = target_port
-        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.target_host = target_host
+        self._listener = socket.create_server((listen, 0))
         self.port = int(self._listener.getsockname()[1])
         self.holding = threading.Event()
         self._closed = threading.Event()
@@ -236,10 +239,11 @@ class GatedProxy:
             except OSError:
                 return  # closed
             try:
-                upstream = socket.create_connection(("127.0.0.1", self.target_port), timeout=30)
+                upstream = socket.create_connection((self.target_host, self.target_port), timeout=30)
             except OSError:
                 client.close()
                 continue
+            upstream.settimeout(None)
             with self._lock:
                 self._sockets += [client, upstream]
             self._spawn(self._pump, client, upstream, True)

@@ -45,8 +45,8 @@ from enginecache.service.models import register_model
 from enginecache.service.releases import promote
 from enginecache.service.testkinds import HELD_PHASE
 from tests.modelfactory import make_mlp
-from tests.netnskit import Forwarder, Network
-from tests.s3kit import S3Server, wait_for
+from tests.netnskit import Network
+from tests.s3kit import GatedProxy, S3Server, wait_for
 from tests.servingkit import ROOT, events
 
 pytestmark = [pytest.mark.timeout(1500)]
@@ -77,13 +77,14 @@ class Fleet:
         self.tmp = tmp_path
         self.network = Network([*WORKERS, *SERVING])
         self.s3 = S3Server(host=self.network.gateway)
-        self.forwarder: Forwarder | None = None
+        self.forwarder: GatedProxy | None = None
         self.prefix = f"fleet-{uuid.uuid4().hex[:10]}"
         self.workers: dict[str, subprocess.Popen[bytes]] = {}
         self.release_file = tmp_path / "release-held-build"
         url = sa.make_url(pg_url)
         self.pg_url = pg_url
-        self.forwarder = Forwarder((self.network.gateway, 0), (url.host or "127.0.0.1", url.port or 5432))
+        # The machine's PostgreSQL listens on 127.0.0.1 only: a forwarder on the bridge reaches it.
+        self.forwarder = GatedProxy(url.port or 5432, listen=self.network.gateway, target_host=url.host or "127.0.0.1")
         port = self.forwarder.port
         self.host_db_url = url.set(host=self.network.gateway, port=port).render_as_string(hide_password=False)
 

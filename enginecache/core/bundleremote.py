@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from enginecache.core.hashing import hash_file
-from enginecache.core.store import ArtifactStore, HashingWriter, fsync_dir
+from enginecache.core.store import ArtifactStore, HashingWriter
 from enginecache.errors import IntegrityCheckError, StoreError
 
 logger = logging.getLogger(__name__)
@@ -68,14 +68,9 @@ def fetch_bundle(store: ArtifactStore, digest: str, files: Mapping[str, Sequence
                 raise IntegrityCheckError(
                     f"model bundle {digest}: the remote's {name} hashes to {got.sha256}, not {sha256}: refused"
                 )
-        fsync_dir(staging)
-        with store.publish_lock():
-            try:
-                os.rename(staging, target)
-            except OSError:
-                if not target.is_dir():
-                    raise StoreError(f"could not store fetched model bundle {digest} at {target}") from None
-                logger.debug("model bundle %s was fetched concurrently; keeping that copy", digest)
-        fsync_dir(store.models_dir)
+        try:
+            store.adopt_bundle(staging, digest)
+        except OSError as err:
+            raise StoreError(f"could not store fetched model bundle {digest} at {target}: {err}") from err
     logger.info("fetched model bundle %s (%d file(s)) from %s", digest[:12], len(files), remote.describe())
     return target

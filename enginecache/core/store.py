@@ -350,21 +350,29 @@ class ArtifactStore:
                 shutil.copyfile(source, dest)
                 with open(dest, "rb") as stream:
                     os.fsync(stream.fileno())
-            fsync_dir(staging)
-            with self.publish_lock():
-                try:
-                    os.rename(staging, target)
-                except OSError:
-                    if not target.is_dir():
-                        raise
-                    logger.debug("model bundle %s was stored concurrently; keeping that copy", digest)
-                os.utime(target)  # young to gc from now, however long the copy took
-            fsync_dir(self.models_dir)
+            self.adopt_bundle(staging, digest)
             return stored_model
         except OSError as err:
             raise StoreError(f"could not store model bundle {digest}: {err}") from err
         finally:
             shutil.rmtree(staging, ignore_errors=True)
+
+    def adopt_bundle(self, staging: Path, digest: str) -> Path:
+        """Give a complete staged bundle folder its name, `models/<digest>/` (one stored meanwhile by
+        another process is kept, and `staging` left to its owner to remove); fsynced. OSError if
+        neither happened."""
+        target = self.model_dir(digest)
+        fsync_dir(staging)
+        with self.publish_lock():
+            try:
+                os.rename(staging, target)
+            except OSError:
+                if not target.is_dir():
+                    raise
+                logger.debug("model bundle %s was stored concurrently; keeping that copy", digest)
+            os.utime(target)  # young to gc from now, however long the copy took
+        fsync_dir(self.models_dir)
+        return target
 
     def _touch_bundle(self, target: Path) -> bool:
         """Whether the bundle is stored already; if so it is touched (young to gc, see above)."""
