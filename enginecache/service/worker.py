@@ -46,6 +46,7 @@ __all__ = [
 ]
 
 STOP_POLL_SECONDS = 0.1  # how soon the worker's row says "stopping" after a stop request
+SIGNAL_POLL_SECONDS = 0.2  # how soon the main thread runs a signal handler another thread received
 OFFLINE_ATTEMPTS = 5  # tries to record "offline" as the worker ends
 # Modules the fork server imports once, so each job's child starts warm (no GPU context is
 # created by importing them; CUDA initializes in the child when a build needs it).
@@ -179,7 +180,11 @@ class Worker:
             for slot in slots:
                 slot.start()
             for slot in slots:
-                slot.join()
+                # Never an untimed join: a SIGTERM the kernel hands to another thread (it may, after
+                # the process was stopped and continued) runs its Python handler only when the
+                # main thread next runs bytecode, which a join without a timeout never lets it do.
+                while slot.is_alive():
+                    slot.join(SIGNAL_POLL_SECONDS)
         finally:  # the row's lease ends with the worker, however it ends
             self._stop.set()
             self._slots_done.set()
