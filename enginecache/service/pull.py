@@ -37,7 +37,7 @@ from typing import Any
 from enginecache.core.blobfetch import ensure_local_blob
 from enginecache.core.blobpaths import blob_path
 from enginecache.core.fingerprint import HostFingerprint, host_fingerprint
-from enginecache.core.hashing import hash_file
+from enginecache.core.hashing import StreamHasher, hash_stream
 from enginecache.core.names import check_model_name
 from enginecache.core.resumable import copy_resumable
 from enginecache.core.storeenv import configured as remote_configured
@@ -131,10 +131,19 @@ def _up_to_date(path: Path, engine: EngineRecord, blob: Path) -> bool:
         return False
     if not named or not blob.is_file():
         return False
-    if hash_file(blob).sha256 == engine.sha256:
+    if _whole(blob, engine):
         return True
     blob.unlink()
     return False
+
+
+def _whole(blob: Path, engine: EngineRecord) -> bool:
+    """Whether `blob` hashes to the engine's digest: its BLAKE3 where recorded (the faster of the
+    two, the one a load verifies with), else its sha256; one hash, not both."""
+    by_blake3 = bool(engine.blake3)
+    with open(blob, "rb", buffering=0) as stream:
+        found = hash_stream(stream, hasher=StreamHasher(with_sha256=not by_blake3, with_blake3=by_blake3))
+    return found.blake3 == engine.blake3 if by_blake3 else found.sha256 == engine.sha256
 
 
 def _write_atomically(path: Path, data: dict[str, Any]) -> None:
