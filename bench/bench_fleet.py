@@ -36,7 +36,7 @@ def measure(scratch: Path | None = None) -> dict[str, Any]:
             tail = (done.stdout + done.stderr).strip().splitlines()[-5:]
             return {"error": f"{TEST} exited {done.returncode}: " + " | ".join(tail)}
         figures: dict[str, Any] = json.loads(out.read_text())
-        return figures
+        return {**figures, "source": f"one run of {TEST} (hosts are new processes in network namespaces)"}
 
 
 def _notes(figures: dict[str, Any]) -> str:

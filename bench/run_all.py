@@ -200,7 +200,9 @@ def _results_lines(results: Any) -> list[str]:
         lines += ["| goal | met |", "| --- | --- |"]
         lines += [f"| {goal} | {'yes' if met else '**no**'} |" for goal, met in goals.items()]
         lines.append("")
-    lines += ["In-process figures (not new processes): see this section's `results` in the JSON.", ""]
+    source = results.get("source") if isinstance(results, dict) else None
+    where = f"Figures from {source}" if source else "In-process figures (not new processes)"
+    lines += [f"{where}: see this section's `results` in the JSON.", ""]
     return lines
 
 
@@ -258,6 +260,8 @@ def write_docs(
         if not figures:
             if "results" in section:
                 lines += _results_lines(section["results"])
+            if section.get("notes"):
+                lines += [section["notes"].strip(), ""]
             continue
         lines += [
             "| figure | ours | ours ms median (min) | against | theirs ms median (min) | ratio median (min) | goal "
