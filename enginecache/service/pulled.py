@@ -61,7 +61,7 @@ def _check_spec(path: Path, engine: dict[str, Any], spec: RuntimeSpec | None) ->
 
 
 def _record(
-    db_url: str | None,
+    url: str | None,
     model: dict[str, Any],
     facts: EngineFacts,
     outcome: str,
@@ -69,8 +69,7 @@ def _record(
     timer: PhaseTimer,
     started: float,
 ) -> None:
-    """The load event, where a catalog is given; an unreachable catalog is logged, not raised."""
-    url = db_url or os.environ.get("ENGINECACHE_DB_URL")
+    """The load event, where a catalog is given (`url`); an unreachable catalog is logged, not raised."""
     if not url:
         return
     from enginecache.core.fingerprint import host_fingerprint
@@ -109,6 +108,7 @@ def load_pulled(
 ) -> LoadedEngine:
     """The engine a pull manifest names, verified and loaded (module docstring)."""
     started = time.perf_counter() if started is None else started
+    url = db_url or os.environ.get("ENGINECACHE_DB_URL")
     data = read_manifest(manifest)
     engine = data["engine"]
     _check_spec(manifest, engine, spec)
@@ -119,15 +119,15 @@ def load_pulled(
     try:
         session = load_engine(facts, timer, on_corrupt=lambda: None)  # the folder's copy: the next pull replaces it
     except EngineRejectedError as err:
-        _record(db_url, data["model"], facts, "rejected", str(err), timer, started)
+        _record(url, data["model"], facts, "rejected", str(err), timer, started)
         raise
     # The serving start does not wait on the catalog: an unreachable one (a cut link) would hold it
     # for the connect timeout. The event is written beside it; close() (or the exit) waits for that.
     record = None
-    if db_url or os.environ.get("ENGINECACHE_DB_URL"):
+    if url:
         record = threading.Thread(
             target=_record,
-            args=(db_url, data["model"], facts, "hit", f"engine {facts.id} from {home}", timer, started),
+            args=(url, data["model"], facts, "hit", f"engine {facts.id} from {home}", timer, started),
             name="enginecache-load-event",
         )
         record.start()

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from enginecache.db import queue
 from enginecache.db.models import JobStatus
+from enginecache.errors import BuildFailedError
 from enginecache.service.context import AppContext
 from enginecache.service.jobattempt import EXIT_RECORDED, ChildSpec, JobRunner
 from enginecache.service.jobattempt import TEST_KINDS_ENV as ENABLE_ENV
@@ -90,8 +91,7 @@ HELD_PHASE = "held before publishing"
 
 def run_held_build(app: AppContext, spec: ChildSpec) -> int:
     """A real build that waits before publishing on its first attempts (module docstring)."""
-    from enginecache.errors import BuildFailedError
-    from enginecache.service.buildjob import run_build_job
+    from enginecache.service.buildjob import run_build_job  # here: the kinds table imports buildjob too
 
     release = Path(str(spec.payload["release_file"]))
     limit = float(spec.payload.get("hold_max_seconds", 300.0))

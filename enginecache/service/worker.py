@@ -122,24 +122,18 @@ class Worker:
         self._stop = threading.Event()
         self._hard_stop = threading.Event()
         self._slots_done = threading.Event()
+        if children is None:
+            children = _child_context()
+            # Our own fork server is started before the first claim (`run`); a given `children` is the caller's.
+            self._warm_fork_server = children.get_start_method() == "forkserver"
+        else:
+            self._warm_fork_server = False
         self._attempts = AttemptSupervisor(
-            app,
-            config,
-            host=self.host,
-            clock=clock,
-            children=children if children is not None else self._default_children(),
-            hard_stop=self._hard_stop,
+            app, config, host=self.host, clock=clock, children=children, hard_stop=self._hard_stop
         )
         self._current: dict[int, int] = {}  # slot -> job id
         self._lock = threading.Lock()
         self.jobs_run = 0
-
-    def _default_children(self) -> Any:
-        context = _child_context()
-        self._warm_fork_server = context.get_start_method() == "forkserver"
-        return context
-
-    _warm_fork_server = False
 
     # -- lifecycle ----------------------------------------------------------------------
 
