@@ -57,9 +57,11 @@ typecheck: $(STAMP_DEV)
 test: $(STAMP_DEV) corpus oidc lint typecheck
 	$(BIN)/pytest -q -p no:cacheprovider
 
-# The fast lane: every test but those needing PostgreSQL or ../shared models (goal: under 90 s on 2 cores).
+# The fast lane (goal: under 90 s on 2 cores): every test but those needing PostgreSQL, model files
+# from outside the repository, or whole processes driven for seconds (`slow`). Bytecode is written
+# (git ignores __pycache__): compiling every module again in each test's child costs more than the lane.
 test-fast: $(STAMP_DEV) oidc
-	$(BIN)/pytest -q -p no:cacheprovider -m "not postgres and not shared"
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest -q -p no:cacheprovider -m "not postgres and not shared and not slow"
 
 # Speed goals live here, not in the tests: each figure is new processes beside its floor, interleaved
 # (bench/harness.py); writes bench/results/<date>.json and docs/performance.md. QUICK=1: shorter run.

@@ -262,6 +262,7 @@ def _texts(at: AppTest) -> str:
     return " ".join(str(e.value) for e in [*at.error, *at.caption, *at.info, *at.markdown])
 
 
+@pytest.mark.slow
 def test_a_logged_in_user_without_a_role_sees_only_that_they_have_none(
     router: Seeded, monkeypatch: pytest.MonkeyPatch
 ) -> None:

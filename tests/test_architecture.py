@@ -8,10 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 GPU_MODULES = ("tensorrt", "tensorrt_rtx", "cuda", "pycuda", "torch", "modelopt")
 
 
+@pytest.mark.slow
 def test_importing_the_layers_loads_no_gpu_library() -> None:
     code = (
         "import json, sys, pkgutil, importlib\n"

@@ -101,6 +101,7 @@ def test_offsets_and_lengths_that_fit_are_accepted(app_ctx: AppContext, tmp_path
 # -- deterministic and transient build failures -----------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_model_registered_before_offsets_were_checked_fails_its_build_once(
     app_ctx: AppContext, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -123,6 +124,7 @@ def test_a_model_registered_before_offsets_were_checked_fails_its_build_once(
     assert engine_rows(app_ctx) == [], "refused before a build started"
 
 
+@pytest.mark.slow
 def test_external_data_made_bad_after_registration_fails_the_build_once(app_ctx: AppContext, tmp_path: Path) -> None:
     """The stored model's w1 offset rewritten to -1000 after `model add`: the stored bundle is no
     longer what was registered, which the build's own integrity check names (the model CORRUPT);
@@ -140,6 +142,7 @@ def test_external_data_made_bad_after_registration_fails_the_build_once(app_ctx:
     assert [row.status for row in engine_rows(app_ctx)] == ["FAILED"], "left to the build, which names it"
 
 
+@pytest.mark.slow
 def test_a_store_that_cannot_be_written_is_retried_not_failed(app_ctx: AppContext, tmp_path: Path) -> None:
     """The engine blob cannot be published (objects/ became read-only, as a filesystem remounted
     read-only after errors is): StoreError, the host's problem, so each attempt is retried until the

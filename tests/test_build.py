@@ -251,6 +251,7 @@ def test_engine_list_and_show_json(app_ctx: AppContext, tmp_path: Path, capsys: 
     assert shown["host"]["os"] == "Linux"
 
 
+@pytest.mark.slow
 def test_converted_variant_is_stored_with_lineage(app_ctx: AppContext, tmp_path: Path) -> None:
     source = register_model(app_ctx, make_conv(tmp_path / "conv.onnx"), name="conv").model
     result = build_engine(app_ctx, BuildRequest(model="conv", backend="rtx", targets=("sm86",), precision="int8"))

@@ -68,6 +68,7 @@ def test_cells_are_models_x_targets_x_precisions_with_defaults_and_calibration_f
     assert cells[0].request.profiles == ("x=1x4,2x4,8x4",)
 
 
+@pytest.mark.slow
 def test_the_cli_builds_the_matrix_then_finds_it_cached_and_a_failed_cell_exits_1(
     app_ctx: AppContext, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

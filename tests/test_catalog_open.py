@@ -69,6 +69,7 @@ def test_head_revision_is_alembics_head() -> None:
     assert heads == [head_revision()]
 
 
+@pytest.mark.slow
 def test_an_up_to_date_catalog_opens_without_alembic(tmp_path: Path) -> None:
     url = sqlite_url(tmp_path / "catalog.db")
     Catalog(url).dispose()  # create and migrate
@@ -86,6 +87,7 @@ def test_an_up_to_date_postgres_catalog_opens_without_alembic(pg_url: str) -> No
     assert "alembic" not in opened["modules"]
 
 
+@pytest.mark.slow
 def test_an_out_of_date_catalog_still_migrates(tmp_path: Path) -> None:
     url = sqlite_url(tmp_path / "catalog.db")
     _migrate_to(url, "0005")
@@ -95,6 +97,7 @@ def test_an_out_of_date_catalog_still_migrates(tmp_path: Path) -> None:
     assert "alembic" in opened["modules"]
 
 
+@pytest.mark.slow
 def test_an_empty_database_is_created_and_migrated(tmp_path: Path) -> None:
     url = sqlite_url(tmp_path / "new.db")
     opened = _open_in_a_new_process(url)

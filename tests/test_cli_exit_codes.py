@@ -59,6 +59,7 @@ def test_catalog_outage_exits_3_naming_the_catalog(tmp_path: Path, capsys: pytes
     assert result.out == ""
 
 
+@pytest.mark.slow
 def test_catalog_outage_exit_code_of_the_real_process(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "enginecache.cli", "--home", str(tmp_path / "home"), "--db", NOBODY, "model", "list"],

@@ -66,6 +66,7 @@ HELPS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args", HELPS, ids=lambda args: " ".join(args) or "(none)")
 def test_help_imports_no_service_code(args: list[str]) -> None:
     probed = _probe(*args)
@@ -74,6 +75,7 @@ def test_help_imports_no_service_code(args: list[str]) -> None:
     assert not set(HEAVY) & set(probed["modules"]), f"--help imported {set(HEAVY) & set(probed['modules'])}"
 
 
+@pytest.mark.slow
 def test_read_commands_import_neither_sqlalchemy_nor_the_core_library(app_ctx: AppContext) -> None:
     seed(app_ctx)
     env = {"PATH": "/usr/bin:/bin", "ENGINECACHE_HOME": str(app_ctx.home)}

@@ -113,6 +113,7 @@ def test_a_bug_says_error_first_then_its_traceback(
     )
 
 
+@pytest.mark.slow
 def test_a_failed_build_names_the_job_and_the_engine(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     home = ["--home", str(tmp_path / "home")]
     assert run_cli(capsys, *home, "model", "add", str(make_mlp(tmp_path / "m.onnx"))).code == 0

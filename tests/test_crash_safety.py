@@ -116,6 +116,7 @@ def _digest(model: Path) -> str:
         probe.close()
 
 
+@pytest.mark.slow
 def test_a_crash_at_any_step_of_model_add_leaves_nothing_or_the_whole_model(tmp_path: Path, model: Path) -> None:
     digest = _digest(model)
 
@@ -139,6 +140,7 @@ def test_a_crash_at_any_step_of_model_add_leaves_nothing_or_the_whole_model(tmp_
     _crash_at_each_step(tmp_path, body, check, at_least=7, steps=steps)
 
 
+@pytest.mark.slow
 def test_a_crash_at_any_step_of_a_blob_write_leaves_no_blob_or_the_whole_blob(tmp_path: Path) -> None:
     payload = tmp_path / "payload.bin"
     payload.write_bytes(bytes(range(256)) * 4096)

@@ -58,6 +58,7 @@ def test_build_matrix_submits_one_job_per_cell_and_marks_cached(seeded: Seeded) 
     assert cancelled is not None and cancelled.status == JobStatus.CANCELLED
 
 
+@pytest.mark.slow
 def test_build_preselects_fp16_only_once_an_fp16_engine_of_the_model_is_ready(seeded: Seeded) -> None:
     request = BuildRequest(model=str(seeded.model_id), backend="rtx", precision="fp16", targets=("sm86",))
     built = build_engine(seeded.app, request).engine
@@ -74,6 +75,7 @@ def test_build_int8_without_calibration_says_why(seeded: Seeded) -> None:
     assert at.button(key="build_submit").disabled
 
 
+@pytest.mark.slow
 def test_engines_filter_detail_verify_and_check(seeded: Seeded) -> None:
     at = view("engines").run()
     assert not at.exception

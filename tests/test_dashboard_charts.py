@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from streamlit.testing.v1 import AppTest
 
 from enginecache.db.models import EngineRecord, LoadEventRecord
@@ -46,6 +47,7 @@ def _chart(at: AppTest, key: str) -> dict[str, Any]:
     raise AssertionError(f"no chart {key}")
 
 
+@pytest.mark.slow
 def test_cold_start_against_the_products_own_cache_hits_of_the_same_engine(seeded: Seeded) -> None:
     _hits(seeded, 0.010, 0.030)
     with seeded.app.catalog.read() as session:

@@ -75,6 +75,7 @@ def _choose(page: Page, box: str, *options: str) -> None:
     page.keyboard.press("Escape")
 
 
+@pytest.mark.slow
 def test_two_models_mixed_precisions_coverage_retire_and_test_load_in_chromium(
     served: tuple[str, AppContext],  # noqa: F811 - the fixture imported above
     tmp_path: Path,

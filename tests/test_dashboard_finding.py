@@ -72,6 +72,7 @@ def test_variants_sit_under_their_source_and_their_engines_add_up(seeded: Seeded
     assert variant.id is not None
 
 
+@pytest.mark.slow
 def test_models_are_found_by_name_or_digest_prefix_and_the_search_is_in_the_url(seeded: Seeded, tmp_path: Path) -> None:
     other = register_model(seeded.app, make_mlp(tmp_path / "mlp.onnx"), name="mlp").model
     at = view("models").run()

@@ -45,6 +45,7 @@ def test_every_view_says_what_to_do_on_an_empty_catalog(empty: None, name: str) 
     assert any(EMPTY[name] in str(i.value) for i in at.info), [i.value for i in at.info]
 
 
+@pytest.mark.slow
 def test_an_engines_filter_that_matches_nothing_says_so(seeded: Seeded) -> None:
     at = view("engines").run()
     at.text_input(key="engines_f_search").set_value("no-such-model").run()

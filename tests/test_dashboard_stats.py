@@ -164,6 +164,7 @@ def test_serve_commands_pass_the_catalog_to_both_children(tmp_path: Path) -> Non
     assert env[HOME_ENV] == str(tmp_path) and env[DB_URL_ENV] == "sqlite:///x.db"
 
 
+@pytest.mark.slow
 def test_serve_on_a_busy_port_fails_with_the_reason(tmp_path: Path) -> None:
     with socket.socket() as busy:
         busy.bind(("0.0.0.0", 0))
@@ -181,6 +182,7 @@ def test_serve_on_a_busy_port_fails_with_the_reason(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_build_requests_answered_from_cache_count_as_hits(tmp_path: Path) -> None:
     from enginecache.service.jobs import submit_build
     from enginecache.service.loadruns import load_event_stats

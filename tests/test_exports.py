@@ -317,6 +317,7 @@ def test_tree_copies_once_per_engine_across_filesystems(
     assert verify_tree(result.root) == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("legacy_name", ["..", "."])
 @pytest.mark.parametrize("fmt", ["tree", "triton"])
 def test_an_export_never_writes_outside_dest_even_for_a_legacy_name(

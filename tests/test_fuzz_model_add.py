@@ -49,6 +49,7 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> AppContext:
     ctx.close()
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=mutated())
 def test_model_add_of_mutated_bytes_registers_or_refuses_cleanly(app: AppContext, data: bytes) -> None:

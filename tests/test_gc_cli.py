@@ -14,6 +14,7 @@ from tests.clirunner import run_cli
 from tests.gckit import BOUND, HOUR, ROOT, set_age
 
 
+@pytest.mark.slow
 def test_gc_json_is_exactly_one_document_and_logs_go_to_stderr(
     app_ctx: AppContext, capsys: pytest.CaptureFixture[str]
 ) -> None:

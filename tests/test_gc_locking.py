@@ -116,6 +116,7 @@ def _parent_of(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("proc_locks")
 def test_a_one_shot_build_killed_with_sigkill_takes_its_jobs_child_with_it(app_ctx: AppContext, tmp_path: Path) -> None:
     """`enginecache build` with no worker runs the job in a child of its zygote; SIGKILL to the

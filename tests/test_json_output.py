@@ -244,6 +244,7 @@ def test_failure_prints_the_error_object(
     assert document["error"]
 
 
+@pytest.mark.slow
 def test_a_failed_build_prints_the_error_object_from_a_real_process(tmp_path: Path) -> None:
     """The build runs (through a one-shot worker and its child) and fails: stdout is the error object."""
     home = tmp_path / "home"
@@ -280,6 +281,7 @@ print("after")
         assert noise in done.stderr
 
 
+@pytest.mark.slow
 def test_modelopt_build_json_is_only_json(tmp_path: Path) -> None:
     """ModelOpt (fp16 autocast) logs while it converts; with --json those lines are on stderr."""
     pytest.importorskip("modelopt.onnx.autocast")

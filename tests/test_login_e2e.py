@@ -185,6 +185,7 @@ def _goto(page: Page, site: Site, path: str) -> None:
     _wait_for_app_run(page)
 
 
+@pytest.mark.slow
 def test_login_through_a_real_oidc_provider(site: Site, new_page: Page) -> None:
     page = new_page
     if roles_available():
@@ -219,6 +220,7 @@ def _logged_in_as(page: Page, site: Site, email: str, role: str) -> Page:
     return page
 
 
+@pytest.mark.slow
 def test_account_without_a_role_sees_only_that(site: Site, new_page: Page) -> None:
     _roles_or_skip()
     page = new_page
@@ -228,6 +230,7 @@ def test_account_without_a_role_sees_only_that(site: Site, new_page: Page) -> No
     expect(page.get_by_role("heading", name="Overview")).to_have_count(0)
 
 
+@pytest.mark.slow
 def test_viewer_cannot_build_or_register_from_the_server(site: Site, new_page: Page) -> None:
     page = _logged_in_as(new_page, site, "viewer@example.com", "viewer")
     _goto(page, site, "build")
@@ -237,6 +240,7 @@ def test_viewer_cannot_build_or_register_from_the_server(site: Site, new_page: P
     expect(page.get_by_role("tab", name="Path on the server")).to_have_count(0)
 
 
+@pytest.mark.slow
 def test_operator_builds_until_the_role_is_removed(site: Site, new_page: Page) -> None:
     page = _logged_in_as(new_page, site, "operator@example.com", "operator")
     _goto(page, site, "build")
@@ -252,6 +256,7 @@ def test_operator_builds_until_the_role_is_removed(site: Site, new_page: Page) -
     expect(page.get_by_test_id("stSidebarNav")).to_have_count(0)
 
 
+@pytest.mark.slow
 def test_admin_sees_audit(site: Site, new_page: Page) -> None:
     page = _logged_in_as(new_page, site, "admin@example.com", "admin")
     expect(page.get_by_test_id("stSidebarNav").get_by_text("Audit", exact=True)).to_be_visible()

@@ -179,6 +179,7 @@ def hosts() -> list[HostFingerprint]:
     return [gpu_host(cc) if cc else host_fingerprint() for cc in HOSTS]
 
 
+@pytest.mark.slow
 def test_find_engine_answers_as_the_full_scan(catalog: tuple[AppContext, dict[str, BuildPlan]]) -> None:
     app, plans = catalog
     answers = []
@@ -207,6 +208,7 @@ def test_fallback_finds_an_engine_whose_targets_cover_the_host(
     assert lookup.find_engine(app, single, gpu_host("sm89")) is None  # sm80,sm86 does not cover an sm89
 
 
+@pytest.mark.slow
 def test_explain_miss_names_the_same_nearest_engine_and_diffs(catalog: tuple[AppContext, dict[str, BuildPlan]]) -> None:
     app, plans = catalog
     seen_diffs = set()

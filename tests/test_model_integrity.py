@@ -117,6 +117,7 @@ def test_verify_marks_a_flipped_byte_in_a_stored_bundle_corrupt_and_exits_1(
     assert not missing.ok and missing.status == ModelStatus.CORRUPT and "missing" in missing.message
 
 
+@pytest.mark.slow
 def test_verify_covers_converted_variants(app_ctx: AppContext, tmp_path: Path) -> None:
     register_model(app_ctx, make_mlp(tmp_path / "mlp.onnx"), name="mlp")
     built = build_engine(app_ctx, FP16_ORT).engine

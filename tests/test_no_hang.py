@@ -38,8 +38,13 @@ CONCURRENT_BUILDS = 8
 
 # What `enginecache build` does once its job is submitted, for a test-kind job (a child that sleeps).
 WAITER = """
+import signal
 import sys
 from pathlib import Path
+
+# ^C as a terminal delivers it, even where this suite itself was started in the background by a
+# non-interactive shell (`pytest ... &` starts it with SIGINT ignored, and every child inherits that)
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 import pytest
 from enginecache.db import queue
@@ -92,6 +97,7 @@ def _waiter_running(
         waiter.wait()
 
 
+@pytest.mark.slow
 def test_concurrent_plain_builds_with_no_worker_all_finish(catalog_ctx: AppContext, tmp_path: Path) -> None:
     app = catalog_ctx
     for i in range(CONCURRENT_BUILDS):
@@ -133,6 +139,7 @@ def test_concurrent_plain_builds_with_no_worker_all_finish(catalog_ctx: AppConte
     assert live_workers(app) == []
 
 
+@pytest.mark.slow
 def test_waiter_killed_with_sigkill_leaves_no_live_worker_and_its_job_is_taken_over(
     catalog_ctx: AppContext, clock: FakeClock, tmp_path: Path
 ) -> None:
@@ -158,6 +165,7 @@ def test_waiter_killed_with_sigkill_leaves_no_live_worker_and_its_job_is_taken_o
     assert done.status == JobStatus.SUCCEEDED and done.attempts == 2
 
 
+@pytest.mark.slow
 def test_waiter_runs_the_job_itself_when_its_capable_worker_goes_away(catalog_ctx: AppContext, tmp_path: Path) -> None:
     """Waiting on a live queue worker that can run the job, then that worker's row goes offline
     (it never claimed the job): the wait re-asks, starts this host's one-shot worker, finishes."""
@@ -198,6 +206,7 @@ def test_waiter_runs_the_job_itself_when_its_capable_worker_goes_away(catalog_ct
     assert done.status == JobStatus.SUCCEEDED and (done.lease_owner or "").startswith("oneshot-")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
 def test_waiter_stopped_by_a_signal_hands_the_job_back_and_goes_offline(
     catalog_ctx: AppContext, tmp_path: Path, stop: signal.Signals

@@ -107,6 +107,7 @@ def test_a_one_shot_attempt_that_segfaults_is_a_failed_attempt(app_ctx: AppConte
     assert len(zygotes) == 1
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("test_kinds")
 def test_a_timed_out_wait_kills_the_running_attempt_and_hands_the_job_back(
     app_ctx: AppContext, zygotes: list[Zygote]
@@ -124,6 +125,7 @@ def test_a_timed_out_wait_kills_the_running_attempt_and_hands_the_job_back(
     assert queue.get_job(app_ctx.catalog, job.id or 0).status == JobStatus.QUEUED
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("test_kinds")
 def test_with_other_threads_running_the_one_shot_worker_uses_the_fork_server(
     app_ctx: AppContext, monkeypatch: pytest.MonkeyPatch, zygotes: list[Zygote]
@@ -149,6 +151,7 @@ def test_with_other_threads_running_the_one_shot_worker_uses_the_fork_server(
     assert started and not zygotes, "no fork while another thread runs"
 
 
+@pytest.mark.slow
 def test_the_worker_not_its_fork_server_decides_whether_a_child_may_run_the_test_kinds(
     app_ctx: AppContext, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -216,6 +219,7 @@ def test_a_zygote_is_never_forked_from_a_process_with_threads() -> None:
         other.join()
 
 
+@pytest.mark.slow
 def test_a_job_child_whose_worker_is_already_gone_exits_without_running_the_job(
     app_ctx: AppContext, tmp_path: Path
 ) -> None:

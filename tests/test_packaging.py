@@ -40,6 +40,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return built
 
 
+@pytest.mark.slow
 def test_the_wheel_holds_one_top_level_package_and_its_metadata(wheel: Path) -> None:
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
@@ -51,6 +52,7 @@ def test_the_wheel_holds_one_top_level_package_and_its_metadata(wheel: Path) -> 
     assert any(n.startswith("enginecache/db/migrations/versions/0001") for n in names)
 
 
+@pytest.mark.slow
 def test_installed_beside_user_packages_named_service_and_core(wheel: Path, tmp_path: Path) -> None:
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=False)  # this environment's pip installs into it (`pip --python`)

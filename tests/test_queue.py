@@ -184,6 +184,7 @@ def test_routing_claims_only_runnable_jobs_and_says_what_is_missing(catalog_ctx:
     assert job_to_dict(catalog_ctx, still)["waiting"] == "waiting for a worker with TensorRT and an SM86 GPU"
 
 
+@pytest.mark.slow
 def test_eight_identical_submissions_make_one_job_and_one_build(catalog_ctx: AppContext, tmp_path: Path) -> None:
     register_model(catalog_ctx, make_mlp(tmp_path / "mlp.onnx"), name="mlp")
     request = BuildRequest(model="mlp", backend="rtx", targets=("sm86",))
@@ -216,6 +217,7 @@ def test_eight_identical_submissions_make_one_job_and_one_build(catalog_ctx: App
     assert again.cache_hit is True and again.engine is not None and again.engine.id == job.result_engine_id
 
 
+@pytest.mark.slow
 def test_cli_queue_worker_and_job_show(app_ctx: AppContext, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from tests.clirunner import run_cli
     from tests.modelfactory import make_conv
@@ -269,6 +271,7 @@ def test_cli_queue_worker_and_job_show(app_ctx: AppContext, tmp_path: Path, caps
     assert run_cli(capsys, *home, "worker", "--once").err.strip().endswith("ran 0 job(s)")
 
 
+@pytest.mark.slow
 def test_worker_concurrency_runs_jobs_side_by_side(app_ctx: AppContext, tmp_path: Path) -> None:
     from tests.modelfactory import make_conv
 
@@ -314,6 +317,7 @@ def test_deterministic_build_failure_is_not_retried(app_ctx: AppContext, tmp_pat
     assert "conv_b_DequantizeLinear" in (done.error or "")
 
 
+@pytest.mark.slow
 def test_unexpected_child_error_is_recorded_and_retried_until_dead(app_ctx: AppContext) -> None:
     job = queue.enqueue(app_ctx.catalog, kind="build", payload={}, requirements=RTX, max_attempts=2).job
     Worker(app_ctx, WorkerConfig(name="w", job_id=job.id, backoff_base_seconds=0.1)).run()
@@ -323,6 +327,7 @@ def test_unexpected_child_error_is_recorded_and_retried_until_dead(app_ctx: AppC
     assert list((app_ctx.home / "tmp").iterdir()) == []
 
 
+@pytest.mark.slow
 def test_cli_build_waits_through_a_backoff_and_runs_the_retry(
     app_ctx: AppContext, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

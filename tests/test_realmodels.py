@@ -36,7 +36,7 @@ from tests.corpus import BY_NAME, corpus_dir, missing
 from tests.realmodelkit import CELLS, CODE_BEGIN, CODE_END, DOCS, Bench, docs_verdicts, expand_expected, render_expected
 
 # Both marks: `shared` means "needs model files from outside the repository", so the fast lane
-# (-m "not postgres and not shared") leaves the corpus out too.
+# (make test-fast) leaves the corpus out too.
 pytestmark = [pytest.mark.realmodels, pytest.mark.shared]
 
 # What inspection says: inputs and outputs (name: dtype[dims]), the default-domain opset, and

@@ -77,6 +77,7 @@ def local_leftovers(store: ArtifactStore) -> list[Path]:
 # -- publishing ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_publish_puts_the_blob_in_the_bucket_under_its_digest(server: S3Server, prefix: str, tmp_path: Path) -> None:
     store = ArtifactStore(tmp_path / "home", remote=remote_for(server, prefix))
     data = payload(300_000)
@@ -140,6 +141,7 @@ def test_an_unknown_access_key_is_refused(server: S3Server, prefix: str, tmp_pat
     assert server.keys(prefix) == []
 
 
+@pytest.mark.slow
 def test_an_unreachable_server_is_store_error(prefix: str, tmp_path: Path) -> None:
     env = {
         "ENGINECACHE_STORE": f"s3://{BUCKET}/{prefix}",

@@ -33,6 +33,7 @@ def use_env(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> None:
         monkeypatch.setenv(name, value)
 
 
+@pytest.mark.slow
 def test_a_build_publishes_its_engine_to_the_bucket(
     server: S3Server, app_ctx: AppContext, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -40,6 +40,7 @@ def use_env(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> None:
         monkeypatch.setenv(name, value)
 
 
+@pytest.mark.slow
 def test_a_server_killed_mid_upload_leaves_no_blob_and_a_retry_succeeds(
     server: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -117,6 +117,7 @@ def test_routing_sends_rtx_test_loads_to_gpu_workers(app_ctx: AppContext, tmp_pa
         submit_test_load(app_ctx, ort.id or 0, iterations=-1)
 
 
+@pytest.mark.slow
 def test_test_load_job_runs_in_a_worker_child(app_ctx: AppContext, tmp_path: Path) -> None:
     ort, _ = _mlp_engines(app_ctx, tmp_path)
     npz = tmp_path / "inputs.npz"
@@ -147,6 +148,7 @@ def _huge_model(path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_deterministic_test_load_failures_are_recorded_and_not_retried(app_ctx: AppContext, tmp_path: Path) -> None:
     """Real worker children: inputs the model rejects and a shape too large to generate each record
     an ERROR load run with the reason (the engine page shows it) and FAIL the job at its first
@@ -207,6 +209,7 @@ def cli_home(
     app.close()
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("requires_no_gpu")
 def test_cli_test_load(
     capsys: pytest.CaptureFixture[str], cli_home: tuple[AppContext, EngineRecord, EngineRecord]

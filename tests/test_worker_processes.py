@@ -164,6 +164,7 @@ def test_test_kinds_are_enabled_only_by_the_environment_switch(monkeypatch: pyte
     assert sorted(testkinds.TEST_JOB_RUNNERS) == ["crash", "held_build", "sleep"]
 
 
+@pytest.mark.slow
 def test_without_the_switch_a_test_kind_is_an_unknown_job_kind(app_ctx: AppContext) -> None:
     job_id = _enqueue(app_ctx, "sleep", {"seconds": 0})
     worker = _start_worker(app_ctx, "plain", "--once", test_kinds=False)
@@ -186,6 +187,7 @@ def _work_until_done(app: AppContext, job_id: int, what: str) -> tuple[JobRecord
     return _job(app, job_id), log
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("crash", [signal.SIGKILL, signal.SIGSEGV], ids=["sigkill", "segfault"])
 def test_crashed_child_counts_an_attempt_cleans_up_and_the_retry_succeeds(
     catalog_ctx: AppContext, crash: signal.Signals
@@ -199,6 +201,7 @@ def test_crashed_child_counts_an_attempt_cleans_up_and_the_retry_succeeds(
     assert files_under(app.home / "tmp") == [], "the crashed attempt's working directory is gone"
 
 
+@pytest.mark.slow
 def test_child_crashing_on_every_attempt_ends_dead_naming_the_signal(app_ctx: AppContext) -> None:
     job_id = _enqueue(app_ctx, "crash", {"signal": "SIGSEGV"}, max_attempts=2)
     job, log = _work_until_done(app_ctx, job_id, "the last attempt")
@@ -244,6 +247,7 @@ def test_real_build_killed_midway_publishes_nothing_and_the_retry_does(app_ctx: 
 # -- cancel, lease takeover -------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_cancel_running_job_kills_the_child_and_never_retries(app_ctx: AppContext) -> None:
     app = app_ctx
     job_id = _enqueue(app, "sleep", {"seconds": 60})
@@ -265,6 +269,7 @@ def test_cancel_running_job_kills_the_child_and_never_retries(app_ctx: AppContex
     assert files_under(app.home / "tmp") == []
 
 
+@pytest.mark.slow
 def test_stopped_worker_loses_its_lease_and_its_late_writes_are_rejected(app_ctx: AppContext) -> None:
     app = app_ctx
     job_id = _enqueue(app, "sleep", {"seconds": 4})
@@ -295,6 +300,7 @@ def test_stopped_worker_loses_its_lease_and_its_late_writes_are_rejected(app_ctx
 # -- shutdown ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_worker_exits_cleanly_on_sigterm_and_goes_offline(app_ctx: AppContext) -> None:
     app = app_ctx
     worker = _start_worker(app, "idle")
@@ -310,6 +316,7 @@ def test_worker_exits_cleanly_on_sigterm_and_goes_offline(app_ctx: AppContext) -
     assert record.fingerprint["cpu_model"]
 
 
+@pytest.mark.slow
 def test_sigterm_lets_the_running_job_finish_then_exits(app_ctx: AppContext) -> None:
     app = app_ctx
     job_id = _enqueue(app, "sleep", {"seconds": 4})
@@ -325,6 +332,7 @@ def test_sigterm_lets_the_running_job_finish_then_exits(app_ctx: AppContext) -> 
     assert job.finished_at is not None and job.finished_at > signalled_at, "it finished after the SIGTERM"
 
 
+@pytest.mark.slow
 def test_second_sigterm_hands_the_job_back(app_ctx: AppContext) -> None:
     app = app_ctx
     job_id = _enqueue(app, "sleep", {"seconds": 60})
@@ -368,6 +376,7 @@ def run_worker_whose_first_write_waits(home: str, db_url: str, job_id: str, repo
         app.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seconds", [60, 3], ids=["sleep-60s", "sleep-3s-done-before-the-write"])
 def test_timeout_kills_the_attempt_even_while_a_catalog_write_waits(
     app_ctx: AppContext, tmp_path: Path, seconds: int

@@ -14,6 +14,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from enginecache.db import queue
 from enginecache.service.context import AppContext
 from tests.conftest import wait_for
@@ -27,6 +29,7 @@ def _online(app: AppContext, name: str) -> bool:
     return any(w.name == name for w in queue.list_workers(app.catalog))
 
 
+@pytest.mark.slow
 def test_a_stopped_and_continued_worker_still_stops_on_sigterm(app_ctx: AppContext) -> None:
     argv = [sys.executable, "-m", "enginecache.cli", "--home", str(app_ctx.home), "--db", app_ctx.db_url, "worker"]
     for round_ in range(ROUNDS):
