@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import contextlib
 import enum
-import fcntl
 import logging
 import os
 import shutil
@@ -47,6 +46,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
 from enginecache.core.hashing import CHUNK_BYTES, DigestResult, StreamHasher, hash_file
+from enginecache.core.storelock import StoreLock
 from enginecache.errors import IntegrityCheckError, StoreError
 
 if TYPE_CHECKING:
@@ -109,6 +109,7 @@ class ArtifactStore:
         self.models_dir = home / "models"
         self.tmp_dir = tmp_dir or home / "tmp"  # must be on the same filesystem as objects/
         self._remote = remote
+        self._lock = StoreLock(home / GC_LOCK_NAME)
 
     @property
     def remote(self) -> BlobBackend | None:
@@ -136,44 +137,16 @@ class ArtifactStore:
 
     @property
     def lock_path(self) -> Path:
-        return self.home / GC_LOCK_NAME
+        return self._lock.path
 
-    @contextlib.contextmanager
-    def publish_lock(self) -> Iterator[None]:
+    def publish_lock(self) -> contextlib.AbstractContextManager[None]:
         """Held while a blob or bundle gets its name: shared, so only `gc_lock` waits for it."""
-        with self._flock(fcntl.LOCK_SH):
-            yield
+        return self._lock.hold(exclusive=False)
 
-    @contextlib.contextmanager
-    def gc_lock(self) -> Iterator[None]:
+    def gc_lock(self) -> contextlib.AbstractContextManager[None]:
         """Held by gc while it decides and removes: it waits for every publish under way, and each
         publish that starts meanwhile waits for it."""
-        with self._flock(fcntl.LOCK_EX):
-            yield
-
-    @contextlib.contextmanager
-    def _flock(self, operation: int) -> Iterator[None]:
-        try:
-            self.home.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        except OSError as err:
-            raise StoreError(f"could not open the store's lock {self.lock_path}: {err}") from err
-        try:
-            self._take(fd, operation)
-            yield
-        finally:
-            os.close(fd)  # releases the lock
-
-    def _take(self, fd: int, operation: int) -> None:
-        try:
-            try:
-                fcntl.flock(fd, operation | fcntl.LOCK_NB)
-            except BlockingIOError:
-                if operation == fcntl.LOCK_EX:
-                    logger.info("waiting for the publishes (or a backup) holding %s to finish", self.lock_path)
-                fcntl.flock(fd, operation)
-        except OSError as err:
-            raise StoreError(f"could not lock the store's {self.lock_path}: {err}") from err
+        return self._lock.hold(exclusive=True)
 
     # -- engine blobs -------------------------------------------------------------------
 

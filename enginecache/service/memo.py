@@ -58,9 +58,12 @@ def _digest(value: Any) -> str:
 @functools.lru_cache(maxsize=1)
 def code_identity() -> str:
     """A digest of every enginecache source file's relative path, size and mtime: an upgrade or an
-    edit of the code that plans builds changes it (one stat per file, about a millisecond)."""
+    edit of the code that plans builds changes it (one stat per file: about 2 ms for 200 files; the
+    relative path is sliced off, as `os.path.relpath` took 3 ms more for the same strings)."""
     entries: list[tuple[str, int, int]] = []
-    folders = [str(PACKAGE_ROOT)]
+    root = str(PACKAGE_ROOT)
+    prefix = len(root) + 1  # every entry's path is root + "/" + its relative path
+    folders = [root]
     while folders:
         folder = folders.pop()
         try:
@@ -71,7 +74,7 @@ def code_identity() -> str:
                             folders.append(entry.path)
                     elif entry.name.endswith(".py"):
                         st = entry.stat()
-                        entries.append((os.path.relpath(entry.path, PACKAGE_ROOT), st.st_size, st.st_mtime_ns))
+                        entries.append((entry.path[prefix:], st.st_size, st.st_mtime_ns))
         except OSError:
             continue
     return _digest(sorted(entries))
