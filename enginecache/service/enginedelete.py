@@ -27,6 +27,7 @@ from enginecache.errors import BadInputError, StoreError
 from enginecache.service import access, audit
 from enginecache.service.context import AppContext
 from enginecache.service.engines import get_engine, retire_engine
+from enginecache.service.gcreferences import clear_retired_blob_paths
 from enginecache.service.payloadblobs import payload_digests
 
 logger = logging.getLogger(__name__)
@@ -69,7 +70,7 @@ def delete_engine(app: AppContext, engine_id: int, *, clock: Callable[[], dateti
                 _remove_blob(app, engine_id, engine.sha256)
                 removed, reason = True, f"blob {engine.sha256} removed"
         if removed:
-            _clear_blob_paths(app, engine.sha256)
+            clear_retired_blob_paths(app, col(EngineRecord.sha256) == engine.sha256)  # every row naming it
     logger.info("engine %s deleted: %s", engine_id, reason)
     details = {"was": was, "sha256": engine.sha256, "blob_removed": removed, "reason": reason}
     audit.record(app, audit.ENGINE_DELETE, f"engine {engine_id}", details)
@@ -97,13 +98,3 @@ def _remove_blob(app: AppContext, engine_id: int, sha256: str) -> None:
         path.unlink(missing_ok=True)  # gone already (gc, an earlier delete): the outcome holds
     except OSError as err:
         raise StoreError(f"engine {engine_id} is RETIRED but its blob {path} could not be removed: {err}") from err
-
-
-def _clear_blob_paths(app: AppContext, sha256: str) -> None:
-    """Every RETIRED row that named the removed blob keeps its sha256, not a path to nothing."""
-    with app.catalog.write() as session:
-        session.execute(
-            sa.update(EngineRecord)
-            .where(col(EngineRecord.sha256) == sha256, col(EngineRecord.status) == EngineStatus.RETIRED)
-            .values(blob_path=None)
-        )

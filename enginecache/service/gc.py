@@ -36,17 +36,16 @@ from __future__ import annotations
 
 import logging
 
-import sqlalchemy as sa
 from sqlmodel import col
 
-from enginecache.db.models import EngineRecord, EngineStatus, utcnow
+from enginecache.db.models import EngineRecord, utcnow
 from enginecache.db.queue import Clock
 from enginecache.service import access, audit
 from enginecache.service.context import AppContext
 from enginecache.service.gcabandoned import find_abandoned_engines, mark_abandoned_engines
 from enginecache.service.gcfiles import remove
 from enginecache.service.gcplan import plan_store, plan_temp
-from enginecache.service.gcreferences import read_references
+from enginecache.service.gcreferences import clear_retired_blob_paths, read_references
 from enginecache.service.gcreport import RETIRED_BLOB, GcPolicy, GcReport, Removal
 
 __all__ = ["GcPolicy", "GcReport", "collect_garbage"]
@@ -100,11 +99,5 @@ def collect_garbage(
 def _clear_retired_blob_paths(app: AppContext, removals: list[Removal]) -> None:
     """A RETIRED engine whose blob gc removed keeps its row (and sha256), not a path to nothing."""
     ids = sorted({i for r in removals if r.kind == RETIRED_BLOB and r.error is None for i in r.engine_ids})
-    if not ids:
-        return
-    with app.catalog.write() as session:
-        session.execute(
-            sa.update(EngineRecord)
-            .where(col(EngineRecord.id).in_(ids), col(EngineRecord.status) == EngineStatus.RETIRED)
-            .values(blob_path=None)
-        )
+    if ids:
+        clear_retired_blob_paths(app, col(EngineRecord.id).in_(ids))

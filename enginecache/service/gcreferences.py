@@ -1,7 +1,8 @@
 """What the catalog needs of the store, read at one time for `enginecache gc`: the blobs a row or a
 job names (an engine's sha256 or blob_path; the payload of an active job or of one finished within
 the grace), the blobs only RETIRED engines past the grace name, the model bundles model rows name,
-the PENDING engines (whose build folders may be in use) and the attempts RUNNING."""
+the PENDING engines (whose build folders may be in use) and the attempts RUNNING; and, once a blob is
+removed, the one write that leaves its RETIRED rows without a path to nothing."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from datetime import datetime
 from pathlib import Path
 
 import sqlalchemy as sa
+from sqlalchemy.sql.elements import ColumnElement
 from sqlmodel import col
 
 from enginecache.db.models import ACTIVE_JOB_STATUSES, EngineRecord, EngineStatus, JobRecord, JobStatus, ModelRecord
@@ -78,3 +80,14 @@ def read_references(app: AppContext, now: datetime, policy: GcPolicy) -> Referen
         pending=frozenset(pending),
         running=frozenset(running),
     )
+
+
+def clear_retired_blob_paths(app: AppContext, which: ColumnElement[bool]) -> None:
+    """The RETIRED rows `which` selects, whose blob was removed (by gc or `engine delete`), keep their
+    sha256 but no blob_path: not a path to nothing."""
+    with app.catalog.write() as session:
+        session.execute(
+            sa.update(EngineRecord)
+            .where(which, col(EngineRecord.status) == EngineStatus.RETIRED)
+            .values(blob_path=None)
+        )
