@@ -48,6 +48,22 @@ def test_model_add_puts_every_file_of_the_bundle_into_the_bucket(
         assert (model_dir(app_ctx.home, model.digest) / name).stat().st_size == size
 
 
+def test_model_add_hashes_each_file_in_the_pass_that_copies_it_not_again_for_the_upload(
+    server: S3Server, prefix: str, app_ctx: AppContext, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from enginecache.core import bundleremote, hashing
+
+    def no_second_read(path: Path, **_: object) -> hashing.DigestResult:
+        raise AssertionError(f"{path} was read again to be hashed for the upload")
+
+    monkeypatch.setattr(bundleremote, "hash_file", no_second_read)
+    source = make_external_data_model(tmp_path / "ext")
+    model = register_model(app_ctx, source, name="ext").model
+    for name, (sha256, size) in model.info["remote_files"].items():
+        original = hashing.hash_file(source.parent / name)  # the bytes copied in, hashed on their own
+        assert (sha256, size) == (original.sha256, original.size)
+
+
 def test_a_build_host_with_its_own_home_fetches_the_bundle_and_builds(
     prefix: str, app_ctx: AppContext, app_factory: Callable[..., AppContext], tmp_path: Path
 ) -> None:

@@ -17,7 +17,7 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from enginecache.core.hashing import hash_file
+from enginecache.core.hashing import DigestResult, hash_file
 from enginecache.core.store import ArtifactStore, HashingWriter
 from enginecache.errors import IntegrityCheckError, StoreError
 
@@ -26,9 +26,12 @@ logger = logging.getLogger(__name__)
 RemoteFiles = dict[str, list[str | int]]  # relative name -> [sha256, size]
 
 
-def upload_bundle(store: ArtifactStore, digest: str, names: Sequence[str]) -> RemoteFiles | None:
+def upload_bundle(
+    store: ArtifactStore, digest: str, names: Sequence[str], *, known: Mapping[str, DigestResult] | None = None
+) -> RemoteFiles | None:
     """Put each stored file of bundle `digest` into the remote; what to keep in the model's info.
-    None where the store has no remote (nothing to do)."""
+    None where the store has no remote (nothing to do). `known`: digests of stored files taken as
+    they were copied in (`ArtifactStore.put_model_bundle(digests=...)`); the others are hashed here."""
     remote = store.remote
     if remote is None:
         return None
@@ -36,7 +39,7 @@ def upload_bundle(store: ArtifactStore, digest: str, names: Sequence[str]) -> Re
     files: RemoteFiles = {}
     for name in names:
         path = folder / name
-        found = hash_file(path)
+        found = (known or {}).get(name) or hash_file(path)
         remote.put_blob(found.sha256, path, found.size)
         files[name] = [found.sha256, found.size]
     logger.info("model bundle %s: %d file(s) in %s", digest[:12], len(files), remote.describe())

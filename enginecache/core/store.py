@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
-from enginecache.core.hashing import CHUNK_BYTES, DigestResult, StreamHasher, hash_file
+from enginecache.core.hashing import CHUNK_BYTES, DigestResult, StreamHasher, copy_hashed, hash_file
 from enginecache.core.storelock import StoreLock
 from enginecache.errors import IntegrityCheckError, StoreError
 
@@ -303,10 +303,19 @@ class ArtifactStore:
     def model_dir(self, digest: str) -> Path:
         return self.models_dir / digest
 
-    def put_model_bundle(self, model_path: Path, external_files: Sequence[str], digest: str) -> Path:
+    def put_model_bundle(
+        self,
+        model_path: Path,
+        external_files: Sequence[str],
+        digest: str,
+        *,
+        digests: dict[str, DigestResult] | None = None,
+    ) -> Path:
         """Copy a model and its external data files (relative names kept) into `models/<digest>/`.
 
         Returns the stored model file's path. An existing bundle with that digest is kept as is.
+        With `digests`, each file is hashed in the pass that copies it and its digest put there under
+        its name (for the remote's upload, which then reads nothing again); an existing bundle adds none.
         """
         self.ensure()
         target = self.model_dir(digest)
@@ -320,7 +329,10 @@ class ArtifactStore:
                 source = model_path.parent / name
                 dest = staging / name
                 dest.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(source, dest)
+                if digests is None:
+                    shutil.copyfile(source, dest)  # the kernel's copy: no byte through this process
+                else:
+                    digests[name] = copy_hashed(source, dest)
                 with open(dest, "rb") as stream:
                     os.fsync(stream.fileno())
             self.adopt_bundle(staging, digest)

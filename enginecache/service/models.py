@@ -11,6 +11,7 @@ import sqlalchemy as sa
 from sqlmodel import col, select
 
 from enginecache.core.bundleremote import upload_bundle
+from enginecache.core.hashing import DigestResult
 from enginecache.core.names import check_model_name, name_from_filename
 from enginecache.core.onnx_info import TensorInfo, inspect_model
 from enginecache.db.catalog import ConnectionRows
@@ -66,8 +67,10 @@ def register_model(
         name = name if name is not None else name_from_filename(info.path.stem)
         if not new_version:
             _refuse_taken_name(app, name)
-    stored = app.store.put_model_bundle(info.path, info.external_data_files, info.digest)
-    remote_files = upload_bundle(app.store, info.digest, [info.path.name, *info.external_data_files])
+    copied: dict[str, DigestResult] | None = {} if app.store.remote is not None else None
+    stored = app.store.put_model_bundle(info.path, info.external_data_files, info.digest, digests=copied)
+    names = [info.path.name, *info.external_data_files]
+    remote_files = upload_bundle(app.store, info.digest, names, known=copied)
     record = ModelRecord(
         name=name or info.path.stem,
         digest=info.digest,
