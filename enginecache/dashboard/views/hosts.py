@@ -97,46 +97,46 @@ def render() -> None:
 def _engines(found: HostCoverage) -> None:
     """The READY engines this host can load, and the model x backend x precision READY elsewhere
     that it cannot load any engine of (the backend's rule, on this host's recorded fingerprint)."""
-    st.markdown(f"**Engines it can load** ({len(found.loadable)} group(s) of READY engines)")
-    if found.loadable:
-        st.dataframe(
-            pd.DataFrame(
-                [
-                    {
-                        "loads engine": e.engine_id,
-                        "model": e.model,
-                        "backend": e.backend,
-                        "precision": e.precision,
-                        "targets": e.targets,
-                        "version": e.backend_version,
-                        "engines": e.count,
-                    }
-                    for e in found.loadable
-                ]
-            ),
-            hide_index=True,
-            key="hosts_loadable",
-        )
+    loadable = [
+        {
+            "loads engine": e.engine_id,
+            "model": e.model,
+            "backend": e.backend,
+            "precision": e.precision,
+            "targets": e.targets,
+            "version": e.backend_version,
+            "engines": e.count,
+        }
+        for e in found.loadable
+    ]
+    lacking = [
+        {
+            "model": e.model,
+            "backend": e.backend,
+            "precision": e.precision,
+            "newest engine": e.engine_id,
+            "targets": e.targets,
+            "why": e.reason,
+        }
+        for e in found.lacking
+    ]
+    _table(
+        f"**Engines it can load** ({len(loadable)} group(s) of READY engines)",
+        loadable,
+        "hosts_loadable",
+        "None of the READY engines: see what it lacks below.",
+    )
+    _table(
+        f"**READY elsewhere, none it can load** ({len(lacking)})",
+        lacking,
+        "hosts_lacking",
+        "Nothing: it can load an engine of every model and precision that has a READY one.",
+    )
+
+
+def _table(title: str, rows: list[dict[str, object]], key: str, when_empty: str) -> None:
+    st.markdown(title)
+    if rows:
+        st.dataframe(pd.DataFrame(rows), hide_index=True, key=key)
     else:
-        st.caption("None of the READY engines: see what it lacks below.")
-    st.markdown(f"**READY elsewhere, none it can load** ({len(found.lacking)})")
-    if found.lacking:
-        st.dataframe(
-            pd.DataFrame(
-                [
-                    {
-                        "model": e.model,
-                        "backend": e.backend,
-                        "precision": e.precision,
-                        "newest engine": e.engine_id,
-                        "targets": e.targets,
-                        "why": e.reason,
-                    }
-                    for e in found.lacking
-                ]
-            ),
-            hide_index=True,
-            key="hosts_lacking",
-        )
-    else:
-        st.caption("Nothing: it can load an engine of every model and precision that has a READY one.")
+        st.caption(when_empty)
