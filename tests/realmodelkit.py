@@ -45,7 +45,7 @@ LOADS = ("load ort fp32", "load ort int8")
 CELLS = BUILDS + LOADS
 # A cell's verdict where MEASURED leaves it out: a build `built`, a test-load `PASS`.
 DEFAULTS = {**dict.fromkeys(BUILDS, "built"), **dict.fromkeys(LOADS, "PASS")}
-RTX_TARGETS = ("sm86",)  # one compute capability keeps each build short
+TARGETS = {"rtx": ("sm86",)}  # per backend that needs them: one compute capability keeps each build short
 LOAD_ITERATIONS = 3
 BEGIN, END = "<!-- measured: begin -->", "<!-- measured: end -->"
 CODE_BEGIN, CODE_END = "# >>> measured (tests/realmodelkit.py --write)", "# <<< measured"
@@ -122,7 +122,7 @@ class Bench:
         }
 
     def _build(self, model: str, backend: str, precision: str) -> Measured:
-        targets = RTX_TARGETS if backend == "rtx" else ()
+        targets = TARGETS.get(backend, ())
         request = BuildRequest(model=model, backend=backend, targets=targets, precision=precision)
         try:
             result = build_engine(self.app, request)

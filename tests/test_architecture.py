@@ -37,3 +37,20 @@ def test_import_linter_contracts_hold() -> None:
     result = subprocess.run([lint_imports], cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "3 kept, 0 broken" in result.stdout
+
+
+def test_no_code_outside_the_backend_packages_switches_on_a_backend_name() -> None:
+    """The backend owns its policy: elsewhere a backend is asked through its interface (or looked up
+    in a table by name), never compared with a name's string. The check reads every tracked Python file."""
+    needle = "backend" + " == "  # spelled apart, so this file does not match itself
+    backends = ROOT / "enginecache" / "core" / "backends"
+    listed = subprocess.run(["git", "ls-files", "*.py"], cwd=ROOT, capture_output=True, text=True, check=True)
+    files = [ROOT / name for name in listed.stdout.split()] or sorted(ROOT.glob("[!.]*/**/*.py"))
+    switches = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+        for path in files
+        if backends not in path.parents and path.is_file()
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if needle in line
+    ]
+    assert switches == []

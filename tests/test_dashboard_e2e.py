@@ -194,9 +194,7 @@ def test_two_models_mixed_precisions_coverage_retire_and_test_load_in_chromium(
 
         # Engines: test-load the encoder's engine with an uploaded .npz; the accuracy table per output
         with app.catalog.read() as session:
-            [ort] = session.exec(
-                select(EngineRecord).where(EngineRecord.backend == "ort", EngineRecord.status == EngineStatus.READY)
-            ).all()
+            [ort] = session.exec(select(EngineRecord).filter_by(backend="ort", status=EngineStatus.READY)).all()
         open_view(f"/engines?engine={ort.id}")
         # Open the inputs expander and choose an upload; a click that lands while the page is still
         # settling can be lost, so each step waits for its effect (the uploader) and is tried again.

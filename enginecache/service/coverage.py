@@ -164,6 +164,9 @@ def columns_for(
     (TensorRT-RTX's compute capabilities). Each column names the hosts that have it."""
     columns: list[Column] = []
     busy = set(building)
+    built_for: dict[str, set[str]] = {}  # backend -> the targets its engines in the catalog were built for
+    for group in groups:
+        built_for.setdefault(group.backend, set()).update(group.targets)
     for backend in all_backends():
         if backends is not None and backend.name not in backends:
             continue
@@ -178,10 +181,8 @@ def columns_for(
                     where.setdefault(str(gpu.get("compute_capability")), set()).add(host.hostname)
             elif caps.get("cpu_target"):
                 where.setdefault(str(caps["cpu_target"]), set()).add(host.hostname)
-        for group in groups:
-            if group.backend == backend.name:
-                for target in group.targets:
-                    where.setdefault(target, set())
+        for target in built_for.get(backend.name, ()):
+            where.setdefault(target, set())
         known = [t for t in backend.known_targets() if t in where]
         ordered = known + sorted(t for t in where if t not in known)
         columns += [Column(backend.name, t, tuple(sorted(where[t]))) for t in ordered]
