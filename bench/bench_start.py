@@ -323,8 +323,9 @@ def run(report: Report) -> None:
             report.section(
                 RTX,
                 "TensorRT-RTX engines on this GPU-less host: a new process's `load_or_build` ends in "
-                "EngineRejectedError INCOMPATIBLE from the library's header check (the blob is not read past its "
-                "header); time to that verdict against `import tensorrt_rtx`, a Runtime, `get_engine_validity`.",
+                "EngineRejectedError INCOMPATIBLE from the library's header check, made on the verified bytes "
+                "(every byte is hashed before the header reaches the library); time to that verdict against "
+                "`import tensorrt_rtx`, a Runtime, reading the file and `get_engine_validity` on its header.",
             )
             rtx_figures(report, {m: models[m] for m in ("mobilenet_v3_small", "resnet18") if m in models}, engines, env)
         if "fingerprint" in only:
