@@ -16,6 +16,7 @@ from sqlmodel import col, select
 
 from enginecache.db.models import EngineRecord, LoadEventRecord
 from enginecache.errors import EngineRejectedError
+from enginecache.service import memo
 from enginecache.service.builds import BuildRequest, build_engine
 from enginecache.service.context import AppContext
 from enginecache.service.models import register_model
@@ -58,6 +59,10 @@ def serve_mlp(app: AppContext, folder: Path, spec: RuntimeSpec = ORT, *, name: s
     age(onnx_path)
     register_model(app, onnx_path, name=name)
     engine = build_engine(app, BuildRequest(model=name, backend=spec.backend, targets=spec.targets)).engine
+    # The memo is keyed by the code's identity (every source file's mtime), which this process keeps
+    # from its first lookup: an edit of the checkout since then would key this memo by the old code,
+    # and a new process (keyed by the code as it is now) would miss it.
+    memo.code_identity.cache_clear()
     try:
         first = load_or_build(onnx_path, spec=spec, app=app, on_miss="fail")
     except EngineRejectedError:  # an engine this host cannot load still leaves its memo
