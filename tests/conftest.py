@@ -5,7 +5,8 @@ Markers: tests on PostgreSQL carry `postgres` (the `catalog_ctx` fixture's postg
 every test that uses `pg_url`), tests on ../shared/models or the corpus carry `shared` (marked in
 their files, and every test that uses `shared_models`), and tests that drive whole processes for
 seconds carry `slow` (a browser, the OIDC provider, workers signalled or killed, crash injection,
-many builds: each took 1.5 s or more on the 2-core machine). `make test-fast` runs
+many builds: each took 1.5 s or more on the 2-core machine; the fast lane names any test of its own
+that takes that long, in its summary). `make test-fast` runs
 `pytest -m "not postgres and not shared and not slow"`: about 80 s there, against about 290 s
 for `-m "not postgres and not shared"`, which the slow tests alone take past 200 s.
 """
@@ -38,6 +39,30 @@ IN_CI = os.environ.get("CI") == "true"
 SHARED_MODELS = Path(__file__).resolve().parents[1].parent / "shared" / "models"
 PG_ADMIN_URL = os.environ.get("ENGINECACHE_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 FIXTURE_MARKS = {"pg_url": "postgres", "shared_models": "shared"}  # a test using the fixture gets the mark
+
+
+# A test that takes this long (setup, call and teardown) belongs to `slow`: the fast lane's budget.
+SLOW_SECONDS = 1.5
+LANE_MARKS = ("slow", "postgres", "shared")  # a test with any of these is not in the fast lane
+_lane_seconds: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if not any(mark in report.keywords for mark in LANE_MARKS):
+        _lane_seconds[report.nodeid] = _lane_seconds.get(report.nodeid, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """In the fast lane (`-m` leaving `slow` out), name the tests that took SLOW_SECONDS or more, so
+    the lane stays fast: a note, not a failure (a test's time depends on the machine and its load)."""
+    if "not slow" not in (config.getoption("markexpr") or ""):
+        return
+    over = sorted(((s, n) for n, s in _lane_seconds.items() if s >= SLOW_SECONDS), reverse=True)
+    if over:
+        title = f"fast-lane tests that took {SLOW_SECONDS:g} s or more: mark them slow, or speed them up"
+        terminalreporter.section(title)
+        for seconds, nodeid in over:
+            terminalreporter.write_line(f"{seconds:6.2f} s  {nodeid}")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
