@@ -3,10 +3,10 @@ models, a controlled clock for the queue, blob corruption, and skips for hosts a
 
 Markers: tests on PostgreSQL carry `postgres` (the `catalog_ctx` fixture's postgres case, and
 every test that uses `pg_url`), tests on ../shared/models or the corpus carry `shared` (marked in
-their files, and every test that uses `shared_models`), and tests that drive whole processes for
-seconds carry `slow` (a browser, the OIDC provider, workers signalled or killed, crash injection,
-many builds: each took 1.5 s or more on the 2-core machine; the fast lane names any test of its own
-that takes that long, in its summary). `make test-fast` runs
+their files, and every test that uses `shared_models`), and tests that took 1.5 s or more on the
+2-core machine carry `slow` (most drive whole processes: a browser, the OIDC provider, workers
+signalled or killed, crash injection, many builds; the fast lane names any test of its own that
+takes that long, in its summary). `make test-fast` runs
 `pytest -m "not postgres and not shared and not slow"`: about 80 s there, against about 290 s
 for `-m "not postgres and not shared"`, which the slow tests alone take past 200 s.
 """

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import shutil
 import subprocess
@@ -39,18 +40,42 @@ def test_import_linter_contracts_hold() -> None:
     assert "3 kept, 0 broken" in result.stdout
 
 
-def test_no_code_outside_the_backend_packages_switches_on_a_backend_name() -> None:
-    """The backend owns its policy: elsewhere a backend is asked through its interface (or looked up
-    in a table by name), never compared with a name's string. The check reads every tracked Python file."""
-    needle = "backend" + " == "  # spelled apart, so this file does not match itself
-    backends = ROOT / "enginecache" / "core" / "backends"
+def _tracked_python_files() -> list[Path]:
     listed = subprocess.run(["git", "ls-files", "*.py"], cwd=ROOT, capture_output=True, text=True, check=True)
-    files = [ROOT / name for name in listed.stdout.split()] or sorted(ROOT.glob("[!.]*/**/*.py"))
-    switches = [
-        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+    return [ROOT / name for name in listed.stdout.split() if (ROOT / name).is_file()]
+
+
+def test_no_code_outside_the_backend_packages_switches_on_a_backend_name() -> None:
+    """The backend owns its policy: elsewhere in the product a backend is asked through its
+    interface, or looked up in a table by name; no comparison of any kind (==, !=, in, either
+    side) has a backend's name as a string operand. And, across every tracked file, tests and
+    benchmarks too, no line compares `backend` with `==` and a space (the issue's own grep)."""
+    from enginecache.core.backends.registry import all_backends
+
+    names = {backend.name for backend in all_backends()}
+    backends = ROOT / "enginecache" / "core" / "backends"
+    files = [path for path in _tracked_python_files() if backends not in path.parents]
+    needle = "backend" + " == "  # spelled apart, so this file does not match itself
+    literal = [
+        f"{path.relative_to(ROOT)}:{number}"
         for path in files
-        if backends not in path.parents and path.is_file()
         for number, line in enumerate(path.read_text().splitlines(), 1)
         if needle in line
     ]
-    assert switches == []
+    compared = [
+        f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)}"
+        for path in files
+        if (ROOT / "enginecache") in path.parents
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Compare)
+        and any(_names_a_backend(operand, names) for operand in [node.left, *node.comparators])
+    ]
+    assert literal == [] and compared == []
+
+
+def _names_a_backend(node: ast.expr, names: set[str]) -> bool:
+    if isinstance(node, ast.Constant):
+        return node.value in names
+    if isinstance(node, ast.Tuple | ast.List | ast.Set):
+        return any(_names_a_backend(item, names) for item in node.elts)
+    return False

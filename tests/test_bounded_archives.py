@@ -72,7 +72,7 @@ def test_a_zip_central_directory_too_big_for_the_entry_limit_is_refused_unparsed
 
 @pytest.fixture(scope="module")
 def bomb() -> bytes:
-    """A tar.bz2 of one 64 MiB member of zeros: a few hundred bytes, far under the 8 GiB extract
+    """A tar.bz2 of one 64 MiB member of zeros: about 150 bytes, far under the 8 GiB extract
     limit, past the 16 MiB any archive may expand to, and far over the ratio limit."""
     import bz2
 

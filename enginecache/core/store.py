@@ -315,7 +315,7 @@ class ArtifactStore:
 
         Returns the stored model file's path. An existing bundle with that digest is kept as is.
         With `digests`, each file is hashed in the pass that copies it and its digest put there under
-        its name (for the remote's upload, which then reads nothing again); an existing bundle adds none.
+        its name (for the remote's upload, which then hashes nothing again); an existing bundle adds none.
         """
         self.ensure()
         target = self.model_dir(digest)

@@ -1,9 +1,10 @@
 """The store's gc lock: an `flock` on `<home>/gc.lock`, shared by publishers, exclusive for gc.
 
 Why a lock at all, and what each side holds it for: core.store's docstring ("Publishing and gc").
-A publish takes it shared (an open, a flock and a close; publishers never wait for each other); gc,
-`engine delete` and a backup's consistent copy take it exclusive and wait for every publish under
-way. The lock is released by closing its file descriptor, so a process that dies holds nothing.
+A publish takes it shared (an open, a flock and a close; publishers never wait for each other), and
+so does a backup's consistent copy; gc and `engine delete` take it exclusive and wait for every
+publish (and backup) under way. The lock is released by closing its file descriptor, so a process
+that dies holds nothing.
 """
 
 from __future__ import annotations

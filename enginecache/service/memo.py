@@ -51,7 +51,7 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 
 def _digest(value: Any) -> str:
     """BLAKE3 of canonical JSON (core.cachekey's canonical form; BLAKE3, not sha256: hashlib loads
-    OpenSSL, ~2 ms that a TensorRT-RTX verdict, which reads no blob, would pay for nothing else)."""
+    OpenSSL, ~2 ms that a hit, which verifies its blob with BLAKE3, would pay for nothing else)."""
     return blake3.blake3(json.dumps(value, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
