@@ -120,6 +120,7 @@ def test_bf16_needs_modelopt(mlp: Path, tmp_path: Path, no_modelopt: None) -> No
         convert_precision(mlp, PrecisionSpec("bf16"), tmp_path / "work")
 
 
+@pytest.mark.slow  # a real ModelOpt AutoCast conversion: torch and modelopt imported, seconds
 def test_fp16_autocast_small_model(conv: Path, tmp_path: Path) -> None:
     need_modelopt()
     result = convert_precision(conv, PrecisionSpec("fp16"), tmp_path / "work")
