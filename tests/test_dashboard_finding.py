@@ -171,11 +171,13 @@ def test_listing_tables_are_sized_to_their_rows_not_a_ten_row_box(
 
 
 def test_status_tables_are_coloured_by_status(seeded: Seeded, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Overview's status tables and the Engines table colour each status (the word stays in the cell)."""
+    """Overview's status tables (markdown badges) and the Engines table (a Styler) colour each status;
+    the word stays in the cell."""
     import pandas as pd
     import streamlit
 
     from enginecache.dashboard.statuscolours import STATUS_COLOURS
+    from enginecache.dashboard.views import overview
 
     styled: dict[str, dict[str, str]] = {}
     real = streamlit.dataframe
@@ -191,14 +193,18 @@ def test_status_tables_are_coloured_by_status(seeded: Seeded, monkeypatch: pytes
         return real(data, *args, **kwargs)
 
     monkeypatch.setattr(streamlit, "dataframe", recording)
-    for name in ("overview", "engines"):
-        at = view(name).run()
-        assert not at.exception, at.exception
-    for key in ("overview_engines", "overview_jobs", "engines_table"):
-        assert styled.get(key), f"{key} is not coloured"
+    at = view("engines").run()
+    assert not at.exception, at.exception
+    assert styled.get("engines_table"), "the Engines table is not coloured"
     ready, _ink = STATUS_COLOURS["READY"]
-    assert ready in styled["overview_engines"]["READY"] and ready in styled["engines_table"]["READY"]
-    assert styled["overview_engines"]["FAILED"] != styled["overview_engines"]["READY"]
+    assert ready in styled["engines_table"]["READY"]
+
+    at = view("overview").run()
+    assert not at.exception, at.exception
+    tables = [m.value for m in at.markdown if m.value.startswith(overview.STATUS_TABLE_HEAD)]
+    badges = {status: colour for colour, status in re.findall(r"\| :(\w+)-badge\[(\w+)\] \|", tables[0])}
+    assert set(badges) == {s.value for s in EngineStatus}, "every engine status, each a badge"
+    assert badges["READY"] == "green" and badges["FAILED"] == "red" and badges["CORRUPT"] != badges["FAILED"]
 
 
 def test_the_engine_page_says_its_models_version_and_the_aliases_pointing_at_it(seeded: Seeded) -> None:

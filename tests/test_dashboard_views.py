@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from sqlmodel import select
 
+from enginecache.dashboard.views import overview
 from enginecache.db.models import ModelRecord
 from enginecache.service.context import AppContext
 from tests.dashboardkit import Seeded, frame, router, serve_home, texts, view
@@ -41,6 +42,32 @@ def test_router_serves_the_overview_first(seeded: Seeded) -> None:
     assert at.title[0].value == "Overview"
 
 
+FIRST_VIEW_IMPORTS = (
+    "import json, sys\n"
+    "from streamlit.testing.v1 import AppTest\n"
+    "at = AppTest.from_file(sys.argv[1], default_timeout=60).run()\n"
+    "assert not at.exception, at.exception\n"
+    "print(json.dumps({'title': at.title[0].value, 'pandas': 'pandas' in sys.modules}))\n"
+)
+
+
+@pytest.mark.slow
+def test_the_first_view_of_a_new_server_process_imports_no_pandas(seeded: Seeded) -> None:
+    """A new process's first page (Overview, status tables included) renders without pandas, half a
+    second of a first render (docs/performance.md); the views with real tables import it when opened."""
+    import json
+    import subprocess
+    import sys
+
+    from enginecache.dashboard import app
+
+    run = subprocess.run(
+        [sys.executable, "-c", FIRST_VIEW_IMPORTS, app.__file__], capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout.splitlines()[-1]) == {"title": "Overview", "pandas": False}
+
+
 def test_overview_shows_counts_failures_and_activity(seeded: Seeded) -> None:
     at = view("overview").run()
     assert not at.exception
@@ -49,10 +76,10 @@ def test_overview_shows_counts_failures_and_activity(seeded: Seeded) -> None:
     assert metrics["Engines"] == "1"
     assert metrics["Jobs"] == "1"
     assert metrics["Workers online"] == "1"
-    engines = frame(at, "status", "count")
-    assert engines.set_index("status").loc["READY", "count"] == 1
-    jobs = [f for f in at.dataframe if "count" in f.value.columns][1].value
-    assert jobs.set_index("status").loc["FAILED", "count"] == 1
+    tables = [m.value for m in at.markdown if m.value.startswith(overview.STATUS_TABLE_HEAD)]
+    assert len(tables) == 2, "engines by status, jobs by status"
+    assert "| :green-badge[READY] | 1 |" in tables[0].splitlines()
+    assert "| :red-badge[FAILED] | 1 |" in tables[1].splitlines()
     # each failure once, its whole reason as plain text (no longer a table that cuts it off)
     assert any(f"**job {seeded.failed_job_id}** · FAILED" in m.value for m in at.markdown)
     assert any("calibration data does not match" in t.value for t in at.text)

@@ -1,9 +1,14 @@
 """One colour per engine and job status for the dashboard's tables (the word stays in every cell:
-colour is never the only signal): done is green, under way blue, failed red, set aside grey."""
+colour is never the only signal): done is green, under way blue, failed red, set aside grey.
+
+Two forms of it: CSS for a pandas Styler (`status_style`, the Engines table) and Streamlit's own
+markdown badges (`status_badge`, the Overview's counts: a first view that imports no pandas)."""
 
 from __future__ import annotations
 
 from typing import Any
+
+from enginecache.core.plaintext import markdown_literal
 
 _GREEN, _BLUE, _RED, _DARK_RED, _GREY = (
     ("#c8e6c9", "#1b5e20"),
@@ -24,6 +29,17 @@ STATUS_COLOURS: dict[str, tuple[str, str]] = {  # status -> (background, text)
     "RETIRED": _GREY,
     "CANCELLED": _GREY,
 }
+
+
+# Streamlit's badge colours nearest each one (a badge has no dark red: a corrupt engine is orange).
+_BADGES: dict[tuple[str, str], str] = {_GREEN: "green", _BLUE: "blue", _RED: "red", _DARK_RED: "orange", _GREY: "gray"}
+
+
+def status_badge(status: str) -> str:
+    """A status as a markdown badge of its colour (`:green-badge[READY]`); anything that is no status,
+    as plain text."""
+    colours = STATUS_COLOURS.get(status)
+    return f":{_BADGES[colours]}-badge[{status}]" if colours else markdown_literal(status)
 
 
 def status_style(value: Any) -> str:

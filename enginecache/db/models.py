@@ -89,6 +89,9 @@ class EngineRecord(SQLModel, table=True):
         ),
         # Overview's build jobs answered by another job's engine: an index-only anti-join (migration 0008)
         sa.Index("ix_engines_job_engine", "job_id", "id"),
+        # Models' engine counts per source model and per variant, each from its index alone (migration 0014)
+        sa.Index("ix_engines_model_variant", "model_id", "variant_model_id"),
+        sa.Index("ix_engines_variant", "variant_model_id"),
     )
 
     id: int | None = Field(default=None, primary_key=True)

@@ -134,11 +134,12 @@ def render() -> None:
         _add_section(app, server_path=data.may("server_path"))
 
     search = ""
-    if data.model_rows(key):  # nothing to search in an empty catalog
+    every = data.model_rows(key)
+    if every:  # nothing to search in an empty catalog
         from_url("models_search", "q")
         search = st.text_input("Search", key="models_search", placeholder="model name, or a digest prefix").strip()
         to_url("q", search)
-    rows = grouped(data.model_rows(key, search or None))
+    rows = grouped(data.model_rows(key, search) if search else every)  # one query where nothing is searched
     st.subheader(f"Models ({len(rows)})")
     if not rows:
         if search:

@@ -1,10 +1,10 @@
 """Overview: counts of models, engines and jobs by status, workers online, cache hits and misses
 per day, and the newest failures with their reasons.
 
-The router's default page, so the first one a new server process renders: it imports pandas and
-plotly's graph objects in a thread while its queries run (the database works with the GIL
-released), then draws. Their import is most of a first render's cost; this way it overlaps the
-queries instead of following them."""
+The router's default page, so the first one a new server process renders. It imports no pandas
+(half a second of a first render; Streamlit's tables need it, so the status counts are markdown
+tables with Streamlit's badges, not dataframes), and it imports plotly's graph objects in a thread
+while its queries run (the database works with the GIL released)."""
 
 from __future__ import annotations
 
@@ -17,17 +17,16 @@ import streamlit as st
 from enginecache.core.plaintext import markdown_literal
 from enginecache.dashboard import data
 from enginecache.dashboard.live import link
-from enginecache.dashboard.statuscolours import status_style
+from enginecache.dashboard.statuscolours import status_badge
 from enginecache.db.models import EngineStatus, JobStatus
 from enginecache.service.readmodels.overview import CacheDay, Failure
 
 if TYPE_CHECKING:
-    import pandas as pd
     import plotly.graph_objects as go
 
 FAILURES_SHOWN = 15
 ACTIVITY_DAYS = 30
-DRAWING_MODULES = ("pandas", "plotly.graph_objects")
+DRAWING_MODULES = ("plotly.graph_objects",)
 
 
 def _import_meanwhile(names: tuple[str, ...]) -> threading.Thread | None:
@@ -65,22 +64,10 @@ def render() -> None:
     left, right = st.columns(2)
     with left:
         st.subheader("Engines by status")
-        st.dataframe(
-            _status_frame(counts.engines_by_status, [s.value for s in EngineStatus]).style.map(
-                status_style, subset=["status"]
-            ),
-            hide_index=True,
-            key="overview_engines",
-        )
+        st.markdown(status_table(counts.engines_by_status, [s.value for s in EngineStatus]))
     with right:
         st.subheader("Jobs by status")
-        st.dataframe(
-            _status_frame(counts.jobs_by_status, [s.value for s in JobStatus]).style.map(
-                status_style, subset=["status"]
-            ),
-            hide_index=True,
-            key="overview_jobs",
-        )
+        st.markdown(status_table(counts.jobs_by_status, [s.value for s in JobStatus]))
 
     st.subheader(f"Cache activity, last {ACTIVITY_DAYS} days")
     if days:
@@ -135,8 +122,11 @@ def _activity_chart(days: list[CacheDay]) -> go.Figure:
     return figure
 
 
-def _status_frame(by_status: dict[str, int], order: list[str]) -> pd.DataFrame:
-    import pandas as pd
+STATUS_TABLE_HEAD = "| status | count |\n| --- | ---: |"
 
+
+def status_table(by_status: dict[str, int], order: list[str]) -> str:
+    """Every status of `order` (then any other the catalog holds) with its count, as a markdown table:
+    each status a badge of its colour, the word in it."""
     names = order + sorted(set(by_status) - set(order))
-    return pd.DataFrame([{"status": s, "count": by_status.get(s, 0)} for s in names])
+    return "\n".join([STATUS_TABLE_HEAD, *(f"| {status_badge(s)} | {by_status.get(s, 0):,} |" for s in names)])

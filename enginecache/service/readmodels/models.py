@@ -117,6 +117,12 @@ def model_rows(app: AppContext, *, search: str | None = None, limit: int = 500) 
     """Models, newest first, with how many engines each built (two grouped queries on the engines'
     model and variant columns): a source's own (no variant) and its family's (with its variants'),
     a variant's own. `search`: by name or digest prefix (`model_search`)."""
+    with app.catalog.read() as session:
+        return [ModelRow(**row) for row in session.execute(model_rows_query(search, limit)).mappings()]
+
+
+def model_rows_query(search: str | None, limit: int) -> sa.Select[Any]:
+    """`model_rows`' one statement; its two counts read only their indexes (migration 0014)."""
     engine = EngineRecord
     by_source = (
         sa.select(
@@ -134,7 +140,7 @@ def model_rows(app: AppContext, *, search: str | None = None, limit: int = 500) 
         .subquery()
     )
     parent = sa.orm.aliased(ModelRecord)
-    query = (
+    return (
         sa.select(  # each column named as its ModelRow field
             col(ModelRecord.id),
             col(ModelRecord.name),
@@ -153,8 +159,6 @@ def model_rows(app: AppContext, *, search: str | None = None, limit: int = 500) 
         .order_by(col(ModelRecord.created_at).desc(), col(ModelRecord.id).desc())
         .limit(limit)
     )
-    with app.catalog.read() as session:
-        return [ModelRow(**row) for row in session.execute(query).mappings()]
 
 
 def grouped(rows: list[ModelRow]) -> list[ModelRow]:
