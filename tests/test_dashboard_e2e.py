@@ -29,6 +29,7 @@ from playwright.sync_api import Page, expect, sync_playwright
 
 from enginecache.db.models import EngineRecord, EngineStatus, JobRecord, LoadRunRecord, ModelRecord
 from enginecache.service.context import AppContext
+from tests.browserkit import generous_expect  # noqa: F401 - autouse: expect() waits TIMEOUT_MS
 from tests.modelfactory import make_conv, make_mlp
 from tests.servekit import CHROMIUM, CHROMIUM_ARGS, TIMEOUT_MS
 from tests.test_serve_e2e import (
@@ -39,7 +40,6 @@ from tests.test_serve_e2e import (
     _ready_engines,
     _wait_for_app_run,
     _wait_for_charts,
-    generous_expect,  # noqa: F401 - the autouse fixture: expect() waits TIMEOUT_MS here too
     served,  # noqa: F401 - the fixture: `enginecache serve` on a free port
 )
 

@@ -27,6 +27,7 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from enginecache.service.context import DB_URL_ENV, HOME_ENV, AppContext
 from tests import oidckit
+from tests.browserkit import generous_expect  # noqa: F401 - autouse: expect() waits TIMEOUT_MS
 from tests.conftest import skip_or_fail
 from tests.servekit import CHROMIUM, CHROMIUM_ARGS, TIMEOUT_MS, free_port, wait_for_dashboard
 
@@ -129,14 +130,6 @@ def browser(site: Site) -> Iterator[Browser]:
         launched = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
         yield launched
         launched.close()
-
-
-@pytest.fixture(autouse=True)
-def generous_expect() -> Iterator[None]:
-    """expect() waits up to TIMEOUT_MS like every other Playwright call (its own default is 5 s)."""
-    expect.set_options(timeout=TIMEOUT_MS)
-    yield
-    expect.set_options(timeout=5_000)
 
 
 @pytest.fixture

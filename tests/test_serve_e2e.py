@@ -23,6 +23,7 @@ from playwright.sync_api import Page, expect, sync_playwright
 
 from enginecache.db.models import EngineRecord, EngineStatus, JobRecord
 from enginecache.service.context import DB_URL_ENV, HOME_ENV, AppContext
+from tests.browserkit import generous_expect  # noqa: F401 - autouse: expect() waits TIMEOUT_MS
 from tests.conftest import shared_model, skip_or_fail
 from tests.servekit import CHROMIUM, CHROMIUM_ARGS, TIMEOUT_MS, free_port, wait_for_dashboard
 
@@ -48,14 +49,6 @@ def _wait_for_charts(page: Page) -> None:
     """Until every plotly chart on the page has drawn its SVG."""
     for chart in page.locator(".js-plotly-plot").all():
         expect(chart.locator(".main-svg").first).to_be_visible()
-
-
-@pytest.fixture(autouse=True)
-def generous_expect() -> Iterator[None]:
-    """expect() waits up to TIMEOUT_MS like every other Playwright call (its own default is 5 s)."""
-    expect.set_options(timeout=TIMEOUT_MS)
-    yield
-    expect.set_options(timeout=5_000)
 
 
 @pytest.fixture
