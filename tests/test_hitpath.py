@@ -170,6 +170,42 @@ def test_an_incompatible_rtx_engine_is_refused_after_its_verified_read(
     assert get_engine(app_ctx, served.engine.id or 0).status == EngineStatus.READY
 
 
+# What a verdict must not import that TensorRT-RTX's own import and check do not (docs/runtime.md,
+# "The import diet"): each is milliseconds of a new process's start.
+STDLIB_LEFT_OUT = ("typing", "threading", "dataclasses", "logging")
+MODULES_JSON = "print(json.dumps(sorted(sys.modules)))\n"
+
+
+@pytest.mark.usefixtures("requires_no_gpu")
+def test_an_rtx_verdict_in_a_new_process_imports_no_more_stdlib_than_tensorrt_rtx(
+    app_ctx: AppContext, tmp_path: Path
+) -> None:
+    """The INCOMPATIBLE verdict's new process against the floor's (import tensorrt_rtx, a Runtime, the
+    header's validity): what the hit adds leaves out `STDLIB_LEFT_OUT`."""
+    spec = RuntimeSpec(backend="rtx", targets=("sm86",))
+    served = serve_mlp(app_ctx, tmp_path / "src", spec)
+    ours = run_python(
+        "import json, sys\n"
+        "from enginecache import EngineRejectedError, RuntimeSpec, load_or_build\n"
+        "try:\n"
+        f"    load_or_build({str(served.onnx_path)!r}, spec=RuntimeSpec(backend='rtx', targets=('sm86',)),"
+        f" home={str(app_ctx.home)!r}, on_miss='fail')\n"
+        "except EngineRejectedError as err:\n"
+        "    assert err.verdict == 'INCOMPATIBLE', err\n"
+        "assert 'enginecache.service.loadpath' not in sys.modules, 'the verdict took the full path'\n" + MODULES_JSON
+    )
+    blob = app_ctx.home / (served.engine.blob_path or "")
+    floor = run_python(
+        "import json, sys\n"
+        "import tensorrt_rtx as trt\n"
+        "runtime = trt.Runtime(trt.Logger(trt.Logger.ERROR))\n"
+        f"header = open({str(blob)!r}, 'rb').read(runtime.engine_header_size)\n"
+        "runtime.get_engine_validity(header)\n" + MODULES_JSON
+    )
+    added = set(ours) - set(floor)
+    assert not added & set(STDLIB_LEFT_OUT), sorted(added & set(STDLIB_LEFT_OUT))
+
+
 def test_what_the_hit_path_leaves_to_the_full_path(
     served: Served, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

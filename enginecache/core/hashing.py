@@ -33,16 +33,17 @@ from __future__ import annotations
 import mmap
 import os
 import sys
-from typing import TYPE_CHECKING, Any, BinaryIO, Literal, NamedTuple, overload
 
 import blake3
 
+from enginecache.core.valuetype import Frozen
 from enginecache.errors import IntegrityCheckError
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy treats the name as True)
 if TYPE_CHECKING:
     from collections.abc import Callable
     from pathlib import Path
-    from typing import TypedDict, Unpack
+    from typing import Any, BinaryIO, Literal, TypedDict, Unpack, overload
 
     from typing_extensions import Buffer  # collections.abc.Buffer from Python 3.12
 
@@ -62,12 +63,18 @@ LARGE_READ_BYTES = 4 * 1024 * 1024
 PIPELINE_BYTES = 32 * 1024 * 1024
 
 
-class DigestResult(NamedTuple):
-    """Digests and size of one byte stream (a NamedTuple: no `dataclasses` import per process)."""
+class DigestResult(Frozen):
+    """Digests and size of one byte stream (a `core.valuetype` value: no `dataclasses` import)."""
 
+    __slots__ = _fields = ("sha256", "blake3", "size")
     sha256: str
     blake3: str
     size: int
+
+    def __init__(self, sha256: str, blake3: str, size: int) -> None:
+        object.__setattr__(self, "sha256", sha256)
+        object.__setattr__(self, "blake3", blake3)
+        object.__setattr__(self, "size", size)
 
 
 def _sha256() -> Any:
@@ -314,16 +321,16 @@ def _verify(
         raise IntegrityCheckError(f"{path}: sha256 {got} does not match recorded {sha256}")
 
 
-@overload
-def read_verified(path: Path, *, as_bytes: Literal[False] = ..., **expected: Unpack[_Expected]) -> bytearray: ...
+if TYPE_CHECKING:  # the overloads are the type checker's: `typing.overload` is not imported at run time
 
+    @overload
+    def read_verified(path: Path, *, as_bytes: Literal[False] = ..., **expected: Unpack[_Expected]) -> bytearray: ...
 
-@overload
-def read_verified(path: Path, *, as_bytes: Literal[True], **expected: Unpack[_Expected]) -> bytes: ...
+    @overload
+    def read_verified(path: Path, *, as_bytes: Literal[True], **expected: Unpack[_Expected]) -> bytes: ...
 
-
-@overload
-def read_verified(path: Path, *, as_bytes: bool, **expected: Unpack[_Expected]) -> bytes | bytearray: ...
+    @overload
+    def read_verified(path: Path, *, as_bytes: bool, **expected: Unpack[_Expected]) -> bytes | bytearray: ...
 
 
 def read_verified(
