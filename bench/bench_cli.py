@@ -166,7 +166,9 @@ def bench_build(report: Report, scratch: Path) -> None:
         notes="The one-shot worker forks a copy of the command's own process before any thread starts and runs "
         "each attempt in a child forked from that copy (it preloads the job's backend library meanwhile), so the "
         "attempt starts warm without a fork server's fresh interpreter. The previous engine is retired between "
-        "samples (not timed), so each sample is a miss.",
+        "samples (not timed), so each sample is a miss. The console script leaves what the command made out of "
+        "the interpreter's last garbage collection (enginecache/cli/exiting.py): 150-200 ms of the exit of a "
+        "command that imported the ORM and onnx, measured interleaved on this machine.",
     )
     home = scratch / "build"
     model = small_model(scratch)
