@@ -13,6 +13,7 @@ from alembic.script import ScriptDirectory
 from sqlmodel import delete, select
 
 from enginecache.core.backends.ort import ORT_BACKEND
+from enginecache.core.blobpaths import blob_path
 from enginecache.db.catalog import MIGRATIONS_DIR
 from enginecache.db.models import EngineMemoRecord, EngineStatus
 from enginecache.db.reader import head_revision
@@ -194,7 +195,7 @@ def test_an_rtx_verdict_in_a_new_process_imports_no_more_stdlib_than_tensorrt_rt
         "    assert err.verdict == 'INCOMPATIBLE', err\n"
         "assert 'enginecache.service.loadpath' not in sys.modules, 'the verdict took the full path'\n" + MODULES_JSON
     )
-    blob = app_ctx.home / (served.engine.blob_path or "")
+    blob = blob_path(app_ctx.home, served.engine.sha256)  # where the store keeps it (the hit reads it there)
     floor = run_python(
         "import json, sys\n"
         "import tensorrt_rtx as trt\n"
