@@ -137,6 +137,18 @@ def requires_no_gpu() -> None:
         pytest.skip(f"expects a host without an NVIDIA GPU; this one has {', '.join(gpus)}")
 
 
+@pytest.fixture(scope="session")
+def installed_python(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """An interpreter that starts as a regular install does (tests.installedpython): the editable
+    install's finder imports pathlib, re, urllib.parse ... at every start, which would hide whether
+    the code under test imports them."""
+    from tests.installedpython import installed_python as make_installed_python
+
+    return make_installed_python(
+        tmp_path_factory.mktemp("installed") / "venv", Path(__file__).resolve().parents[1] / "enginecache"
+    )
+
+
 # -- homes and app contexts -------------------------------------------------------------------
 
 

@@ -73,10 +73,13 @@ def serve_mlp(app: AppContext, folder: Path, spec: RuntimeSpec = ORT, *, name: s
     return Served(app, onnx_path, engine)
 
 
-def run_python(code: str, *, env: dict[str, str] | None = None, timeout: float = 120) -> Any:
-    """Run `code` in a new interpreter from the checkout; it prints one JSON line last, returned decoded."""
+def run_python(
+    code: str, *, env: dict[str, str] | None = None, timeout: float = 120, python: str = sys.executable
+) -> Any:
+    """Run `code` in a new interpreter (`python`) from the checkout; it prints one JSON line last,
+    returned decoded."""
     done = subprocess.run(
-        [sys.executable, "-c", code],
+        [python, "-c", code],
         capture_output=True,
         text=True,
         cwd=ROOT,

@@ -4,6 +4,7 @@ there (`gpufacts._nvml_gpus`, its paths) or where `host_fingerprint` calls it (`
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -106,7 +107,7 @@ def counted_nvml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[li
     forget_local_host()
 
 
-@pytest.mark.skipif(not gpufacts.BOOT_ID.is_file(), reason="needs a boot id (Linux)")
+@pytest.mark.skipif(not os.path.isfile(gpufacts.BOOT_ID), reason="needs a boot id (Linux)")
 def test_nvml_is_asked_once_and_its_answer_kept_while_the_host_state_stands(
     counted_nvml: list[int], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

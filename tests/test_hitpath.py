@@ -72,16 +72,18 @@ def test_a_hit_takes_the_hit_path_and_gives_the_same_engine(served: Served) -> N
     loaded.close()
 
 
-def test_a_hit_in_a_new_process_imports_no_orm_alembic_or_onnx(served: Served) -> None:
+def test_a_hit_in_a_new_process_imports_no_orm_alembic_or_onnx(served: Served, installed_python: str) -> None:
+    """Nor pathlib, which onnxruntime does not import either (the hit's paths are strings), in an
+    interpreter started as a regular install starts."""
     code = (
         "import json, sys\n"
         "from enginecache import RuntimeSpec, load_or_build\n"
         f"e = load_or_build({str(served.onnx_path)!r}, spec=RuntimeSpec(backend='ort'), home={str(served.app.home)!r},"
         " on_miss='fail')\n"
-        f"heavy = [m for m in {HEAVY!r} if m in sys.modules]\n"
+        f"heavy = [m for m in {(*HEAVY, 'pathlib')!r} if m in sys.modules]\n"
         "print(json.dumps({'via': e.via, 'engine': e.engine_id, 'heavy': heavy}))\n"
     )
-    result = run_python(code)
+    result = run_python(code, python=installed_python)
     assert result == {"via": "hitpath", "engine": served.engine.id, "heavy": []}
     assert events(served.app)[-1].outcome == "hit"
 
@@ -173,16 +175,18 @@ def test_an_incompatible_rtx_engine_is_refused_after_its_verified_read(
 
 # What a verdict must not import that TensorRT-RTX's own import and check do not (docs/runtime.md,
 # "The import diet"): each is milliseconds of a new process's start.
-STDLIB_LEFT_OUT = ("typing", "threading", "dataclasses", "logging")
+# pathlib: 5-8 ms of a new process (with fnmatch, ntpath, urllib.parse, ipaddress); the hit's paths are strings.
+STDLIB_LEFT_OUT = ("typing", "threading", "dataclasses", "logging", "pathlib", "urllib.parse")
 MODULES_JSON = "print(json.dumps(sorted(sys.modules)))\n"
 
 
 @pytest.mark.usefixtures("requires_no_gpu")
 def test_an_rtx_verdict_in_a_new_process_imports_no_more_stdlib_than_tensorrt_rtx(
-    app_ctx: AppContext, tmp_path: Path
+    app_ctx: AppContext, tmp_path: Path, installed_python: str
 ) -> None:
     """The INCOMPATIBLE verdict's new process against the floor's (import tensorrt_rtx, a Runtime, the
-    header's validity): what the hit adds leaves out `STDLIB_LEFT_OUT`."""
+    header's validity), both started as from a regular install: what the hit adds leaves out
+    `STDLIB_LEFT_OUT`."""
     spec = RuntimeSpec(backend="rtx", targets=("sm86",))
     served = serve_mlp(app_ctx, tmp_path / "src", spec)
     ours = run_python(
@@ -193,7 +197,8 @@ def test_an_rtx_verdict_in_a_new_process_imports_no_more_stdlib_than_tensorrt_rt
         f" home={str(app_ctx.home)!r}, on_miss='fail')\n"
         "except EngineRejectedError as err:\n"
         "    assert err.verdict == 'INCOMPATIBLE', err\n"
-        "assert 'enginecache.service.loadpath' not in sys.modules, 'the verdict took the full path'\n" + MODULES_JSON
+        "assert 'enginecache.service.loadpath' not in sys.modules, 'the verdict took the full path'\n" + MODULES_JSON,
+        python=installed_python,
     )
     blob = blob_path(app_ctx.home, served.engine.sha256)  # where the store keeps it (the hit reads it there)
     floor = run_python(
@@ -201,7 +206,8 @@ def test_an_rtx_verdict_in_a_new_process_imports_no_more_stdlib_than_tensorrt_rt
         "import tensorrt_rtx as trt\n"
         "runtime = trt.Runtime(trt.Logger(trt.Logger.ERROR))\n"
         f"header = open({str(blob)!r}, 'rb').read(runtime.engine_header_size)\n"
-        "runtime.get_engine_validity(header)\n" + MODULES_JSON
+        "runtime.get_engine_validity(header)\n" + MODULES_JSON,
+        python=installed_python,
     )
     added = set(ours) - set(floor)
     assert not added & set(STDLIB_LEFT_OUT), sorted(added & set(STDLIB_LEFT_OUT))
@@ -264,16 +270,13 @@ def test_the_hit_path_finds_the_catalog_where_the_full_path_opens_it(
 ) -> None:
     from enginecache.service import context
 
-    assert (hitpath.HOME_ENV, hitpath.DB_URL_ENV, hitpath.DEFAULT_HOME) == (
-        context.HOME_ENV,
-        context.DB_URL_ENV,
-        context.DEFAULT_HOME,
-    )
+    theirs = (context.HOME_ENV, context.DB_URL_ENV, str(context.DEFAULT_HOME))
+    assert theirs == (hitpath.HOME_ENV, hitpath.DB_URL_ENV, hitpath.DEFAULT_HOME)
     monkeypatch.setenv(context.HOME_ENV, str(tmp_path / "home"))
     monkeypatch.delenv(context.DB_URL_ENV, raising=False)
     app = AppContext.from_settings()
     assert hitpath.catalog_file(None, None) is None, "no catalog yet: the full path creates it"
     app.catalog.migrate()
     found = hitpath.catalog_file(None, None)
-    assert found is not None and found.home == app.home and app.db_url == f"sqlite:///{found.path}"
+    assert found is not None and found.home == str(app.home) and app.db_url == f"sqlite:///{found.path}"
     app.close()

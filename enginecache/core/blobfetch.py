@@ -9,7 +9,9 @@ a blob missing here, with a remote configured, loads the store and the S3 client
 
 from __future__ import annotations
 
-from enginecache.core.blobpaths import blob_path
+import os
+
+from enginecache.core.blobpaths import blob_file, blob_path
 from enginecache.core.storeenv import configured
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy treats the name as True)
@@ -30,3 +32,15 @@ def ensure_local_blob(home: Path, sha256: str | None, *, size: int | None = None
     from enginecache.core.store import ArtifactStore
 
     return ArtifactStore(home).fetch_blob(sha256, size=size)
+
+
+def fetch_if_missing(home: str | os.PathLike[str], sha256: str | None, *, size: int | None = None) -> None:
+    """`ensure_local_blob` for a reader that opens `blob_file(home, sha256)` itself: where no remote
+    is configured or the blob is here, string operations and at most one stat (no `pathlib`, which
+    a cache hit does not import otherwise); else the fetch. Errors as `ensure_local_blob`."""
+    file = blob_file(home, sha256)  # IntegrityCheckError for a value that is not a digest
+    if not configured() or os.path.isfile(file):  # in this order: no stat without a remote
+        return
+    from pathlib import Path
+
+    ensure_local_blob(Path(home), sha256, size=size)

@@ -4,15 +4,20 @@ The store is content addressed (core.store's layout): an engine blob is `objects
 under the home, a model bundle `models/<model digest>/<file names>`. Every load, `check` and build
 derives a path from the digest here rather than trusting a path column of the catalog (an edited
 `engines.blob_path` or `models.store_path` names some other file; the digest names the bytes that were
-verified). Cheap enough for the cache hit of a new serving process: it imports nothing new.
+verified). Cheap enough for the cache hit of a new serving process: it imports nothing new, and `blob_file`
+gives the blob's path as a string (the hit builds no `pathlib.Path`: core.pathtext says why).
 tests/test_model_integrity.py checks this layout against `core.store.ArtifactStore`.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
 
 from enginecache.errors import IntegrityCheckError
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy treats the name as True)
+if TYPE_CHECKING:
+    from pathlib import Path
 
 _HEX = frozenset("0123456789abcdef")
 
@@ -22,12 +27,24 @@ def is_digest(value: object) -> bool:
     return isinstance(value, str) and len(value) == 64 and _HEX.issuperset(value)
 
 
+def _checked_blob_digest(sha256: str | None) -> str:
+    if sha256 is None or not is_digest(sha256):
+        raise IntegrityCheckError(f"recorded blob digest {sha256!r} is not a sha256 digest")
+    return sha256
+
+
 def blob_path(home: Path, sha256: str | None) -> Path:
     """The engine blob named by `sha256` under `home`. Raises IntegrityCheckError when the recorded
     value is not a sha256 digest (nothing may be read in its place)."""
-    if sha256 is None or not is_digest(sha256):
-        raise IntegrityCheckError(f"recorded blob digest {sha256!r} is not a sha256 digest")
-    return home / "objects" / "sha256" / sha256[:2] / sha256
+    digest = _checked_blob_digest(sha256)
+    return home / "objects" / "sha256" / digest[:2] / digest
+
+
+def blob_file(home: str | os.PathLike[str], sha256: str | None) -> str:
+    """`blob_path` as a string (`home` as given, joined with os.path): for the cache hit, which
+    builds no `Path`. IntegrityCheckError as `blob_path`."""
+    digest = _checked_blob_digest(sha256)
+    return os.path.join(home, "objects", "sha256", digest[:2], digest)
 
 
 def model_dir(home: Path, digest: str) -> Path:

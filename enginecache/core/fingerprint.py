@@ -20,7 +20,6 @@ from __future__ import annotations
 import functools
 import os
 import sys
-from pathlib import Path
 
 from enginecache.core.distributions import REPORTED_PACKAGES, package_version, path_index
 from enginecache.core.distributions import distribution_version as distribution_version  # re-exported
@@ -134,7 +133,7 @@ def cpu_target(machine: str, isa: tuple[str, ...] | list[str]) -> str:
     return f"{machine}-{best}"
 
 
-CPUINFO = Path("/proc/cpuinfo")
+CPUINFO = "/proc/cpuinfo"
 
 
 @functools.lru_cache(maxsize=1)
@@ -154,7 +153,7 @@ def _processor() -> str:
     return platform.processor()
 
 
-def _first_block(path: Path) -> str:
+def _first_block(path: str | os.PathLike[str]) -> str:
     """The file up to its first blank line: one processor's block (the kernel writes /proc/cpuinfo
     one processor at a time, so a 128-core host is not read whole)."""
     parts: list[str] = []

@@ -17,7 +17,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-from pathlib import Path
 
 from enginecache.core.distributions import package_version, path_index
 from enginecache.core.valuetype import Frozen
@@ -29,8 +28,9 @@ if TYPE_CHECKING:
     from enginecache.core.distributions import PathIndex
 
 HOST_GPUS_CACHE_ENV = "ENGINECACHE_HOST_CACHE"  # a file path, or "off"
-BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
-NVIDIA_DRIVER_VERSION = Path("/proc/driver/nvidia/version")
+# Paths are strings here: the fingerprint is part of every cache hit, which imports no pathlib (core.pathtext).
+BOOT_ID = "/proc/sys/kernel/random/boot_id"
+NVIDIA_DRIVER_VERSION = "/proc/driver/nvidia/version"
 _VISIBLE_DEVICE_VARIABLES = ("NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
 _GPU_CACHE_SCHEMA = 1
 
@@ -143,7 +143,7 @@ def _text(value: str | bytes) -> str:
 def read_boot_id() -> str | None:
     """This boot's id (/proc/sys/kernel/random/boot_id), or None where the OS has none."""
     try:
-        return BOOT_ID.read_text().strip() or None
+        return _read_text(BOOT_ID).strip() or None
     except OSError:
         return None
 
@@ -164,7 +164,7 @@ def gpu_state_key(index: PathIndex | None = None) -> dict[str, Any] | None:
     if boot is None:
         return None
     try:
-        driver: str | None = NVIDIA_DRIVER_VERSION.read_text().strip()
+        driver: str | None = _read_text(NVIDIA_DRIVER_VERSION).strip()
     except OSError:
         driver = None
     return {
@@ -178,20 +178,25 @@ def gpu_state_key(index: PathIndex | None = None) -> dict[str, Any] | None:
     }
 
 
-def host_gpus_cache_path() -> Path | None:
+def _read_text(path: str | os.PathLike[str]) -> str:
+    with open(path, encoding="utf-8") as stream:
+        return stream.read()
+
+
+def host_gpus_cache_path() -> str | None:
     """Where NVML's answer is kept: $ENGINECACHE_HOST_CACHE ("off": nowhere), else
     $XDG_CACHE_HOME/enginecache/host-gpus-<uid>.json (~/.cache by default)."""
     configured = os.environ.get(HOST_GPUS_CACHE_ENV)
     if configured is not None:
-        return None if configured.strip().lower() in ("", "off", "0", "none") else Path(configured)
+        return None if configured.strip().lower() in ("", "off", "0", "none") else configured
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     uid = os.getuid() if hasattr(os, "getuid") else 0
-    return Path(base) / "enginecache" / f"host-gpus-{uid}.json"
+    return os.path.join(base, "enginecache", f"host-gpus-{uid}.json")
 
 
-def _read_cached_gpus(path: Path, key: dict[str, Any]) -> GpuFacts | None:
+def _read_cached_gpus(path: str, key: dict[str, Any]) -> GpuFacts | None:
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(_read_text(path))
         if data.get("key") != key:
             return None
         return GpuFacts.from_dict(data["facts"])
@@ -199,17 +204,20 @@ def _read_cached_gpus(path: Path, key: dict[str, Any]) -> GpuFacts | None:
         return None
 
 
-def _write_cached_gpus(path: Path, key: dict[str, Any], facts: GpuFacts) -> None:
+def _write_cached_gpus(path: str, key: dict[str, Any], facts: GpuFacts) -> None:
     """Atomically (temp file, rename); a cache that cannot be written is skipped."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        folder, name = os.path.split(path)
+        if folder:
+            os.makedirs(folder, exist_ok=True)
+        temp = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
         try:
             with open(temp, "w", encoding="utf-8") as stream:
                 json.dump({"key": key, "facts": facts.to_dict()}, stream)
             os.replace(temp, path)
         except BaseException:
-            temp.unlink(missing_ok=True)
+            if os.path.lexists(temp):
+                os.unlink(temp)
             raise
     except OSError as err:
         _logger().debug("host GPU facts not cached at %s: %s", path, err)

@@ -47,6 +47,8 @@ if TYPE_CHECKING:
 
     from typing_extensions import Buffer  # collections.abc.Buffer from Python 3.12
 
+    StrPath = str | os.PathLike[str]  # a cache hit passes `str` paths (core.pathtext says why)
+
     class _Expected(TypedDict, total=False):
         """`read_verified`'s keyword arguments besides `as_bytes` (its overloads differ in that alone)."""
 
@@ -129,7 +131,7 @@ def hash_stream(
     return hasher.result()
 
 
-def hash_file(path: Path, *, chunk_bytes: int = CHUNK_BYTES) -> DigestResult:
+def hash_file(path: StrPath, *, chunk_bytes: int = CHUNK_BYTES) -> DigestResult:
     """Hash a file in one pass (sha256 and BLAKE3 over the same chunks)."""
     with open(path, "rb", buffering=0) as stream:
         return hash_stream(stream, chunk_bytes=chunk_bytes)
@@ -268,7 +270,7 @@ class _TrailingHasher:
 
 
 def _fill_and_hash(
-    path: Path,
+    path: StrPath,
     stream: BinaryIO,
     view: memoryview,
     size: int,
@@ -299,7 +301,7 @@ def _fill_and_hash(
 
 
 def _verify(
-    path: Path,
+    path: StrPath,
     view: memoryview,
     size: int,
     stream: BinaryIO,
@@ -324,17 +326,17 @@ def _verify(
 if TYPE_CHECKING:  # the overloads are the type checker's: `typing.overload` is not imported at run time
 
     @overload
-    def read_verified(path: Path, *, as_bytes: Literal[False] = ..., **expected: Unpack[_Expected]) -> bytearray: ...
+    def read_verified(path: StrPath, *, as_bytes: Literal[False] = ..., **expected: Unpack[_Expected]) -> bytearray: ...
 
     @overload
-    def read_verified(path: Path, *, as_bytes: Literal[True], **expected: Unpack[_Expected]) -> bytes: ...
+    def read_verified(path: StrPath, *, as_bytes: Literal[True], **expected: Unpack[_Expected]) -> bytes: ...
 
     @overload
-    def read_verified(path: Path, *, as_bytes: bool, **expected: Unpack[_Expected]) -> bytes | bytearray: ...
+    def read_verified(path: StrPath, *, as_bytes: bool, **expected: Unpack[_Expected]) -> bytes | bytearray: ...
 
 
 def read_verified(
-    path: Path,
+    path: StrPath,
     *,
     sha256: str | None = None,
     blake3_digest: str | None = None,
@@ -364,7 +366,7 @@ def read_verified(
 
 
 def read_verified_into(
-    path: Path,
+    path: StrPath,
     buffer: Buffer,
     *,
     sha256: str | None = None,

@@ -23,7 +23,6 @@ import json
 import os
 import re
 import sqlite3
-from pathlib import Path
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy treats the name as True)
 if TYPE_CHECKING:
@@ -31,7 +30,7 @@ if TYPE_CHECKING:
     from datetime import datetime
     from typing import Any
 
-VERSIONS_DIR = Path(__file__).resolve().parent / "migrations" / "versions"
+VERSIONS_DIR = os.path.join(os.path.dirname(os.path.realpath(__file__)), "migrations", "versions")  # a str: no pathlib
 SQLITE_TIMEOUT_SECONDS = 30.0  # as db.catalog's busy timeout
 FETCH_ROWS = 1000  # rows fetched from the cursor at a time
 
@@ -163,8 +162,9 @@ def head_revision() -> str | None:
     one revision (a branch, a file this reader cannot parse): then only Alembic can say."""
     revisions: set[str] = set()
     parents: set[str] = set()
-    for path in sorted(VERSIONS_DIR.glob("*.py")):
-        text = path.read_text(encoding="utf-8")
+    for name in sorted(n for n in os.listdir(VERSIONS_DIR) if n.endswith(".py") and not n.startswith(".")):
+        with open(os.path.join(VERSIONS_DIR, name), encoding="utf-8") as stream:
+            text = stream.read()
         revision = _REVISION.search(text)
         down = _DOWN_REVISION.search(text)
         names = _QUOTED.findall(revision.group(1)) if revision else []
@@ -179,7 +179,7 @@ def head_revision() -> str | None:
 # -- SQLite with the stdlib -----------------------------------------------------------------
 
 
-def sqlite_url(path: Path) -> str:
+def sqlite_url(path: str | os.PathLike[str]) -> str:
     return f"sqlite:///{path}"
 
 

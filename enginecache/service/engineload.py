@@ -20,10 +20,12 @@ the catalog's `blob_path`: an edited row cannot point a load at another file.
 
 from __future__ import annotations
 
+import os
+
 from enginecache.core.backends.loadtypes import LoadSpec
 from enginecache.core.backends.registry import get_backend
-from enginecache.core.blobfetch import ensure_local_blob
-from enginecache.core.blobpaths import blob_path
+from enginecache.core.blobfetch import fetch_if_missing
+from enginecache.core.blobpaths import blob_file
 from enginecache.core.lazyimport import import_backend
 from enginecache.core.valuetype import Frozen
 from enginecache.errors import EngineRejectedError, IncompatibleEngineError, IntegrityCheckError, LoadFailedError
@@ -40,8 +42,9 @@ if TYPE_CHECKING:
 
 class EngineFacts(Frozen):
     """What loading an engine needs from its catalog row (and what a serving state file records).
-    `home` is the store's; the blob's path follows from the digest (`blob`). A `core.valuetype`
-    value (as the frozen dataclass it was; no `dataclasses` import on a cache hit)."""
+    `home` is the store's, as a string; the blob's path follows from the digest (`blob_file`, and
+    `blob` as a `Path`). A `core.valuetype` value (as the frozen dataclass it was; no `dataclasses`
+    import on a cache hit, and no `pathlib` until `blob` is asked for)."""
 
     __slots__ = _fields = (
         "id",
@@ -60,7 +63,7 @@ class EngineFacts(Frozen):
     backend_version: str
     precision: str
     targets: tuple[str, ...]
-    home: Path
+    home: str
     sha256: str | None
     blake3: str | None
     input_shapes: Mapping[str, tuple[int, ...]]
@@ -72,7 +75,7 @@ class EngineFacts(Frozen):
         backend_version: str,
         precision: str,
         targets: tuple[str, ...],
-        home: Path,
+        home: str | os.PathLike[str],
         sha256: str | None,
         blake3: str | None,
         input_shapes: Mapping[str, tuple[int, ...]] | None = None,
@@ -83,13 +86,13 @@ class EngineFacts(Frozen):
         init(self, "backend_version", backend_version)
         init(self, "precision", precision)
         init(self, "targets", targets)
-        init(self, "home", home)
+        init(self, "home", os.fspath(home))
         init(self, "sha256", sha256)
         init(self, "blake3", blake3)
         init(self, "input_shapes", {} if input_shapes is None else input_shapes)
 
     @classmethod
-    def from_row(cls, home: Path, row: Mapping[str, Any]) -> EngineFacts:
+    def from_row(cls, home: str | os.PathLike[str], row: Mapping[str, Any]) -> EngineFacts:
         """From an engines row's columns (build_options already decoded from JSON)."""
         profiles = (row.get("build_options") or {}).get("profiles") or {}
         return cls(
@@ -105,9 +108,16 @@ class EngineFacts(Frozen):
         )
 
     @property
-    def blob(self) -> Path:
+    def blob_file(self) -> str:
         """The blob's path in the store, from its sha256 (IntegrityCheckError where none is recorded)."""
-        return blob_path(self.home, self.sha256)
+        return blob_file(self.home, self.sha256)
+
+    @property
+    def blob(self) -> Path:
+        """`blob_file` as a `Path`."""
+        from pathlib import Path
+
+        return Path(self.blob_file)
 
     @property
     def verified_digest(self) -> dict[str, str]:
@@ -148,14 +158,14 @@ def read_blob(facts: EngineFacts, timer: PhaseTimer, on_corrupt: Callable[[], No
     from enginecache.core.hashing import read_verified
 
     try:  # a remote store configured and the blob not here yet: fetched, verified (StoreError: unavailable)
-        ensure_local_blob(facts.home, facts.sha256)
+        fetch_if_missing(facts.home, facts.sha256)
     except IntegrityCheckError as err:  # the remote's copy is missing or not the blob: CORRUPT, as a missing one
         raise _corrupt(facts, err, on_corrupt) from err
     try:
         with timer.phase("read_verify"):
             if facts.blake3:
-                return read_verified(facts.blob, blake3_digest=facts.blake3, as_bytes=True)
-            return read_verified(facts.blob, sha256=facts.sha256 or "", as_bytes=True)
+                return read_verified(facts.blob_file, blake3_digest=facts.blake3, as_bytes=True)
+            return read_verified(facts.blob_file, sha256=facts.sha256 or "", as_bytes=True)
     except (IntegrityCheckError, OSError) as err:
         raise _corrupt(facts, err, on_corrupt) from err
 

@@ -31,11 +31,10 @@ import json
 import os
 import sqlite3
 import time
-from pathlib import Path
-from urllib.parse import quote
 
 from enginecache.core.backends.loadtypes import PhaseTimer
 from enginecache.core.backends.registry import get_backend
+from enginecache.core.pathtext import absolute_text, resolved_text
 from enginecache.db.reader import head_revision, sqlite_file
 from enginecache.errors import BackendUnavailableError, EngineRejectedError, TargetError
 from enginecache.service.engineload import EngineFacts, load_engine, load_error_note
@@ -47,6 +46,7 @@ from enginecache.service.statrule import cached_files_match, stat_entry
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy treats the name as True)
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
+    from pathlib import Path
     from typing import Any
 
     from enginecache.core.backends.base import Backend
@@ -65,7 +65,7 @@ HIT_PATH_ENV = "ENGINECACHE_HIT_PATH"  # "off": always take the full path
 # As service.context and db.catalog set them (not imported: they import SQLAlchemy).
 HOME_ENV = "ENGINECACHE_HOME"
 DB_URL_ENV = "ENGINECACHE_DB_URL"
-DEFAULT_HOME = Path("engines")
+DEFAULT_HOME = "engines"
 SQLITE_BUSY_TIMEOUT_S = 30.0
 _LOAD_PHASES = ("validity", "deserialize", "create_context", "allocate_io")
 _ENGINE_COLUMNS = (
@@ -85,12 +85,13 @@ _TIME_COLUMNS = ("created_at", "finished_at", "verified_at")
 
 
 class CatalogFile:
-    """The store's home and its SQLite catalog file. (This module's value types are plain classes:
-    a cache hit in a new process pays for every dataclass it creates.)"""
+    """The store's home and its SQLite catalog file, as strings (a hit builds no `pathlib.Path`:
+    core.pathtext says why). This module's value types are plain classes: a cache hit in a new
+    process pays for every dataclass it creates."""
 
     __slots__ = ("home", "path")
 
-    def __init__(self, home: Path, path: Path) -> None:
+    def __init__(self, home: str, path: str) -> None:
         self.home = home
         self.path = path
 
@@ -102,19 +103,28 @@ def enabled() -> bool:
 def catalog_file(home: str | Path | None, db_url: str | None) -> CatalogFile | None:
     """Where `AppContext.from_settings(home, db_url)` would open its catalog, when that is an
     existing SQLite file; None otherwise (PostgreSQL, in-memory, URL parameters, no catalog yet)."""
-    resolved = Path(home or os.environ.get(HOME_ENV) or DEFAULT_HOME).expanduser().resolve()
+    resolved = resolved_text(home or os.environ.get(HOME_ENV) or DEFAULT_HOME)
     url = db_url or os.environ.get(DB_URL_ENV) or None
-    file = str(resolved / "catalog.db") if url is None else sqlite_file(url)
+    file = os.path.join(resolved, "catalog.db") if url is None else sqlite_file(url)
     if file is None or not os.path.isfile(file):
         return None
-    return CatalogFile(resolved, Path(file))
+    return CatalogFile(resolved, file)
 
 
-def _connect(path: Path) -> sqlite3.Connection:
+def sqlite_file_uri(path: str) -> str:
+    """A read-write SQLite URI of an existing file: `file:PATH?mode=rw`, with the three characters
+    SQLite's URI parser gives a meaning to in a path escaped (%, ? and #; every other byte is the
+    file name's own). An absolute path gets an empty authority (`file://` + path), so one that
+    starts with `//` is not read as a host name."""
+    escaped = path.replace("%", "%25").replace("?", "%3f").replace("#", "%23")
+    return f"file:{'//' if escaped.startswith('/') else ''}{escaped}?mode=rw"
+
+
+def _connect(path: str) -> sqlite3.Connection:
     """Read-write on an existing file (never creates one), autocommit (we BEGIN ourselves), and the
     catalog's own settings for the one write: synchronous=FULL, foreign keys, the busy timeout."""
     connection = sqlite3.connect(
-        f"file:{quote(str(path))}?mode=rw",
+        sqlite_file_uri(path),
         uri=True,
         timeout=SQLITE_BUSY_TIMEOUT_S,
         isolation_level=None,
@@ -137,7 +147,7 @@ class _Found:
 
 def _lookup(
     connection: sqlite3.Connection,
-    path: Path,
+    path: str,
     model_stat: list[Any],
     spec: RuntimeSpec,
     backend: Backend,
@@ -153,7 +163,7 @@ def _lookup(
             return None
         stat_row = connection.execute(
             "SELECT files, digest, racy FROM onnx_stat_cache WHERE hostname = ? AND path = ?",
-            (host.hostname, str(path)),
+            (host.hostname, path),
         ).fetchone()
         if stat_row is None or not cached_files_match(path, model_stat, json.loads(stat_row[0]), bool(stat_row[2])):
             _log().debug("hit path: no trusted stat cache entry for %s", path)
@@ -319,7 +329,7 @@ def try_hit(
     where = catalog_file(home, db_url)
     if where is None:
         return None
-    path = Path(onnx_path).absolute()
+    path = absolute_text(onnx_path)  # the stat cache's key, as service.statcache writes it
     try:
         model_stat = stat_entry(path)
         backend = get_backend(spec.backend)

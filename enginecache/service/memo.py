@@ -26,7 +26,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-from pathlib import Path
 
 import blake3
 
@@ -46,7 +45,7 @@ MEMO_SCHEMA = 1
 PRECISION_TOOLS = ("onnxruntime", "onnxconverter-common", "nvidia-modelopt")
 # What core.precision.availability.modelopt_available() looks for (it picks AutoCast for fp16).
 MODELOPT_MODULES = ("modelopt", "torch", "onnx_graphsurgeon")
-PACKAGE_ROOT = Path(__file__).resolve().parents[1]
+PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))  # enginecache/, as a str
 
 
 def _digest(value: Any) -> str:

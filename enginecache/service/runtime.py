@@ -24,17 +24,20 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
 
 from enginecache.errors import EngineCacheError
 from enginecache.service.runtimetypes import LoadedEngine, OnMiss, RuntimeSpec
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy treats the name as True)
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from enginecache.core.fingerprint import HostFingerprint
     from enginecache.service.context import AppContext
 
 __all__ = ["LoadedEngine", "OnMiss", "RuntimeSpec", "load_or_build"]
+
+STATE_FILE_ENV = "ENGINECACHE_STATE_FILE"  # as service.servestate names it (not imported: it imports pathlib)
 
 
 def load_or_build(
@@ -65,11 +68,13 @@ def load_or_build(
         raise EngineCacheError(f"on_miss must be build, fail or queue, not {on_miss!r}")
     started = time.perf_counter()
     if str(onnx_path).endswith(".json"):  # a folder `enginecache pull` filled: no catalog needed
+        from pathlib import Path
+
         from enginecache.service.pulled import is_pull_manifest, load_pulled
 
         if is_pull_manifest(Path(onnx_path)):
             pulled = load_pulled(Path(onnx_path), spec, db_url=app.db_url if app is not None else db_url)
-            return _with_state(pulled, state_file, Path(onnx_path), spec)
+            return _with_state(pulled, state_file, onnx_path, spec)
     spec = spec or RuntimeSpec()
     from enginecache.service.hitpath import try_hit  # its imports: phase `import_hitpath`
 
@@ -83,16 +88,23 @@ def load_or_build(
         imported_s=time.perf_counter() - started,
     )
     if hit is not None:
-        return _with_state(hit, state_file, Path(onnx_path), spec)
+        return _with_state(hit, state_file, onnx_path, spec)
     from enginecache.service.loadpath import load_or_build_full
 
     loaded = load_or_build_full(onnx_path, spec=spec, home=home, db_url=db_url, on_miss=on_miss, app=app, host=host)
-    return _with_state(loaded, state_file, Path(onnx_path), spec)
+    return _with_state(loaded, state_file, onnx_path, spec)
 
 
 def _with_state(
-    loaded: LoadedEngine, state_file: str | os.PathLike[str] | None, onnx_path: Path, spec: RuntimeSpec | None
+    loaded: LoadedEngine,
+    state_file: str | os.PathLike[str] | None,
+    onnx_path: str | os.PathLike[str],
+    spec: RuntimeSpec | None,
 ) -> LoadedEngine:
+    """`loaded`, after writing its serving state where one is asked for (`state_file`, else
+    $ENGINECACHE_STATE_FILE). Without one nothing more is imported (servestate imports pathlib)."""
+    if state_file is None and not os.environ.get(STATE_FILE_ENV):
+        return loaded
     from enginecache.service.servestate import state_path
 
     target = state_path(state_file)
@@ -101,7 +113,10 @@ def _with_state(
     return loaded
 
 
-def _write_serving_state(target: Path, loaded: LoadedEngine, onnx_path: Path, spec: RuntimeSpec) -> None:
+def _write_serving_state(
+    target: Path, loaded: LoadedEngine, onnx_path: str | os.PathLike[str], spec: RuntimeSpec
+) -> None:
+    from enginecache.core.pathtext import absolute_text
     from enginecache.service.servestate import blob_stat, write_state
 
     facts = loaded.facts
@@ -121,7 +136,7 @@ def _write_serving_state(target: Path, loaded: LoadedEngine, onnx_path: Path, sp
                 "blob_stat": blob_stat(facts.blob),
                 "verified": facts.verified_digest,
             },
-            "model": {"name": loaded.model_name, "path": str(onnx_path.absolute()), "digest": loaded.onnx_digest},
+            "model": {"name": loaded.model_name, "path": absolute_text(onnx_path), "digest": loaded.onnx_digest},
             "spec": spec.to_dict(),
             "phases": loaded.phases,
         },

@@ -18,6 +18,7 @@ from sqlmodel import select
 
 from enginecache.core.fingerprint import HostFingerprint
 from enginecache.core.onnx_info import inspect_model
+from enginecache.core.pathtext import absolute_text
 from enginecache.db.models import StatCacheRecord, utcnow
 from enginecache.errors import EngineCacheError
 from enginecache.service.context import AppContext
@@ -43,7 +44,7 @@ def onnx_digest(app: AppContext, onnx_path: Path, *, host: HostFingerprint | Non
     size, mtime_ns, ctime_ns and inode, and the entry is not racy; otherwise re-hashed.
     """
     started = time.perf_counter()
-    path = Path(onnx_path).absolute()
+    path = Path(absolute_text(onnx_path))  # str(path) is the key; the hit path computes it without pathlib
     hostname = (host or local_host()).hostname
     try:
         model_stat = stat_entry(path)
