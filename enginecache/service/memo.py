@@ -30,6 +30,7 @@ import os
 import blake3
 
 from enginecache.core.fingerprint import distribution_version
+from enginecache.core.lazyimport import importable
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy treats the name as True)
 if TYPE_CHECKING:
@@ -43,7 +44,8 @@ if TYPE_CHECKING:
 MEMO_SCHEMA = 1
 # The distributions core.precision.recipes.plan_recipe records as `tool_version`.
 PRECISION_TOOLS = ("onnxruntime", "onnxconverter-common", "nvidia-modelopt")
-# What core.precision.availability.modelopt_available() looks for (it picks AutoCast for fp16).
+# What core.precision.availability.modelopt_available() looks for (it picks AutoCast for fp16), asked the
+# same way (core.lazyimport.importable); not imported from there: core.precision's package imports a lot.
 MODELOPT_MODULES = ("modelopt", "torch", "onnx_graphsurgeon")
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))  # enginecache/, as a str
 
@@ -79,15 +81,6 @@ def code_identity() -> str:
     return _digest(sorted(entries))
 
 
-def _importable(name: str) -> bool:
-    import importlib.util
-
-    try:
-        return importlib.util.find_spec(name) is not None
-    except (ImportError, ValueError):
-        return False
-
-
 def host_facts(backend: Backend, host: HostFingerprint) -> dict[str, Any]:
     """The host facts a plan and the backend's compatibility rule read (GPUs only for a GPU backend)."""
     return {
@@ -110,7 +103,7 @@ def memo_ingredients(
         "backend": backend.name,
         "backend_version": backend_version,
         "tools": {name: distribution_version(name) for name in PRECISION_TOOLS},
-        "modelopt_importable": all(_importable(name) for name in MODELOPT_MODULES),
+        "modelopt_importable": all(importable(name) for name in MODELOPT_MODULES),
         "host": host_facts(backend, host),
     }
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
+from enginecache.core.lazyimport import importable
+
+MODELOPT_MODULES = ("modelopt", "torch", "onnx_graphsurgeon")  # what AutoCast imports
 
 
 def modelopt_available() -> bool:
     """Whether ModelOpt AutoCast can be imported here (checked without importing it or torch)."""
-    return all(importlib.util.find_spec(name) is not None for name in ("modelopt", "torch", "onnx_graphsurgeon"))
+    return all(importable(name) for name in MODELOPT_MODULES)
