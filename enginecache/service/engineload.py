@@ -11,8 +11,11 @@ bytes (`Backend.check_header`: TensorRT-RTX's `get_engine_validity`, the ORT-for
 version) and then deserializes them. No byte reaches a runtime, not even the header its validity
 test parses, before every byte of the blob matched its digest: a damaged header is CORRUPT, and an
 engine this host cannot run is INCOMPATIBLE after a read that the user's own load would make too.
-(Reading on a thread beside the runtime's import was tried: on 2 busy cores it was no faster,
-1.00-1.09x.)
+(Reading on a thread beside the runtime's import was tried twice: on 2 busy cores it was no faster,
+1.00-1.09x. Measured again on 2026-12-02 with the second core free: the import slowed from 160-230 to
+220-300 ms while a 47 MB read and hash beside it took 100-200 ms instead of 30, and the whole start was
+0.96x, within its noise: the copy and the hash contend with the import for the memory system even
+with the GIL released. A runtime's import is not free time on these machines.)
 
 The blob is read from the path its sha256 implies (`core.blobpaths`, a string operation), never from
 the catalog's `blob_path`: an edited row cannot point a load at another file.
