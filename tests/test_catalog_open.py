@@ -18,6 +18,7 @@ from sqlmodel import SQLModel
 
 import enginecache.db.models  # noqa: F401  (registers the tables on SQLModel.metadata)
 from enginecache.db import catalog as catalog_module
+from enginecache.db import catalogfile
 from enginecache.db.catalog import MIGRATIONS_DIR, Catalog
 from enginecache.db.reader import COLUMN_KINDS, SqliteReader, head_revision, sqlite_file, sqlite_url
 from enginecache.db.types import UTCDateTime
@@ -67,6 +68,33 @@ def _migrate_to(url: str, revision: str) -> None:
 def test_head_revision_is_alembics_head() -> None:
     heads = ScriptDirectory.from_config(_alembic_config("sqlite://")).get_heads()
     assert heads == [head_revision()]
+
+
+def test_head_revision_reads_each_migrations_own_revisions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every migration's `revision` and `down_revision`, as Alembic reads them, and None where the
+    files do not name one head (a branch, a file without a revision)."""
+    script = ScriptDirectory.from_config(_alembic_config("sqlite://"))
+    for migration in script.walk_revisions():
+        text = Path(str(migration.path)).read_text(encoding="utf-8")
+        assert catalogfile._quoted(catalogfile._assigned(text, "revision") or "") == [migration.revision]
+        down = migration.down_revision
+        downs = [] if down is None else [down] if isinstance(down, str) else list(down)
+        assert catalogfile._quoted(catalogfile._assigned(text, "down_revision") or "") == downs
+    assert catalogfile._quoted("('0012', \"0013\")") == ["0012", "0013"]
+    assert catalogfile._assigned('revisions = "x"\nrevision: str = "y"\n', "revision") == '"y"'
+    folder = tmp_path / "versions"
+    folder.mkdir()
+    (folder / "a.py").write_text('revision = "a"\ndown_revision = None\n')
+    (folder / "b.py").write_text('revision = "b"\ndown_revision = "a"\n')
+    monkeypatch.setattr(catalogfile, "VERSIONS_DIR", str(folder))
+    catalogfile.head_revision.cache_clear()
+    try:
+        assert catalogfile.head_revision() == "b"
+        (folder / "c.py").write_text('revision = "c"\ndown_revision = "a"\n')  # a branch: two heads
+        catalogfile.head_revision.cache_clear()
+        assert catalogfile.head_revision() is None
+    finally:
+        catalogfile.head_revision.cache_clear()
 
 
 @pytest.mark.slow

@@ -73,14 +73,15 @@ def test_a_hit_takes_the_hit_path_and_gives_the_same_engine(served: Served) -> N
 
 
 def test_a_hit_in_a_new_process_imports_no_orm_alembic_or_onnx(served: Served, installed_python: str) -> None:
-    """Nor pathlib, which onnxruntime does not import either (the hit's paths are strings), in an
-    interpreter started as a regular install starts."""
+    """Nor pathlib, which onnxruntime does not import either (the hit's paths are strings), nor the
+    catalog's row decoding (db.reader: the hit needs db.catalogfile alone), in an interpreter started
+    as a regular install starts."""
     code = (
         "import json, sys\n"
         "from enginecache import RuntimeSpec, load_or_build\n"
         f"e = load_or_build({str(served.onnx_path)!r}, spec=RuntimeSpec(backend='ort'), home={str(served.app.home)!r},"
         " on_miss='fail')\n"
-        f"heavy = [m for m in {(*HEAVY, 'pathlib')!r} if m in sys.modules]\n"
+        f"heavy = [m for m in {(*HEAVY, 'pathlib', 'enginecache.db.reader')!r} if m in sys.modules]\n"
         "print(json.dumps({'via': e.via, 'engine': e.engine_id, 'heavy': heavy}))\n"
     )
     result = run_python(code, python=installed_python)

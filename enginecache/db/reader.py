@@ -10,19 +10,22 @@ SQLite and PostgreSQL share) and the kind of each selected column, answering tup
   caller takes the SQLAlchemy path (`db.catalog.Catalog`), which creates, migrates and maps errors.
 - `db.catalog.Catalog.rows` is the other (any database, with SQLAlchemy's own types).
 
-`head_revision` (the newest migration, read from the files) lives here too, so neither path imports
-Alembic to learn whether the schema is current. `COLUMN_KINDS` names the columns read this way and how
-each decodes; tests/test_catalog_open.py checks it against the SQLModel tables.
+`head_revision` (the newest migration, read from the files) and the SQLite URL helpers live in
+`db.catalogfile`, re-exported here: neither path imports Alembic to learn whether the schema is current,
+and a cache hit, which needs only those, does not load this module. `COLUMN_KINDS` names the columns
+read this way and how each decodes; tests/test_catalog_open.py checks it against the SQLModel tables.
 """
 
 from __future__ import annotations
 
 import abc
-import functools
 import json
 import os
-import re
 import sqlite3
+
+from enginecache.db.catalogfile import head_revision as head_revision  # re-exported, as the two below
+from enginecache.db.catalogfile import sqlite_file as sqlite_file
+from enginecache.db.catalogfile import sqlite_url as sqlite_url
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy treats the name as True)
 if TYPE_CHECKING:
@@ -30,7 +33,6 @@ if TYPE_CHECKING:
     from datetime import datetime
     from typing import Any
 
-VERSIONS_DIR = os.path.join(os.path.dirname(os.path.realpath(__file__)), "migrations", "versions")  # a str: no pathlib
 SQLITE_TIMEOUT_SECONDS = 30.0  # as db.catalog's busy timeout
 FETCH_ROWS = 1000  # rows fetched from the cursor at a time
 
@@ -148,48 +150,7 @@ def columns_of(table: str, names: Sequence[str] | None = None, *, prefix: str = 
     return [(prefix + name, kinds[name]) for name in (names if names is not None else list(kinds))]
 
 
-# -- the schema's revision ---------------------------------------------------------------
-
-_REVISION = re.compile(r"^revision\s*(?::[^=]*)?=\s*(.+)$", re.MULTILINE)
-_DOWN_REVISION = re.compile(r"^down_revision\s*(?::[^=]*)?=\s*(.+)$", re.MULTILINE)
-_QUOTED = re.compile(r"""["']([^"']+)["']""")
-
-
-@functools.cache
-def head_revision() -> str | None:
-    """The newest migration's revision, read from the files in migrations/versions without importing
-    Alembic: the one revision no other migration names as its `down_revision`. None where that is not
-    one revision (a branch, a file this reader cannot parse): then only Alembic can say."""
-    revisions: set[str] = set()
-    parents: set[str] = set()
-    for name in sorted(n for n in os.listdir(VERSIONS_DIR) if n.endswith(".py") and not n.startswith(".")):
-        with open(os.path.join(VERSIONS_DIR, name), encoding="utf-8") as stream:
-            text = stream.read()
-        revision = _REVISION.search(text)
-        down = _DOWN_REVISION.search(text)
-        names = _QUOTED.findall(revision.group(1)) if revision else []
-        if len(names) != 1 or down is None:
-            return None
-        revisions.add(names[0])
-        parents.update(_QUOTED.findall(down.group(1)))
-    heads = revisions - parents
-    return next(iter(heads)) if len(heads) == 1 and parents <= revisions else None
-
-
 # -- SQLite with the stdlib -----------------------------------------------------------------
-
-
-def sqlite_url(path: str | os.PathLike[str]) -> str:
-    return f"sqlite:///{path}"
-
-
-def sqlite_file(url: str) -> str | None:
-    """The database file of a plain `sqlite:///PATH` URL (no driver, no query string), else None."""
-    prefix = "sqlite:///"
-    if not url.startswith(prefix) or "?" in url:
-        return None
-    path = url[len(prefix) :]
-    return path if path and path != ":memory:" else None
 
 
 def _time(value: Any) -> datetime | None:

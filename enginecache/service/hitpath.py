@@ -6,7 +6,7 @@ SQLAlchemy, SQLModel, Alembic (its migration check) and onnx (profiles from the 
 0.6-1.0 s before any engine byte is read. This module answers a hit with none of them:
 
 1. the catalog file from `home`/`db_url` (SQLite only) at this code's Alembic head
-   (`db.reader.head_revision`, read from the migration files; the full path migrates a catalog that is
+   (`db.catalogfile.head_revision`, read from the migration files; the full path migrates a catalog that is
    behind);
 2. the model's digest from the stat cache row for (host, path), trusted by the same rule as
    `service.statcache` (`service.statrule`: every file's size, mtime, ctime and inode, not racy);
@@ -35,7 +35,7 @@ import time
 from enginecache.core.backends.loadtypes import PhaseTimer
 from enginecache.core.backends.registry import get_backend
 from enginecache.core.pathtext import absolute_text, resolved_text
-from enginecache.db.reader import head_revision, sqlite_file
+from enginecache.db.catalogfile import head_revision, sqlite_file
 from enginecache.errors import BackendUnavailableError, EngineRejectedError, TargetError
 from enginecache.service.engineload import EngineFacts, load_engine, load_error_note
 from enginecache.service.localhost import local_host
