@@ -8,7 +8,8 @@ per-pair ratio, CPU from rusage, load average around every run):
    serving process without enginecache has: `import onnxruntime` and an `InferenceSession` of the
    stored engine file (`floor_ort`). The four shared models (../shared/models) and a synthetic
    1 GB model (an MLP of four 8192x8192 fp32 initializers in external data, made under the
-   scratch folder and removed after; --quick: 256 MB). Goal 1.25x.
+   scratch folder and removed after; --quick: 256 MB). Goal 1.25x. This figure and the next run
+   `HIT_PAIRS` (9) pairs, or `pairs` where that is more: their medians sit near the goal.
 2. TensorRT-RTX on a host without a supported GPU: the hit ends in EngineRejectedError
    INCOMPATIBLE; time to that verdict against `import tensorrt_rtx`, a Runtime, reading the engine
    file and `get_engine_validity` on its header (`floor_rtx`; ours verifies every byte before the
@@ -139,6 +140,11 @@ def has_gpu() -> bool:
 # -- figures ------------------------------------------------------------------------------------
 
 
+# The serving start's figures are judged on a median ratio near its goal: with 5 pairs, the same code's
+# median moved by up to 0.11x between two runs an hour apart (tiny_llama 1.21x, then 1.32x; 2026-12-02).
+HIT_PAIRS = 9
+
+
 def child(name: str, *args: str, env: dict[str, str]) -> Command:
     return Command(name, [PY, CHILD, *args], env=env)
 
@@ -156,6 +162,7 @@ def hit_figures(
             name=f"{name} ({engine.size_bytes / 1e6:,.0f} MB engine)",
             params={"model": name, "size_bytes": engine.size_bytes},
             goal_ratio=1.25,
+            pairs=max(report.pairs, HIT_PAIRS),
         )
 
 
@@ -179,6 +186,7 @@ def rtx_figures(
             name=f"{name} ({engine.size_bytes / 1e6:,.0f} MB engine)",
             params={"model": name, "size_bytes": engine.size_bytes},
             goal_ratio=1.25,
+            pairs=max(report.pairs, HIT_PAIRS),
         )
 
 
