@@ -11,8 +11,8 @@ import pytest
 
 from enginecache.core.blobpaths import blob_file, blob_path
 from enginecache.core.pathtext import absolute_text, resolved_text
+from enginecache.db.catalogfile import sqlite_file_uri
 from enginecache.errors import IntegrityCheckError
-from enginecache.service.hitpath import sqlite_file_uri
 
 WRITTEN = [
     "model.onnx",

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from enginecache.cli.probe import fast_main, parse_probe_args
-from enginecache.service import servestate
+from enginecache.service import runtime, servestate
 from enginecache.service.context import AppContext
 from enginecache.service.runtime import load_or_build
 from enginecache.service.servestate import check_state
@@ -52,7 +52,7 @@ def test_the_state_file_can_come_from_the_environment(
     served: Served, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     state_file = tmp_path / "serving.json"
-    monkeypatch.setenv(servestate.STATE_FILE_ENV, str(state_file))
+    monkeypatch.setenv(runtime.STATE_FILE_ENV, str(state_file))
     with load_or_build(served.onnx_path, spec=ORT, app=served.app, on_miss="fail"):
         assert check_state(state_file).ready
     assert not state_file.exists()

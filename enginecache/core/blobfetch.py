@@ -27,20 +27,28 @@ def ensure_local_blob(home: Path, sha256: str | None, *, size: int | None = None
     IntegrityCheckError: not a digest, or the remote's copy is missing or is not the blob (nothing is
     left here); StoreError: the remote cannot be reached or read (try again later)."""
     path = blob_path(home, sha256)
-    if sha256 is None or not configured() or path.is_file():  # in this order: no stat without a remote
-        return path
-    from enginecache.core.store import ArtifactStore
-
-    return ArtifactStore(home).fetch_blob(sha256, size=size)
+    if _missing_here(str(path)):
+        return _fetch(home, str(sha256), size)
+    return path
 
 
 def fetch_if_missing(home: str | os.PathLike[str], sha256: str | None, *, size: int | None = None) -> None:
     """`ensure_local_blob` for a reader that opens `blob_file(home, sha256)` itself: where no remote
     is configured or the blob is here, string operations and at most one stat (no `pathlib`, which
     a cache hit does not import otherwise); else the fetch. Errors as `ensure_local_blob`."""
-    file = blob_file(home, sha256)  # IntegrityCheckError for a value that is not a digest
-    if not configured() or os.path.isfile(file):  # in this order: no stat without a remote
-        return
-    from pathlib import Path
+    if _missing_here(blob_file(home, sha256)):  # blob_file: IntegrityCheckError for a value that is not a digest
+        from pathlib import Path
 
-    ensure_local_blob(Path(home), sha256, size=size)
+        _fetch(Path(home), str(sha256), size)
+
+
+def _missing_here(file: str) -> bool:
+    """Whether the blob at `file` must come from the remote: one is configured and the file is not
+    here (in this order: no stat without a remote)."""
+    return configured() and not os.path.isfile(file)
+
+
+def _fetch(home: Path, sha256: str, size: int | None) -> Path:
+    from enginecache.core.store import ArtifactStore
+
+    return ArtifactStore(home).fetch_blob(sha256, size=size)

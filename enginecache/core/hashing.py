@@ -45,9 +45,8 @@ if TYPE_CHECKING:
     from pathlib import Path
     from typing import Any, BinaryIO, Literal, TypedDict, Unpack, overload
 
+    from _typeshed import StrPath  # str | os.PathLike[str]: a cache hit passes `str` (core.pathtext says why)
     from typing_extensions import Buffer  # collections.abc.Buffer from Python 3.12
-
-    StrPath = str | os.PathLike[str]  # a cache hit passes `str` paths (core.pathtext says why)
 
     class _Expected(TypedDict, total=False):
         """`read_verified`'s keyword arguments besides `as_bytes` (its overloads differ in that alone)."""

@@ -1,6 +1,7 @@
-"""Which SQLite file a catalog URL names, and the schema revision this code expects: what a serving
-process's cache hit must know before it reads the catalog (`service.hitpath`), without the rest of
-`db.reader` (its row decoding, ~1 ms of a new process) or Alembic.
+"""Which SQLite file a catalog URL names (and the stdlib URI that opens it), and the schema revision
+this code expects: what a serving process's cache hit must know before it reads the catalog
+(`service.hitpath`), without the rest of `db.reader` (its row decoding, ~1 ms of a new process) or
+Alembic.
 """
 
 from __future__ import annotations
@@ -86,3 +87,12 @@ def sqlite_file(url: str) -> str | None:
         return None
     path = url[len(prefix) :]
     return path if path and path != ":memory:" else None
+
+
+def sqlite_file_uri(path: str) -> str:
+    """A read-write SQLite URI of an existing file: `file:PATH?mode=rw`, with the three characters
+    SQLite's URI parser gives a meaning to in a path escaped (%, ? and #; every other byte is the
+    file name's own). An absolute path gets an empty authority (`file://` + path), so one that
+    starts with `//` is not read as a host name."""
+    escaped = path.replace("%", "%25").replace("?", "%3f").replace("#", "%23")
+    return f"file:{'//' if escaped.startswith('/') else ''}{escaped}?mode=rw"

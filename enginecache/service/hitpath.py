@@ -35,7 +35,7 @@ import time
 from enginecache.core.backends.loadtypes import PhaseTimer
 from enginecache.core.backends.registry import get_backend
 from enginecache.core.pathtext import absolute_text, resolved_text
-from enginecache.db.catalogfile import head_revision, sqlite_file
+from enginecache.db.catalogfile import head_revision, sqlite_file, sqlite_file_uri
 from enginecache.errors import BackendUnavailableError, EngineRejectedError, TargetError
 from enginecache.service.engineload import EngineFacts, load_engine, load_error_note
 from enginecache.service.localhost import local_host
@@ -109,15 +109,6 @@ def catalog_file(home: str | Path | None, db_url: str | None) -> CatalogFile | N
     if file is None or not os.path.isfile(file):
         return None
     return CatalogFile(resolved, file)
-
-
-def sqlite_file_uri(path: str) -> str:
-    """A read-write SQLite URI of an existing file: `file:PATH?mode=rw`, with the three characters
-    SQLite's URI parser gives a meaning to in a path escaped (%, ? and #; every other byte is the
-    file name's own). An absolute path gets an empty authority (`file://` + path), so one that
-    starts with `//` is not read as a host name."""
-    escaped = path.replace("%", "%25").replace("?", "%3f").replace("#", "%23")
-    return f"file:{'//' if escaped.startswith('/') else ''}{escaped}?mode=rw"
 
 
 def _connect(path: str) -> sqlite3.Connection:

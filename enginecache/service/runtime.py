@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 __all__ = ["LoadedEngine", "OnMiss", "RuntimeSpec", "load_or_build"]
 
-STATE_FILE_ENV = "ENGINECACHE_STATE_FILE"  # as service.servestate names it (not imported: it imports pathlib)
+STATE_FILE_ENV = "ENGINECACHE_STATE_FILE"  # where to write the serving state when no state_file= is given
 
 
 def load_or_build(
@@ -102,14 +102,13 @@ def _with_state(
     spec: RuntimeSpec | None,
 ) -> LoadedEngine:
     """`loaded`, after writing its serving state where one is asked for (`state_file`, else
-    $ENGINECACHE_STATE_FILE). Without one nothing more is imported (servestate imports pathlib)."""
-    if state_file is None and not os.environ.get(STATE_FILE_ENV):
-        return loaded
-    from enginecache.service.servestate import state_path
+    $ENGINECACHE_STATE_FILE if set). Without one nothing more is imported (service.servestate, which
+    writes it, imports pathlib)."""
+    chosen = state_file if state_file is not None else os.environ.get(STATE_FILE_ENV) or None
+    if chosen is not None:
+        from pathlib import Path
 
-    target = state_path(state_file)
-    if target is not None:
-        _write_serving_state(target, loaded, onnx_path, spec or RuntimeSpec())
+        _write_serving_state(Path(chosen), loaded, onnx_path, spec or RuntimeSpec())
     return loaded
 
 

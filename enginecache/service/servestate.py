@@ -21,7 +21,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-STATE_FILE_ENV = "ENGINECACHE_STATE_FILE"
 STATE_SCHEMA = 1
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 # The blob's stat fields that change when its bytes can have: a chmod (ctime) does not count.
@@ -54,12 +53,6 @@ def process_start_ticks(pid: int) -> int | None:
 def blob_stat(path: Path) -> dict[str, int]:
     st = os.stat(path)
     return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino, "dev": st.st_dev}
-
-
-def state_path(state_file: str | os.PathLike[str] | None) -> Path | None:
-    """The state file to write: the argument, else $ENGINECACHE_STATE_FILE, else None."""
-    chosen = state_file if state_file is not None else os.environ.get(STATE_FILE_ENV) or None
-    return Path(chosen) if chosen is not None else None
 
 
 def write_state(path: Path, record: dict[str, Any]) -> Path:

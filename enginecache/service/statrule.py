@@ -14,7 +14,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy tre
 if TYPE_CHECKING:
     from typing import Any
 
-    StrPath = str | os.PathLike[str]
+    from _typeshed import StrPath  # str | os.PathLike[str]
 
 # Filesystems with coarse timestamps: a file modified within this long after it was hashed could
 # keep the same mtime, so such an entry is "racy" (git's term) and re-hashed on the next lookup.
