@@ -29,7 +29,7 @@ from playwright.sync_api import Page, expect, sync_playwright
 
 from enginecache.db.models import EngineRecord, EngineStatus, JobRecord, LoadRunRecord, ModelRecord
 from enginecache.service.context import AppContext
-from tests.browserkit import generous_expect  # noqa: F401 - autouse: expect() waits TIMEOUT_MS
+from tests.browserkit import expect_once, generous_expect  # noqa: F401 - autouse: expect() waits TIMEOUT_MS
 from tests.modelfactory import make_conv, make_mlp
 from tests.servekit import CHROMIUM, CHROMIUM_ARGS, TIMEOUT_MS
 from tests.test_serve_e2e import (
@@ -142,8 +142,10 @@ def test_two_models_mixed_precisions_coverage_retire_and_test_load_in_chromium(
         # the matrix turns READY by itself: each cell links its engine, with no reload
         for engine in engines:
             link = page.get_by_role("link", name=f"{RTX_SM86} {engine.precision}: engine {engine.id}")
-            expect(link).to_be_visible(timeout=READY_SECONDS * 1000)
-        expect(page.get_by_role("button", name="Submit 0 build(s)")).to_be_disabled()
+            expect_once(link, timeout_ms=READY_SECONDS * 1000)
+        submit_none = page.get_by_role("button", name="Submit 0 build(s)")
+        expect_once(submit_none)
+        expect(submit_none).to_be_disabled()
 
         # Coverage of the detector at fp32 on TensorRT-RTX, every target: the sm86 cell is built (READY,
         # or INCOMPATIBLE where no known host has an SM86 GPU, as on a CPU-only machine), 5 are missing
@@ -173,10 +175,13 @@ def test_two_models_mixed_precisions_coverage_retire_and_test_load_in_chromium(
         ).to_be_visible()
         page.get_by_role("button", name="Build 1 missing or stale cell(s)").click()
         expect(page.get_by_text(re.compile(r"encoder fp32 ONNX Runtime .*: queued job \d+"))).to_be_visible()
-        expect(
-            page.get_by_text("READY 1 · INCOMPATIBLE 0 · STALE 0 · BUILDING 0 · FAILED 0 · MISSING 0")
-        ).to_be_visible(timeout=READY_SECONDS * 1000)
-        expect(page.get_by_role("button", name="Build 0 missing or stale cell(s)")).to_be_disabled()
+        expect_once(
+            page.get_by_text("READY 1 · INCOMPATIBLE 0 · STALE 0 · BUILDING 0 · FAILED 0 · MISSING 0"),
+            timeout_ms=READY_SECONDS * 1000,
+        )
+        build_none = page.get_by_role("button", name="Build 0 missing or stale cell(s)")
+        expect_once(build_none)
+        expect(build_none).to_be_disabled()
         # the same link in a new tab reproduces the view: its filters and its matrix
         again = browser.new_page(viewport=VIEWPORT)
         again.goto(f"{url}{deep}")
