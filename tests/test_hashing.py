@@ -329,5 +329,20 @@ def test_hash_thread_errors_reach_the_caller() -> None:
 def test_hash_file_and_digest_result(tmp_path: Path) -> None:
     data = write(tmp_path / "blob", 100_000)
     sha, b3 = digests(data)
-    assert hash_file(tmp_path / "blob") == DigestResult(sha256=sha, blake3=b3, size=len(data))
+    head = blake3.blake3(data[: hashing.HEAD_BYTES]).hexdigest()
+    assert hash_file(tmp_path / "blob") == DigestResult(sha256=sha, blake3=b3, size=len(data), head_blake3=head)
     assert hash_file(tmp_path / "blob", chunk_bytes=4096).sha256 == sha
+
+
+@pytest.mark.parametrize("chunk_bytes", [1000, 4096, 5000, 1 << 20])
+@pytest.mark.parametrize("size", [0, 100, 4095, 4096, 4097, 100_000])
+def test_the_head_digest_covers_exactly_the_first_head_bytes_whatever_the_chunks(
+    tmp_path: Path, size: int, chunk_bytes: int
+) -> None:
+    """The store's header digest (what a load checks the header against) is the BLAKE3 of the first
+    HEAD_BYTES bytes, or of all of a shorter file, however the stream arrives; head_digest agrees."""
+    data = write(tmp_path / "blob", size)
+    head = blake3.blake3(data[: hashing.HEAD_BYTES]).hexdigest()
+    assert hash_file(tmp_path / "blob", chunk_bytes=chunk_bytes).head_blake3 == head
+    assert hashing.head_digest(data) == head
+    assert hashing.StreamHasher(with_blake3=False).result().head_blake3 == ""

@@ -158,22 +158,6 @@ def test_a_new_engine_of_the_model_sends_one_lookup_down_the_full_path(served: S
     assert load_or_build(served.onnx_path, spec=ORT, app=served.app, on_miss="fail").via == "hitpath"
 
 
-@pytest.mark.usefixtures("requires_no_gpu")
-def test_an_incompatible_rtx_engine_is_refused_after_its_verified_read(
-    app_ctx: AppContext, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """TensorRT-RTX's validity check parses the header: it gets it only once the whole blob matched."""
-    spec = RuntimeSpec(backend="rtx", targets=("sm86",))
-    served = serve_mlp(app_ctx, tmp_path / "src", spec)  # the full path refuses it too, and leaves the memo
-    refuse_full_path(monkeypatch)
-    with pytest.raises(EngineRejectedError) as caught:
-        load_or_build(served.onnx_path, spec=spec, app=app_ctx, on_miss="fail")
-    assert caught.value.verdict == "INCOMPATIBLE" and "CUDA" in str(caught.value)
-    last = events(app_ctx)[-1]
-    assert last.outcome == "rejected" and list(last.phases).index("read_verify") < list(last.phases).index("validity")
-    assert get_engine(app_ctx, served.engine.id or 0).status == EngineStatus.READY
-
-
 # What a verdict must not import that TensorRT-RTX's own import and check do not (docs/runtime.md,
 # "The import diet"): each is milliseconds of a new process's start.
 # pathlib: 5-8 ms of a new process (with fnmatch, ntpath, urllib.parse, ipaddress); the hit's paths are strings.

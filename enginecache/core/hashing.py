@@ -62,20 +62,35 @@ HUGE_PAGE_BYTES = 2 * 1024 * 1024
 LARGE_READ_BYTES = 4 * 1024 * 1024
 # From this size the hash trails the read on a helper thread (below: read, then hash).
 PIPELINE_BYTES = 32 * 1024 * 1024
+# The prefix whose BLAKE3 a stream's digest also carries (`DigestResult.head_blake3`): an engine's
+# header, all that a backend's header check reads (core.backends.loadtypes.ENGINE_HEADER_BYTES is
+# this), so a load can refuse an engine its host cannot run after reading and verifying these bytes
+# alone (service.engineload).
+HEAD_BYTES = 4096
 
 
 class DigestResult(Frozen):
-    """Digests and size of one byte stream (a `core.valuetype` value: no `dataclasses` import)."""
+    """Digests and size of one byte stream (a `core.valuetype` value: no `dataclasses` import);
+    `head_blake3` is the BLAKE3 of its first HEAD_BYTES bytes (all of them when shorter), "" where
+    BLAKE3 was not asked for."""
 
-    __slots__ = _fields = ("sha256", "blake3", "size")
+    __slots__ = _fields = ("sha256", "blake3", "size", "head_blake3")
     sha256: str
     blake3: str
     size: int
+    head_blake3: str
 
-    def __init__(self, sha256: str, blake3: str, size: int) -> None:
+    def __init__(self, sha256: str, blake3: str, size: int, head_blake3: str = "") -> None:
         object.__setattr__(self, "sha256", sha256)
         object.__setattr__(self, "blake3", blake3)
         object.__setattr__(self, "size", size)
+        object.__setattr__(self, "head_blake3", head_blake3)
+
+
+def head_digest(head: bytes | bytearray | memoryview) -> str:
+    """The BLAKE3 hex digest of a stream's first HEAD_BYTES bytes, given at least those (or the whole
+    stream, when shorter): what `DigestResult.head_blake3` records."""
+    return blake3.blake3(memoryview(head)[:HEAD_BYTES]).hexdigest()
 
 
 def _sha256() -> Any:
@@ -85,11 +100,13 @@ def _sha256() -> Any:
 
 
 class StreamHasher:
-    """Feeds the same bytes to sha256 and BLAKE3 and counts them."""
+    """Feeds the same bytes to sha256 and BLAKE3 (and the first HEAD_BYTES to a BLAKE3 of their
+    own) and counts them."""
 
     def __init__(self, *, with_sha256: bool = True, with_blake3: bool = True) -> None:
         self._sha = _sha256() if with_sha256 else None
         self._b3 = blake3.blake3() if with_blake3 else None
+        self._head = blake3.blake3() if with_blake3 else None
         self.size = 0
 
     def update(self, data: bytes | bytearray | memoryview) -> None:
@@ -97,6 +114,8 @@ class StreamHasher:
             self._sha.update(data)
         if self._b3 is not None:
             self._b3.update(data)
+        if self._head is not None and self.size < HEAD_BYTES:
+            self._head.update(memoryview(data)[: HEAD_BYTES - self.size])
         self.size += len(data)
 
     def result(self) -> DigestResult:
@@ -104,6 +123,7 @@ class StreamHasher:
             sha256=self._sha.hexdigest() if self._sha is not None else "",
             blake3=self._b3.hexdigest() if self._b3 is not None else "",
             size=self.size,
+            head_blake3=self._head.hexdigest() if self._head is not None else "",
         )
 
 

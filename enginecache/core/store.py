@@ -66,6 +66,7 @@ class BlobInfo:
     size: int
     path: Path
     created: bool  # False when identical bytes were already stored
+    head_blake3: str = ""  # BLAKE3 of the first core.hashing.HEAD_BYTES bytes (an engine's header)
 
 
 def fsync_dir(path: Path) -> None:
@@ -237,7 +238,7 @@ class ArtifactStore:
                     if not created:
                         os.utime(final)  # published again: young to gc, as a new blob is
             fsync_dir(final.parent)
-            return BlobInfo(digest.sha256, digest.blake3, digest.size, final, created)
+            return BlobInfo(digest.sha256, digest.blake3, digest.size, final, created, digest.head_blake3)
         except OSError as err:
             raise StoreError(f"could not write blob into {self.objects_dir}: {err}") from err
         finally:

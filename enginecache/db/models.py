@@ -114,6 +114,7 @@ class EngineRecord(SQLModel, table=True):
     warnings: list[str] = Field(default_factory=list, sa_column=sa.Column(sa.JSON, nullable=False))
     sha256: str | None = Field(default=None, index=True)
     blake3: str | None = None
+    header_blake3: str | None = None  # BLAKE3 of the blob's first 4096 bytes: a load checks the header on them first
     size_bytes: int | None = Field(default=None, sa_column=sa.Column(sa.BigInteger, nullable=True))
     blob_path: str | None = None
     build_seconds: float | None = None

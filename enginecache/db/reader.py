@@ -70,6 +70,7 @@ COLUMN_KINDS: dict[str, dict[str, str]] = {
         "warnings": "json",
         "sha256": "",
         "blake3": "",
+        "header_blake3": "",
         "size_bytes": "",
         "blob_path": "",
         "build_seconds": "",

@@ -317,6 +317,7 @@ def run_build(
         row.variant_model_id = variant.id if variant.id != plan.model.id else None
         row.sha256 = blob.sha256
         row.blake3 = blob.blake3
+        row.header_blake3 = blob.head_blake3 or None
         row.size_bytes = blob.size
         row.blob_path = app.store.relative(blob.path)
         row.build_seconds = seconds

@@ -4,13 +4,18 @@ No catalog here (both `load_or_build` paths use it: the ORM one through `service
 stdlib-sqlite cache hit through `service.hitpath`); what the catalog must do about a corrupt blob
 is the caller's `on_corrupt`.
 
-Order: the runtime's import (a missing library fails before anything is read), then one pass that
-reads the blob into the buffer the runtime gets while hashing it (BLAKE3 where recorded, else
-sha256), then `Backend.load`, which starts with the backend's own validity test on the verified
-bytes (`Backend.check_header`: TensorRT-RTX's `get_engine_validity`, the ORT-format identifier and
-version) and then deserializes them. No byte reaches a runtime, not even the header its validity
-test parses, before every byte of the blob matched its digest: a damaged header is CORRUPT, and an
-engine this host cannot run is INCOMPATIBLE after a read that the user's own load would make too.
+Order: the runtime's import (a missing library fails before anything is read); then, where the
+catalog records the BLAKE3 of the blob's first ENGINE_HEADER_BYTES (`header_blake3`, written by the
+store in the pass that hashes the whole blob), those bytes alone, read and verified, and the
+backend's validity test on them (`Backend.check_header`: TensorRT-RTX's `get_engine_validity`, the
+ORT-format identifier and version): an engine this host cannot run is INCOMPATIBLE without reading
+or hashing the rest, which may be gigabytes. Then one pass that reads the blob into the buffer the
+runtime gets while hashing it (BLAKE3 where recorded, else sha256), then `Backend.load`, which
+starts with the same validity test on the verified bytes and then deserializes them. No byte
+reaches a runtime, not even the header its validity test parses, before it matched a digest the
+catalog records: a damaged header is CORRUPT, a damaged body is CORRUPT wherever the engine could
+run (a host that refuses the header never looks at the body, and says INCOMPATIBLE). An engine
+recorded without `header_blake3` (built before migration 0015) is read whole first, as before.
 (Reading on a thread beside the runtime's import was tried twice: on 2 busy cores it was no faster,
 1.00-1.09x. Measured again on 2026-12-02 with the second core free: the import slowed from 160-230 to
 220-300 ms while a 47 MB read and hash beside it took 100-200 ms instead of 30, and the whole start was
@@ -25,7 +30,7 @@ from __future__ import annotations
 
 import os
 
-from enginecache.core.backends.loadtypes import LoadSpec
+from enginecache.core.backends.loadtypes import ENGINE_HEADER_BYTES, LoadSpec
 from enginecache.core.backends.registry import get_backend
 from enginecache.core.blobfetch import fetch_if_missing
 from enginecache.core.blobpaths import blob_file
@@ -59,6 +64,7 @@ class EngineFacts(Frozen):
         "sha256",
         "blake3",
         "input_shapes",
+        "header_blake3",
     )
 
     id: int
@@ -70,6 +76,7 @@ class EngineFacts(Frozen):
     sha256: str | None
     blake3: str | None
     input_shapes: Mapping[str, tuple[int, ...]]
+    header_blake3: str | None
 
     def __init__(
         self,
@@ -82,6 +89,7 @@ class EngineFacts(Frozen):
         sha256: str | None,
         blake3: str | None,
         input_shapes: Mapping[str, tuple[int, ...]] | None = None,
+        header_blake3: str | None = None,
     ) -> None:
         init = object.__setattr__
         init(self, "id", id)
@@ -93,6 +101,7 @@ class EngineFacts(Frozen):
         init(self, "sha256", sha256)
         init(self, "blake3", blake3)
         init(self, "input_shapes", {} if input_shapes is None else input_shapes)
+        init(self, "header_blake3", header_blake3)
 
     @classmethod
     def from_row(cls, home: str | os.PathLike[str], row: Mapping[str, Any]) -> EngineFacts:
@@ -108,6 +117,7 @@ class EngineFacts(Frozen):
             sha256=row.get("sha256"),
             blake3=row.get("blake3"),
             input_shapes={name: tuple(p["opt"]) for name, p in profiles.items()},
+            header_blake3=row.get("header_blake3"),
         )
 
     @property
@@ -155,15 +165,21 @@ def _corrupt(facts: EngineFacts, err: BaseException, on_corrupt: Callable[[], No
     )
 
 
+def _fetch(facts: EngineFacts, on_corrupt: Callable[[], None]) -> None:
+    """A remote store configured and the blob not here yet: fetched and verified (StoreError: the
+    remote is unavailable); the remote's copy missing or not the blob is CORRUPT, as a missing one."""
+    try:
+        fetch_if_missing(facts.home, facts.sha256)
+    except IntegrityCheckError as err:
+        raise _corrupt(facts, err, on_corrupt) from err
+
+
 def read_blob(facts: EngineFacts, timer: PhaseTimer, on_corrupt: Callable[[], None]) -> bytes:
     """The engine's blob, verified in the pass that reads it (phase `read_verify`). A mismatch or a
     missing blob calls `on_corrupt` and raises EngineRejectedError (verdict CORRUPT)."""
     from enginecache.core.hashing import read_verified
 
-    try:  # a remote store configured and the blob not here yet: fetched, verified (StoreError: unavailable)
-        fetch_if_missing(facts.home, facts.sha256)
-    except IntegrityCheckError as err:  # the remote's copy is missing or not the blob: CORRUPT, as a missing one
-        raise _corrupt(facts, err, on_corrupt) from err
+    _fetch(facts, on_corrupt)
     try:
         with timer.phase("read_verify"):
             if facts.blake3:
@@ -173,9 +189,36 @@ def read_blob(facts: EngineFacts, timer: PhaseTimer, on_corrupt: Callable[[], No
         raise _corrupt(facts, err, on_corrupt) from err
 
 
+def read_header(facts: EngineFacts, timer: PhaseTimer, on_corrupt: Callable[[], None]) -> bytes:
+    """The blob's first ENGINE_HEADER_BYTES, verified against `header_blake3` (phase `read_header`).
+    A mismatch, a short file or a missing blob calls `on_corrupt` and raises EngineRejectedError
+    (verdict CORRUPT)."""
+    from enginecache.core.hashing import head_digest
+
+    _fetch(facts, on_corrupt)
+    try:
+        with timer.phase("read_header"):
+            fd = os.open(facts.blob_file, os.O_RDONLY)
+            try:
+                header = os.pread(fd, ENGINE_HEADER_BYTES, 0)
+            finally:
+                os.close(fd)
+            found = head_digest(header)
+            if found != facts.header_blake3:
+                raise IntegrityCheckError(
+                    f"the first {len(header)} bytes of {facts.blob_file} hash to {found}, "
+                    f"the catalog records {facts.header_blake3}"
+                )
+    except (IntegrityCheckError, OSError) as err:
+        raise _corrupt(facts, err, on_corrupt) from err
+    return header
+
+
 def load_engine(facts: EngineFacts, timer: PhaseTimer, *, on_corrupt: Callable[[], None]) -> EngineSession:
-    """The runtime's import (phase `import_runtime`: a missing library fails before anything is read),
-    the verified read, then the backend's load of the verified bytes (its header check first).
+    """The runtime's import (phase `import_runtime`: a missing library fails before anything is read);
+    where the catalog records the header's digest, the backend's header check on the verified header
+    (a refusal reads nothing more); the verified read of the whole blob; then the backend's load of the
+    verified bytes (its header check first).
 
     Raises EngineRejectedError: CORRUPT (bytes do not match, or the blob is gone; `on_corrupt` ran),
     INCOMPATIBLE (the backend's validity test) or ERROR (the runtime could not load it).
@@ -183,10 +226,22 @@ def load_engine(facts: EngineFacts, timer: PhaseTimer, *, on_corrupt: Callable[[
     backend = get_backend(facts.backend)
     with timer.phase("import_runtime"):
         import_backend(backend.module)
+    spec = facts.load_spec()
+    if facts.header_blake3:
+        header = read_header(facts, timer, on_corrupt)
+        try:
+            backend.check_header(header, spec, timer)
+        except LoadFailedError as err:
+            raise _refused(facts, err) from err
     buffer = read_blob(facts, timer, on_corrupt)
     try:
-        return backend.load(buffer, facts.load_spec(), timer)
-    except IncompatibleEngineError as err:
-        raise EngineRejectedError(str(err), engine_id=facts.id, verdict="INCOMPATIBLE", details=err.details) from err
-    except LoadFailedError as err:
-        raise EngineRejectedError(str(err), engine_id=facts.id, verdict="ERROR") from err
+        return backend.load(buffer, spec, timer)
+    except LoadFailedError as err:  # IncompatibleEngineError included
+        raise _refused(facts, err) from err
+
+
+def _refused(facts: EngineFacts, err: LoadFailedError) -> EngineRejectedError:
+    """The verdict on a runtime's refusal: INCOMPATIBLE (its validity test) or ERROR (it could not load)."""
+    if isinstance(err, IncompatibleEngineError):
+        return EngineRejectedError(str(err), engine_id=facts.id, verdict="INCOMPATIBLE", details=err.details)
+    return EngineRejectedError(str(err), engine_id=facts.id, verdict="ERROR")

@@ -78,6 +78,7 @@ _ENGINE_COLUMNS = (
     "targets",
     "sha256",
     "blake3",
+    "header_blake3",
     "build_options",
 )
 _JSON_COLUMNS = ("key_ingredients", "precision_recipe", "build_options", "target_info", "host", "io", "warnings")

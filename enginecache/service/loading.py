@@ -31,6 +31,7 @@ def engine_facts(app: AppContext, engine: EngineRecord) -> EngineFacts:
         sha256=engine.sha256,
         blake3=engine.blake3,
         input_shapes={name: tuple(p["opt"]) for name, p in profiles.items()},
+        header_blake3=engine.header_blake3,
     )
 
 

@@ -22,7 +22,8 @@ if TYPE_CHECKING:
     import numpy as np
 
 # What `Backend.check_header` is given: an engine's first bytes (TensorRT's header is 64 bytes; an
-# ORT-format model's identifier is at bytes 4..8).
+# ORT-format model's identifier is at bytes 4..8). The store records their BLAKE3 beside the blob's
+# (core.hashing.HEAD_BYTES, the same number: tests/test_header_first.py holds them equal).
 ENGINE_HEADER_BYTES = 4096
 
 

@@ -1,0 +1,115 @@
+"""A load checks the engine's header first, on bytes verified against the header digest the store
+recorded (engines.header_blake3): a host that cannot run the engine refuses it without reading or
+hashing the rest of the blob, and the runtime still never parses a byte that did not match a
+recorded digest (service.engineload). TensorRT-RTX builds here and refuses every engine on this
+GPU-less host, which is what these tests use; both load paths (the cache hit and the full path)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import blake3
+import pytest
+from sqlmodel import select
+
+from enginecache.core import hashing
+from enginecache.core.backends.loadtypes import ENGINE_HEADER_BYTES
+from enginecache.core.backends.trt.backend import RTX_BACKEND
+from enginecache.core.blobpaths import blob_path
+from enginecache.db.models import EngineRecord, EngineStatus
+from enginecache.errors import EngineRejectedError
+from enginecache.service import loadpath
+from enginecache.service.context import AppContext
+from enginecache.service.engines import get_engine
+from enginecache.service.loadpath import load_or_build_full
+from enginecache.service.runtime import RuntimeSpec, load_or_build
+from tests.conftest import corrupt_blob
+from tests.servingkit import ORT, Served, events, serve_mlp
+
+RTX = RuntimeSpec(backend="rtx", targets=("sm86",))
+PATHS = ["hit", "full"]
+
+
+def _load(served: Served, spec: RuntimeSpec, path: str, monkeypatch: pytest.MonkeyPatch) -> EngineRejectedError:
+    """The verdict of one lookup through `path` (the hit path, with the full path refused; or the full path)."""
+    with pytest.raises(EngineRejectedError) as rejected:
+        if path == "hit":
+            with monkeypatch.context() as patch:
+                patch.setattr(loadpath, "load_or_build_full", _refuse("load_or_build took the full path"))
+                load_or_build(served.onnx_path, spec=spec, app=served.app, on_miss="fail")
+        else:
+            load_or_build_full(served.onnx_path, spec=spec, app=served.app, on_miss="fail")
+    return rejected.value
+
+
+def _refuse(why: str) -> object:
+    def refuse(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError(why)
+
+    return refuse
+
+
+def _head(app: AppContext, engine: EngineRecord) -> str:
+    return blake3.blake3(blob_path(app.home, engine.sha256).read_bytes()[:ENGINE_HEADER_BYTES]).hexdigest()
+
+
+def test_the_header_a_backend_checks_is_the_prefix_the_store_digests() -> None:
+    assert ENGINE_HEADER_BYTES == hashing.HEAD_BYTES
+
+
+@pytest.mark.parametrize("spec", [ORT, RTX], ids=["ort", "rtx"])
+def test_a_built_engine_records_the_digest_of_its_header(
+    app_ctx: AppContext, tmp_path: Path, spec: RuntimeSpec
+) -> None:
+    engine = serve_mlp(app_ctx, tmp_path / "src", spec).engine
+    assert engine.size_bytes is not None and engine.size_bytes > ENGINE_HEADER_BYTES, "a header and a body"
+    assert engine.header_blake3 == _head(app_ctx, engine) != engine.blake3
+
+
+@pytest.mark.usefixtures("requires_no_gpu")
+@pytest.mark.parametrize("path", PATHS)
+def test_an_engine_this_host_cannot_run_is_refused_on_its_verified_header_alone(
+    app_ctx: AppContext, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    served = serve_mlp(app_ctx, tmp_path / "src", RTX)
+    monkeypatch.setattr(hashing, "read_verified", _refuse("the whole blob was read for a refused header"))
+    verdict = _load(served, RTX, path, monkeypatch)
+    assert verdict.verdict == "INCOMPATIBLE" and "CUDA" in str(verdict)
+    last = events(app_ctx)[-1]
+    assert last.outcome == "rejected" and "read_verify" not in last.phases
+    assert list(last.phases).index("read_header") < list(last.phases).index("validity")
+    assert get_engine(app_ctx, served.engine.id or 0).status == EngineStatus.READY
+
+
+@pytest.mark.usefixtures("requires_no_gpu")
+@pytest.mark.parametrize("path", PATHS)
+def test_a_damaged_header_is_corrupt_before_the_runtime_sees_it(
+    app_ctx: AppContext, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    served = serve_mlp(app_ctx, tmp_path / "src", RTX)
+    corrupt_blob(blob_path(app_ctx.home, served.engine.sha256), 10)  # inside TensorRT-RTX's 64-byte header
+    monkeypatch.setattr(RTX_BACKEND, "check_header", _refuse("the runtime was handed an unverified header"))
+    monkeypatch.setattr(RTX_BACKEND, "load", _refuse("the runtime was handed an unverified engine"))
+    verdict = _load(served, RTX, path, monkeypatch)
+    assert verdict.verdict == "CORRUPT" and "first 4096 bytes" in str(verdict)
+    assert get_engine(app_ctx, served.engine.id or 0).status == EngineStatus.CORRUPT
+
+
+@pytest.mark.usefixtures("requires_no_gpu")
+@pytest.mark.parametrize("path", PATHS)
+def test_an_engine_recorded_without_a_header_digest_is_read_whole_first(
+    app_ctx: AppContext, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    """A row built before migration 0015 has no header digest: the whole blob is verified first, so
+    a damaged body is CORRUPT even on a host that would refuse the header."""
+    served = serve_mlp(app_ctx, tmp_path / "src", RTX)
+    with app_ctx.catalog.write() as session:
+        row = session.exec(select(EngineRecord).where(EngineRecord.id == served.engine.id)).one()
+        row.header_blake3 = None
+        session.add(row)
+    assert _load(served, RTX, path, monkeypatch).verdict == "INCOMPATIBLE"
+    last = events(app_ctx)[-1]
+    assert "read_header" not in last.phases
+    assert list(last.phases).index("read_verify") < list(last.phases).index("validity")
+    corrupt_blob(blob_path(app_ctx.home, served.engine.sha256), -1)  # the body's last byte
+    assert _load(served, RTX, path, monkeypatch).verdict == "CORRUPT"
