@@ -20,7 +20,7 @@ from enginecache.db.models import EngineRecord, EngineStatus
 from enginecache.errors import EngineRejectedError
 from enginecache.service import loadpath
 from enginecache.service.context import AppContext
-from enginecache.service.engines import get_engine
+from enginecache.service.engines import get_engine, verify_engines
 from enginecache.service.loadpath import load_or_build_full
 from enginecache.service.runtime import RuntimeSpec, load_or_build
 from tests.conftest import corrupt_blob
@@ -49,6 +49,20 @@ def _refuse(why: str) -> object:
     return refuse
 
 
+@pytest.fixture
+def rtx_served(app_ctx: AppContext, tmp_path: Path) -> Served:
+    """An MLP's TensorRT-RTX engine, loaded once (refused on this host: the memo is written all the same)."""
+    return serve_mlp(app_ctx, tmp_path / "src", RTX)
+
+
+def _forget_header_digest(app: AppContext, engine_id: int | None, value: str | None = None) -> None:
+    """Set the row's header digest as a row built before migration 0015 has it (None), or to `value`."""
+    with app.catalog.write() as session:
+        row = session.exec(select(EngineRecord).where(EngineRecord.id == engine_id)).one()
+        row.header_blake3 = value
+        session.add(row)
+
+
 def _head(app: AppContext, engine: EngineRecord) -> str:
     return blake3.blake3(blob_path(app.home, engine.sha256).read_bytes()[:ENGINE_HEADER_BYTES]).hexdigest()
 
@@ -69,9 +83,9 @@ def test_a_built_engine_records_the_digest_of_its_header(
 @pytest.mark.usefixtures("requires_no_gpu")
 @pytest.mark.parametrize("path", PATHS)
 def test_an_engine_this_host_cannot_run_is_refused_on_its_verified_header_alone(
-    app_ctx: AppContext, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: str
+    app_ctx: AppContext, rtx_served: Served, monkeypatch: pytest.MonkeyPatch, path: str
 ) -> None:
-    served = serve_mlp(app_ctx, tmp_path / "src", RTX)
+    served = rtx_served
     monkeypatch.setattr(hashing, "read_verified", _refuse("the whole blob was read for a refused header"))
     verdict = _load(served, RTX, path, monkeypatch)
     assert verdict.verdict == "INCOMPATIBLE" and "CUDA" in str(verdict)
@@ -84,9 +98,9 @@ def test_an_engine_this_host_cannot_run_is_refused_on_its_verified_header_alone(
 @pytest.mark.usefixtures("requires_no_gpu")
 @pytest.mark.parametrize("path", PATHS)
 def test_a_damaged_header_is_corrupt_before_the_runtime_sees_it(
-    app_ctx: AppContext, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: str
+    app_ctx: AppContext, rtx_served: Served, monkeypatch: pytest.MonkeyPatch, path: str
 ) -> None:
-    served = serve_mlp(app_ctx, tmp_path / "src", RTX)
+    served = rtx_served
     corrupt_blob(blob_path(app_ctx.home, served.engine.sha256), 10)  # inside TensorRT-RTX's 64-byte header
     monkeypatch.setattr(RTX_BACKEND, "check_header", _refuse("the runtime was handed an unverified header"))
     monkeypatch.setattr(RTX_BACKEND, "load", _refuse("the runtime was handed an unverified engine"))
@@ -98,18 +112,31 @@ def test_a_damaged_header_is_corrupt_before_the_runtime_sees_it(
 @pytest.mark.usefixtures("requires_no_gpu")
 @pytest.mark.parametrize("path", PATHS)
 def test_an_engine_recorded_without_a_header_digest_is_read_whole_first(
-    app_ctx: AppContext, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: str
+    app_ctx: AppContext, rtx_served: Served, monkeypatch: pytest.MonkeyPatch, path: str
 ) -> None:
     """A row built before migration 0015 has no header digest: the whole blob is verified first, so
     a damaged body is CORRUPT even on a host that would refuse the header."""
-    served = serve_mlp(app_ctx, tmp_path / "src", RTX)
-    with app_ctx.catalog.write() as session:
-        row = session.exec(select(EngineRecord).where(EngineRecord.id == served.engine.id)).one()
-        row.header_blake3 = None
-        session.add(row)
+    served = rtx_served
+    _forget_header_digest(app_ctx, served.engine.id)
     assert _load(served, RTX, path, monkeypatch).verdict == "INCOMPATIBLE"
     last = events(app_ctx)[-1]
     assert "read_header" not in last.phases
     assert list(last.phases).index("read_verify") < list(last.phases).index("validity")
     corrupt_blob(blob_path(app_ctx.home, served.engine.sha256), -1)  # the body's last byte
     assert _load(served, RTX, path, monkeypatch).verdict == "CORRUPT"
+
+
+@pytest.mark.usefixtures("requires_no_gpu")
+@pytest.mark.parametrize("recorded", [None, "0" * 64], ids=["none", "wrong"])
+def test_verify_records_the_header_digest_a_row_lacks_or_has_wrong(
+    app_ctx: AppContext, rtx_served: Served, monkeypatch: pytest.MonkeyPatch, recorded: str | None
+) -> None:
+    """`enginecache verify` hashes the whole blob: where it matches, the header's digest from the same
+    pass goes on the row, and the next load checks the header first."""
+    engine_id = rtx_served.engine.id
+    _forget_header_digest(app_ctx, engine_id, recorded)
+    [result] = verify_engines(app_ctx, [engine_id or 0])
+    assert result.ok and ("header digest recorded" if recorded is None else "was not its header's") in result.message
+    assert get_engine(app_ctx, engine_id or 0).header_blake3 == _head(app_ctx, rtx_served.engine)
+    assert _load(rtx_served, RTX, "hit", monkeypatch).verdict == "INCOMPATIBLE"
+    assert "read_header" in events(app_ctx)[-1].phases and "read_verify" not in events(app_ctx)[-1].phases

@@ -15,7 +15,8 @@ starts with the same validity test on the verified bytes and then deserializes t
 reaches a runtime, not even the header its validity test parses, before it matched a digest the
 catalog records: a damaged header is CORRUPT, a damaged body is CORRUPT wherever the engine could
 run (a host that refuses the header never looks at the body, and says INCOMPATIBLE). An engine
-recorded without `header_blake3` (built before migration 0015) is read whole first, as before.
+recorded without `header_blake3` (built before migration 0015) is read whole first, as before,
+until `enginecache verify` records it.
 (Reading on a thread beside the runtime's import was tried twice: on 2 busy cores it was no faster,
 1.00-1.09x. Measured again on 2026-12-02 with the second core free: the import slowed from 160-230 to
 220-300 ms while a 47 MB read and hash beside it took 100-200 ms instead of 30, and the whole start was

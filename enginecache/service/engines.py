@@ -24,7 +24,7 @@ from enginecache.core.backends.base import CompatibilityResult, EngineRef
 from enginecache.core.backends.registry import get_backend
 from enginecache.core.blobpaths import blob_path
 from enginecache.core.fingerprint import HostFingerprint, host_fingerprint
-from enginecache.core.hashing import hash_file
+from enginecache.core.hashing import DigestResult, hash_file
 from enginecache.db.models import EngineRecord, EngineStatus, ModelRecord, utcnow
 from enginecache.errors import IntegrityCheckError, NotFoundError
 from enginecache.service import access, audit
@@ -85,19 +85,23 @@ class VerifyResult:
         return {"kind": "engine", "id": self.engine_id, "ok": self.ok, "status": self.status, "message": self.message}
 
 
-def verify_blob_at(path: Path, engine: EngineRecord) -> None:
+def verify_blob_at(path: Path, engine: EngineRecord) -> DigestResult:
     """Re-hash the blob at `path` in one pass against the engine's recorded sha256 (and BLAKE3 where
-    recorded: what a load checks). Raises IntegrityCheckError on a mismatch; OSError where unreadable."""
+    recorded: what a load checks); its digests. Raises IntegrityCheckError on a mismatch; OSError
+    where unreadable."""
     got = hash_file(path)
     if got.sha256 != engine.sha256:
         raise IntegrityCheckError(f"blob {path} hashes to sha256 {got.sha256}, recorded {engine.sha256}")
     if engine.blake3 and got.blake3 != engine.blake3:
         raise IntegrityCheckError(f"blob {path} hashes to blake3 {got.blake3}, recorded {engine.blake3}")
+    return got
 
 
 def verify_engines(app: AppContext, engine_ids: list[int] | None = None) -> list[VerifyResult]:
     """Re-hash each engine's blob (at the path its sha256 implies) in one pass; a mismatch or a missing
-    blob marks it CORRUPT. A row whose `blob_path` names another file is set to the digest's path."""
+    blob marks it CORRUPT. A row whose `blob_path` names another file is set to the digest's path, and
+    one without the digest of its header (built before migration 0015), or with another, gets the
+    header's, from the same pass: its loads check the header first from then on."""
     if engine_ids:
         engines = [get_engine(app, engine_id) for engine_id in engine_ids]
     else:
@@ -113,7 +117,7 @@ def verify_engines(app: AppContext, engine_ids: list[int] | None = None) -> list
             path = blob_path(app.home, engine.sha256)
             if not path.is_file():
                 raise IntegrityCheckError(f"blob {engine.sha256} is missing from {path.parent}")
-            verify_blob_at(path, engine)
+            digest = verify_blob_at(path, engine)
         except IntegrityCheckError as err:
             was = _set_status(app, engine.id or 0, EngineStatus.CORRUPT)
             logger.warning("engine %s is corrupt: %s", engine.id, err)
@@ -125,16 +129,31 @@ def verify_engines(app: AppContext, engine_ids: list[int] | None = None) -> list
         relative = app.store.relative(path)
         if engine.blob_path != relative:
             message += f" (its blob_path {engine.blob_path!r} named another file: set to {relative!r})"
-        was = _set_status(app, engine.id or 0, status, verified=True, blob_path=relative)
+        if engine.header_blake3 != digest.head_blake3:
+            message += (
+                " (header digest recorded)"
+                if engine.header_blake3 is None
+                else f" (its header digest {engine.header_blake3} was not its header's: set to {digest.head_blake3})"
+            )
+        was = _set_status(
+            app, engine.id or 0, status, verified=True, blob_path=relative, header_blake3=digest.head_blake3
+        )
         _record_status(app, engine.id or 0, was, status, "verify", message)
         results.append(VerifyResult(engine.id or 0, True, status, message))
     return results
 
 
 def _set_status(
-    app: AppContext, engine_id: int, status: str, *, verified: bool = False, blob_path: str | None = None
+    app: AppContext,
+    engine_id: int,
+    status: str,
+    *,
+    verified: bool = False,
+    blob_path: str | None = None,
+    header_blake3: str | None = None,
 ) -> str | None:
-    """Set the engine's status; returns the status it had (None: no such engine)."""
+    """Set the engine's status (and, where given, its blob path and header digest); returns the status
+    it had (None: no such engine)."""
     with app.catalog.write() as session:
         row = session.get(EngineRecord, engine_id)
         if row is None:
@@ -145,6 +164,8 @@ def _set_status(
             row.verified_at = utcnow()
         if blob_path is not None:
             row.blob_path = blob_path
+        if header_blake3 is not None:
+            row.header_blake3 = header_blake3
         session.add(row)
     return was
 

@@ -8,7 +8,7 @@ A load checks the header first, on bytes verified against this digest, so a host
 the engine (TensorRT-RTX's `get_engine_validity` says INVALID) refuses it without reading and hashing
 the rest of a blob that may be gigabytes (service.engineload). The store records it in the pass that
 hashes the whole blob. Rows built before this migration keep NULL: their loads read the whole blob
-first, as before.
+first, as before, until `enginecache verify` (which hashes the whole blob) records the header's.
 """
 
 from __future__ import annotations
