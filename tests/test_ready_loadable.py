@@ -115,6 +115,7 @@ def test_a_load_the_runtime_refuses_at_serve_time_is_rejected_with_its_words_and
         row = session.get(EngineRecord, engine.id)
         assert row is not None
         row.sha256, row.blake3, row.size_bytes = blob.sha256, blob.blake3, blob.size
+        row.header_blake3 = blob.head_blake3  # every digest the row records is the new blob's
         row.blob_path = app_ctx.store.relative(blob.path)
         session.add(row)
     for via in ("fullpath", "hitpath"):
