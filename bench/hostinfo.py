@@ -60,6 +60,29 @@ def _read_text(path: str) -> str | None:
         return None
 
 
+DAMON_KDAMONDS = Path("/sys/kernel/mm/damon/admin/kdamonds")
+
+
+def damon_pageout() -> str | None:
+    """The kernel's DAMON schemes that page memory out, where one runs: a running kdamond with a
+    `pageout` scheme evicts memory (page cache included) not accessed for its minimum age, so a large
+    file read once a minute is not in the page cache every time ("warm page cache" figures vary)."""
+    found = []
+    for scheme in sorted(DAMON_KDAMONDS.glob("*/contexts/*/schemes/*")):
+        kdamond = scheme.parents[3]
+        if _read_text(str(kdamond / "state")) != "on" or _read_text(str(scheme / "action")) != "pageout":
+            continue
+        age = _read_text(str(scheme / "access_pattern/age/min"))
+        aggr_us = _read_text(str(scheme.parents[1] / "monitoring_attrs/intervals/aggr_us"))
+        quota = _read_text(str(scheme / "quotas/bytes"))
+        cold_s = int(age) * int(aggr_us) / 1e6 if age and aggr_us and age.isdigit() and aggr_us.isdigit() else None
+        found.append(f"pageout of memory cold for {cold_s:g} s" if cold_s is not None else "pageout")
+        every_ms = _read_text(str(scheme / "quotas/reset_interval_ms"))
+        if quota and quota.isdigit() and int(quota):
+            found[-1] += f" (at most {int(quota) / 2**20:g} MiB every {every_ms} ms)"
+    return "; ".join(found) or None
+
+
 def machine_info(work_dir: Path) -> dict[str, Any]:
     """The machine a figure ran on: CPU, cores, memory, the work dir's disk, kernel, Python, libraries."""
     versions: dict[str, str | None] = {}
@@ -82,6 +105,7 @@ def machine_info(work_dir: Path) -> dict[str, Any]:
         },
         "kernel": platform.release(),
         "transparent_hugepage": _read_text("/sys/kernel/mm/transparent_hugepage/enabled"),
+        "damon_pageout": damon_pageout(),
         "python": f"{platform.python_implementation()} {platform.python_version()}",
         "libraries": versions,
         "loadavg_at_start": list(os.getloadavg()),

@@ -206,6 +206,13 @@ def _results_lines(results: Any) -> list[str]:
     return lines
 
 
+def _damon(machine: dict[str, Any]) -> str:
+    """What the machine's DAMON pages out (bench/hostinfo.py); results from before it was recorded say so."""
+    if "damon_pageout" not in machine:
+        return "not recorded"
+    return str(machine["damon_pageout"] or "no pageout scheme")
+
+
 def write_docs(
     report: Report,
     machine: dict[str, Any],
@@ -245,7 +252,8 @@ def write_docs(
         f"| memory | {_gib(machine['memory_bytes'])} |",
         f"| disk of the work dir | {disk.get('device', '?')} ({disk.get('fs_type', '?')}) at"
         f" {disk.get('mount_point', '?')}, {_gib(disk['total_bytes'])}, {_gib(disk['free_bytes'])} free |",
-        f"| kernel | {machine['kernel']}; transparent huge pages: `{machine['transparent_hugepage']}` |",
+        f"| kernel | {machine['kernel']}; transparent huge pages: `{machine['transparent_hugepage']}`; "
+        f"DAMON: {_damon(machine)} |",
         f"| Python | {machine['python']} |",
         f"| libraries | {libs} |",
         "",
