@@ -67,10 +67,6 @@ def _head(app: AppContext, engine: EngineRecord) -> str:
     return blake3.blake3(blob_path(app.home, engine.sha256).read_bytes()[:ENGINE_HEADER_BYTES]).hexdigest()
 
 
-def test_the_header_a_backend_checks_is_the_prefix_the_store_digests() -> None:
-    assert ENGINE_HEADER_BYTES == hashing.HEAD_BYTES
-
-
 @pytest.mark.parametrize("spec", [ORT, RTX], ids=["ort", "rtx"])
 def test_a_built_engine_records_the_digest_of_its_header(
     app_ctx: AppContext, tmp_path: Path, spec: RuntimeSpec

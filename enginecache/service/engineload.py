@@ -176,11 +176,17 @@ def _fetch(facts: EngineFacts, on_corrupt: Callable[[], None]) -> None:
 
 
 def read_blob(facts: EngineFacts, timer: PhaseTimer, on_corrupt: Callable[[], None]) -> bytes:
-    """The engine's blob, verified in the pass that reads it (phase `read_verify`). A mismatch or a
-    missing blob calls `on_corrupt` and raises EngineRejectedError (verdict CORRUPT)."""
+    """The engine's blob (fetched first where a remote store has it and this host does not),
+    verified in the pass that reads it (phase `read_verify`). A mismatch or a missing blob calls
+    `on_corrupt` and raises EngineRejectedError (verdict CORRUPT)."""
+    _fetch(facts, on_corrupt)
+    return _read_whole(facts, timer, on_corrupt)
+
+
+def _read_whole(facts: EngineFacts, timer: PhaseTimer, on_corrupt: Callable[[], None]) -> bytes:
+    """`read_blob` of a blob that is here."""
     from enginecache.core.hashing import read_verified
 
-    _fetch(facts, on_corrupt)
     try:
         with timer.phase("read_verify"):
             if facts.blake3:
@@ -190,13 +196,12 @@ def read_blob(facts: EngineFacts, timer: PhaseTimer, on_corrupt: Callable[[], No
         raise _corrupt(facts, err, on_corrupt) from err
 
 
-def read_header(facts: EngineFacts, timer: PhaseTimer, on_corrupt: Callable[[], None]) -> bytes:
-    """The blob's first ENGINE_HEADER_BYTES, verified against `header_blake3` (phase `read_header`).
-    A mismatch, a short file or a missing blob calls `on_corrupt` and raises EngineRejectedError
-    (verdict CORRUPT)."""
+def _read_header(facts: EngineFacts, timer: PhaseTimer, on_corrupt: Callable[[], None]) -> bytes:
+    """The first ENGINE_HEADER_BYTES of a blob that is here, verified against `header_blake3` (phase
+    `read_header`). A mismatch, a short file or a missing blob calls `on_corrupt` and raises
+    EngineRejectedError (verdict CORRUPT)."""
     from enginecache.core.hashing import head_digest
 
-    _fetch(facts, on_corrupt)
     try:
         with timer.phase("read_header"):
             fd = os.open(facts.blob_file, os.O_RDONLY)
@@ -228,13 +233,14 @@ def load_engine(facts: EngineFacts, timer: PhaseTimer, *, on_corrupt: Callable[[
     with timer.phase("import_runtime"):
         import_backend(backend.module)
     spec = facts.load_spec()
+    _fetch(facts, on_corrupt)
     if facts.header_blake3:
-        header = read_header(facts, timer, on_corrupt)
+        header = _read_header(facts, timer, on_corrupt)
         try:
             backend.check_header(header, spec, timer)
         except LoadFailedError as err:
             raise _refused(facts, err) from err
-    buffer = read_blob(facts, timer, on_corrupt)
+    buffer = _read_whole(facts, timer, on_corrupt)
     try:
         return backend.load(buffer, spec, timer)
     except LoadFailedError as err:  # IncompatibleEngineError included

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 
+from enginecache.core.hashing import HEAD_BYTES
 from enginecache.core.valuetype import Frozen, Mutable
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy treats the name as True)
@@ -22,9 +23,9 @@ if TYPE_CHECKING:
     import numpy as np
 
 # What `Backend.check_header` is given: an engine's first bytes (TensorRT's header is 64 bytes; an
-# ORT-format model's identifier is at bytes 4..8). The store records their BLAKE3 beside the blob's
-# (core.hashing.HEAD_BYTES, the same number: tests/test_header_first.py holds them equal).
-ENGINE_HEADER_BYTES = 4096
+# ORT-format model's identifier is at bytes 4..8): the prefix whose BLAKE3 the store records beside
+# the blob's (`DigestResult.head_blake3`), so a load can check them before reading the rest.
+ENGINE_HEADER_BYTES = HEAD_BYTES
 
 
 class _Phase:
