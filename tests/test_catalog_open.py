@@ -115,6 +115,28 @@ def test_an_up_to_date_postgres_catalog_opens_without_alembic(pg_url: str) -> No
     assert "alembic" not in opened["modules"]
 
 
+@pytest.mark.postgres
+def test_a_postgres_read_runs_each_statement_on_its_own(pg_url: str) -> None:
+    """`Catalog.read()` on PostgreSQL is in autocommit (no BEGIN / ROLLBACK round trips around a
+    lookup): two statements of one read session are two transactions, where a session of the
+    writer's shares one."""
+    catalog = Catalog(pg_url)
+    try:
+        stamp = sa.text("SELECT transaction_timestamp()")
+        with catalog.read() as session:
+            first, second = session.execute(stamp).scalar(), session.execute(stamp).scalar()
+        assert first != second, "a read session's statements ran in one transaction"
+        with catalog.write() as session:
+            first, second = session.execute(stamp).scalar(), session.execute(stamp).scalar()
+        assert first == second
+        with catalog.read() as session:  # rows through ConnectionRows need no server-side cursor here
+            source = catalog_module.ConnectionRows(session.connection())
+            rows = list(source.rows("SELECT 1 AS one", {}, [("one", None)]))
+        assert rows == [(1,)]
+    finally:
+        catalog.dispose()
+
+
 @pytest.mark.slow
 def test_an_out_of_date_catalog_still_migrates(tmp_path: Path) -> None:
     url = sqlite_url(tmp_path / "catalog.db")

@@ -131,9 +131,15 @@ class Catalog:
             )
             _configure_sqlite(self.engine)
             self._writer = self.engine.execution_options(sqlite_immediate=True)
+            self._reader = self.engine
         else:
             self.engine = sa.create_engine(self.url, pool_pre_ping=True, connect_args=pg_network_args(self.url))
             self._writer = self.engine.execution_options()
+            # Reads run in autocommit: no BEGIN and ROLLBACK round trips around a lookup (a point
+            # lookup's cost halves). At READ COMMITTED, PostgreSQL's default, each statement of a
+            # transaction takes its own snapshot anyway, so a read loses no consistency by it;
+            # `connect()` keeps a transaction, which its server-side cursors need.
+            self._reader = self.engine.execution_options(isolation_level="AUTOCOMMIT")
         if migrate:
             self.migrate()
 
@@ -208,7 +214,7 @@ class Catalog:
     def read(self) -> Iterator[Session]:
         from sqlmodel import Session
 
-        with Session(self.engine, expire_on_commit=False) as session:
+        with Session(self._reader, expire_on_commit=False) as session:
             self._connect(session)
             yield session
 
@@ -257,5 +263,10 @@ class ConnectionRows(RowSource):
     def _select(self, sql: str, params: Mapping[str, Any], columns: Sequence[Column]) -> Iterator[tuple[Any, ...]]:
         typed = [sa.column(name, _KIND_TYPES[kind]) if kind else sa.column(name) for name, kind in columns]
         statement = sa.text(sql).columns(*typed)
-        result = self._connection.execution_options(yield_per=self._batch).execute(statement, dict(params))
+        connection = self._connection
+        if connection.get_execution_options().get("isolation_level") != "AUTOCOMMIT":
+            # a server-side cursor on PostgreSQL, which lives in a transaction (a `read()` session's
+            # connection, in autocommit, fetches its rows at once: its queries are small)
+            connection = connection.execution_options(yield_per=self._batch)
+        result = connection.execute(statement, dict(params))
         yield from result  # rows are tuples
