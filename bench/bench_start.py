@@ -277,6 +277,19 @@ start of ours and of the floors alike also imported pathlib, re, urllib.parse an
 """
 
 
+def held_at_ready(figures: list[Figure]) -> str:
+    """A line per hit: the memory the serving process holds once ready (VmRSS, median), ours against
+    the floor's; peak RSS is the table's ratio."""
+    lines = []
+    for figure in figures:
+        ours, floor = (
+            median([s.extra["rss_ready_bytes"] for s in samples]) / 2**20
+            for samples in (figure.samples_a, figure.samples_b)
+        )
+        lines.append(f"{figure.name}: {ours:,.0f} MiB against {floor:,.0f} MiB ({ours / floor:.2f}x)")
+    return "\nMemory held once ready (VmRSS read right after the ready line, median): " + "; ".join(lines) + ".\n"
+
+
 def use_installed_python(scratch: Path) -> None:
     """Children start as from a user's regular install (`harness.installed_python`), with the console
     script beside that interpreter as pip would write it."""
@@ -327,6 +340,7 @@ def run(report: Report) -> None:
         )
         if "hit" in only:
             hit_figures(report, models, engines, env)
+            report.sections[HIT]["notes"] = NOTES + held_at_ready([f for f in report.figures if f.section == HIT])
         if "rtx" in only and not gpu:
             report.section(
                 RTX,

@@ -3,7 +3,8 @@
     python bench/start_child.py MODE ARGS...
 
 It prints `BENCH_READY <time.perf_counter()>` when what a serving process waits for is there, and
-`BENCH_JSON {...}` with what it timed itself (`t0`: the first line of this script ran), then exits.
+`BENCH_JSON {...}` with what it timed itself (`t0`: the first line of this script ran) and the memory
+it holds then (`rss_ready_bytes`, read after the ready line), then exits.
 Only the modes that need enginecache import it, and each floor imports only what it uses. Modes:
 
 - hit MODEL BACKEND [TARGET]: `load_or_build(MODEL, spec=RuntimeSpec(backend=..., targets=...),
@@ -35,8 +36,14 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 def ready(**extra: object) -> float:
     now = time.perf_counter()
     print(f"BENCH_READY {now}", flush=True)
-    print("BENCH_JSON " + json.dumps({"t0": T0, "ready_at": now, **extra}), flush=True)
+    held = _resident_bytes()  # what the process holds once ready (its peak is the harness's maxrss)
+    print("BENCH_JSON " + json.dumps({"t0": T0, "ready_at": now, "rss_ready_bytes": held, **extra}), flush=True)
     return now
+
+
+def _resident_bytes() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 def hit(model: str, backend: str, target: str = "") -> None:

@@ -29,6 +29,22 @@ def session_io(session: Any) -> tuple[TensorIO, ...]:
     )
 
 
+def _release_model_bytes(session: Any) -> None:
+    """Let go of the engine's bytes once the session is made, so a serving process holds the model
+    once (ORT's tensors), not twice.
+
+    ORT's `InferenceSession` keeps the `bytes` it was given for as long as it lives ("This is bad as
+    we're holding the memory indefinitely", its own comment), only to create the session again in
+    `set_providers` or when a run fails over to its fallback providers. The session itself needs
+    them no more: the binding loaded from its own copy, which is gone when the constructor returns,
+    and without `session.use_ort_model_bytes_for_initializers` the initializers are ORT's own
+    tensors. A CPU-only session has nothing to fall back to, so fallback is off and the wrapper's
+    reference is dropped (where this ORT has one by that name)."""
+    session.disable_fallback()
+    if isinstance(getattr(session, "_model_bytes", None), bytes):
+        session._model_bytes = None
+
+
 class OrtEngineSession:
     """An ORT-format optimized model run by ONNX Runtime on the CPU."""
 
@@ -37,16 +53,18 @@ class OrtEngineSession:
     def __init__(self, ort: ModuleType, buffer: bytes | bytearray | memoryview, spec: LoadSpec, timer: PhaseTimer):
         options = ort.SessionOptions()
         options.log_severity_level = 3
-        # ORT's Python binding takes `bytes` only; with this entry it runs from those bytes without
-        # another copy (we keep them alive on the session).
+        # ORT's Python binding takes `bytes` only and copies them into a C++ string for the load
+        # (`const std::string` in onnxruntime_pybind_state.cc); with this entry ORT loads from that
+        # copy rather than making one more of its own.
         options.add_session_config_entry("session.use_ort_model_bytes_directly", "1")
         options.add_session_config_entry("session.load_model_format", "ORT")
         with timer.phase("deserialize"):
-            self._bytes = _as_bytes(buffer)
             try:
-                self._session = ort.InferenceSession(self._bytes, options, providers=["CPUExecutionProvider"])
+                session = ort.InferenceSession(_as_bytes(buffer), options, providers=["CPUExecutionProvider"])
             except ort_errors(ort) as err:
                 raise LoadFailedError(f"ONNX Runtime could not load {spec.label}: {err}") from err
+        _release_model_bytes(session)
+        self._session = session
         self.io = session_io(self._session)
         self._outputs = [t.name for t in self.io if t.mode == "output"]
         self._errors = ort_errors(ort)
@@ -65,4 +83,3 @@ class OrtEngineSession:
 
     def close(self) -> None:
         self._session = None
-        self._bytes = b""
