@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+import blake3
 import numpy as np
 import onnx
 import pytest
@@ -12,6 +13,7 @@ import sqlalchemy as sa
 from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
 
 from enginecache.core.fingerprint import host_fingerprint
+from enginecache.core.hashing import HEAD_BYTES
 from enginecache.db.models import EngineRecord, EngineStatus
 from enginecache.errors import BuildFailedError
 from enginecache.service.builds import BuildRequest, build_engine
@@ -249,6 +251,11 @@ def test_engine_list_and_show_json(app_ctx: AppContext, tmp_path: Path, capsys: 
     assert shown["key_onnx_digest"] == shown["key_ingredients"]["onnx_digest"]
     assert "[VERBOSE]" in shown["builder_log"] or "[INFO]" in shown["builder_log"]
     assert shown["host"]["os"] == "Linux"
+    head = Path(data["path"]).read_bytes()[:HEAD_BYTES]
+    assert shown["header_blake3"] == blake3.blake3(head).hexdigest(), "the digest a load checks the header by"
+    assert "header_blake3" not in listed[0], "a listing does not select it"
+    text = run_cli(capsys, *home, "engine", "show", str(data["id"])).out
+    assert f"header: blake3 {shown['header_blake3']}" in text
 
 
 @pytest.mark.slow

@@ -56,6 +56,7 @@ def _engine_text(data: dict[str, Any]) -> str:
     """`engine show` for people: what the engine is, its blob, its cache key's ingredients, its IO,
     the host that built it, warnings, the error and the builder log; --json has every field. Text
     from the catalog is shown with its control characters escaped (no forged lines)."""
+    from enginecache.core.hashing import HEAD_BYTES
     from enginecache.core.plaintext import printable
     from enginecache.core.shapetext import shape_text
 
@@ -71,6 +72,9 @@ def _engine_text(data: dict[str, Any]) -> str:
             if data.get("sha256")
             else "blob: none"
         ),
+        f"header: blake3 {data['header_blake3']} (its first {HEAD_BYTES} B, checked before the rest is read)"
+        if data.get("header_blake3")
+        else "",
         f"path: {printable(str(data['path']))}" if data.get("path") else "",
         f"times (UTC): created {when(data.get('created_at'))}, finished {when(data.get('finished_at'))}"
         + (f" (built in {data['build_seconds']:.2f} s)" if data.get("build_seconds") is not None else "")

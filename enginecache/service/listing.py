@@ -39,11 +39,13 @@ Row = Any
 
 MODEL_COLUMNS = columns_of("models")
 # The engine columns only `engine show` prints (`engine_dict(detail=True)` adds them): the cache key's
-# ingredients, the host, IO, builder log and last verification. A listing never selects them.
+# ingredients, the header's digest, the host, IO, builder log and last verification. A listing never
+# selects them.
 ENGINE_DETAIL_ONLY = frozenset(
     {
         "build_options",
         "builder_log",
+        "header_blake3",
         "host",
         "io",
         "key_ingredients",
@@ -126,6 +128,7 @@ def engine_dict(
         data["os"] = engine.os
         data["host"] = engine.host
         data["io"] = engine.io
+        data["header_blake3"] = engine.header_blake3 or None  # of the first HEAD_BYTES; none before 0015
         data["verified_at"] = _iso(engine.verified_at)
         data["builder_log"] = engine.builder_log
     return data
