@@ -65,6 +65,8 @@ def test_a_hit_takes_the_hit_path_and_gives_the_same_engine(served: Served) -> N
 
     assert loaded.infer({"input": np.ones((2, 16), np.float32)})["output"].shape == (2, 32)
     assert {"fingerprint", "lookup", "validity", "read_verify", "deserialize"} <= set(loaded.phases)
+    order = list(loaded.phases)  # in the order they ran
+    assert order.index("import_runtime") < order.index("lookup"), "the runtime is imported before the lookup"
     record = loaded.engine  # built from the row on first access
     assert record.id == served.engine.id and record.status == EngineStatus.READY
     assert record.cache_key == served.engine.cache_key and record.build_options == served.engine.build_options

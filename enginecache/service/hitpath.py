@@ -34,6 +34,7 @@ import time
 
 from enginecache.core.backends.loadtypes import PhaseTimer
 from enginecache.core.backends.registry import get_backend
+from enginecache.core.lazyimport import import_backend
 from enginecache.core.pathtext import absolute_text, resolved_text
 from enginecache.db.catalogfile import head_revision, sqlite_file, sqlite_file_uri
 from enginecache.errors import BackendUnavailableError, EngineRejectedError, TargetError
@@ -333,6 +334,11 @@ def try_hit(
     with timer.phase("fingerprint"):
         host = host or local_host(probe_gpus=backend.device == "gpu")
     try:
+        with timer.phase("import_runtime"):
+            # Here, before the lookup, rather than in load_engine (where it is then a no-op): after
+            # the lookup the same import ran 20-25 ms slower in a new process, all of it in numpy's
+            # typing aliases (`_GenericAlias.__init__`); measured, not explained (docs/runtime.md).
+            import_backend(backend.module)
         with timer.phase("lookup"):
             backend_version = backend.version()
             connection = _connect(where.path)
