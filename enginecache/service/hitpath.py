@@ -335,9 +335,10 @@ def try_hit(
         host = host or local_host(probe_gpus=backend.device == "gpu")
     try:
         with timer.phase("import_runtime"):
-            # Here, before the lookup, rather than in load_engine (where it is then a no-op): after
-            # the lookup the same import ran 20-25 ms slower in a new process, all of it in numpy's
-            # typing aliases (`_GenericAlias.__init__`); measured, not explained (docs/runtime.md).
+            # Here, before the lookup, rather than in load_engine (where it is then a no-op): in
+            # new processes started from a shell loop the same import ran 20-25 ms slower after the
+            # lookup, all of it in numpy's typing aliases; bench_start's children showed no such
+            # difference. Measured, not explained (docs/runtime.md).
             import_backend(backend.module)
         with timer.phase("lookup"):
             backend_version = backend.version()
