@@ -78,17 +78,18 @@ def child(mode: str, path: Path, digest: str = "") -> Command:
 NOTES = """
 **What read_verified does now** (enginecache/core/hashing.py). It used to zero-fill a fresh
 `bytearray(size)` (a memset pass over 4 KiB page faults) before reading into it. Now the buffer
-is an uninitialised `bytearray`, or with `as_bytes=True` a `bytes`, made by CPython's
-`Py{{ByteArray,Bytes}}_FromStringAndSize(NULL, size)` and advised `MADV_HUGEPAGE`, so the read
-itself faults it in 2 MiB pages; from 32 MiB the hash trails the read on one helper thread
+is a private anonymous mapping advised `MADV_HUGEPAGE` (what the floor reads into; the caller
+gets a `memoryview` of it), or with `as_bytes=True` an uninitialised `bytes` made by CPython's
+`PyBytes_FromStringAndSize(NULL, size)` and advised alike, so the read itself faults it in
+2 MiB pages; from 32 MiB the hash trails the read on one helper thread
 (BLAKE3 `max_threads=AUTO` over everything read so far), below it the same thread reads and
-then hashes; `hashlib`, `ctypes` and `threading` load only when used. The size comes from
+then hashes; `hashlib`, `ctypes` (for `bytes` alone) and `threading` load only when used. The size comes from
 `fstat` of the open file; a short read, a byte past the size or a digest mismatch raises
 `IntegrityCheckError`, and the buffer is returned only after every byte was hashed.
 
 **What bounds it here.** Every byte has to be hashed. In this run (in-process, context only)
 BLAKE3 ran at {b3_single:.1f} GB/s on one core and {b3_auto:.1f} GB/s with `max_threads=AUTO`
-(AVX2, no AVX-512 on this CPU), sha256 at {sha:.1f} GB/s, and `readinto` into an existing buffer
+(the machine section names the CPU), sha256 at {sha:.1f} GB/s, and `readinto` into an existing buffer
 moved {raw:.1f} GB/s. The floor needs one core; the verified read needs the read's CPU plus the
 hash's, so it depends on the second core being free. With both cores free, the reader on one
 and the trailing hash on the other (all cores once the read is done), the best it can do is

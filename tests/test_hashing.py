@@ -9,7 +9,10 @@ first chunk), never by racing a writer.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import subprocess
+import sys
 import types
 from pathlib import Path
 from typing import Any
@@ -23,6 +26,7 @@ from enginecache.core.hashing import DigestResult, hash_file, read_verified, rea
 from enginecache.errors import IntegrityCheckError
 
 MiB = 1024 * 1024
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def write(path: Path, size: int, seed: int = 0) -> bytes:
@@ -57,7 +61,7 @@ def test_every_path_returns_the_files_bytes(
     sha, b3 = digests(data)
     expected: dict[str, Any] = {"sha256": sha} if algorithm == "sha256" else {"blake3_digest": b3}
     got = read_verified(tmp_path / "blob", chunk_bytes=small_thresholds, as_bytes=as_bytes, **expected)
-    assert type(got) is (bytes if as_bytes else bytearray)
+    assert type(got) is (bytes if as_bytes else memoryview)
     assert got == data
     assert len(got) == size
 
@@ -71,7 +75,7 @@ def test_default_thresholds_large_file(tmp_path: Path, as_bytes: bool) -> None:
     options: list[dict[str, Any]] = [{"blake3_digest": b3}, {"sha256": sha}]
     for kwargs in options:
         got = read_verified(tmp_path / "blob", as_bytes=as_bytes, **kwargs)
-        assert type(got) is (bytes if as_bytes else bytearray)
+        assert type(got) is (bytes if as_bytes else memoryview)
         assert got == data
 
 
@@ -346,3 +350,45 @@ def test_the_head_digest_covers_exactly_the_first_head_bytes_whatever_the_chunks
     assert hash_file(tmp_path / "blob", chunk_bytes=chunk_bytes).head_blake3 == head
     assert hashing.head_digest(data) == head
     assert hashing.StreamHasher(with_blake3=False).result().head_blake3 == ""
+
+
+STANDALONE_READ = """
+import json, sys
+from enginecache.core.hashing import read_verified
+got = read_verified(sys.argv[1], blake3_digest=sys.argv[2])
+print(json.dumps({
+    "type": type(got).__name__, "readonly": got.readonly, "over": type(got.obj).__name__,
+    "ctypes": "ctypes" in sys.modules, "size": got.nbytes,
+}))
+"""
+
+
+def test_a_standalone_large_read_imports_no_ctypes(tmp_path: Path) -> None:
+    """A verified read into memory that is not `bytes` (a test-load, say) gets a writable view of an
+    anonymous mapping, in a new process that never imports ctypes (2-5 ms of its start): only
+    `as_bytes=True` needs CPython's C API."""
+    size = hashing.LARGE_READ_BYTES + 4097
+    data = write(tmp_path / "blob", size, seed=11)
+    _, b3 = digests(data)
+    done = subprocess.run(
+        [sys.executable, "-c", STANDALONE_READ, str(tmp_path / "blob"), b3],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout.splitlines()[-1])
+    assert found == {"type": "memoryview", "readonly": False, "over": "mmap", "ctypes": False, "size": size}
+
+
+def test_the_view_of_a_large_read_is_writable_and_outlives_its_reader(tmp_path: Path) -> None:
+    """The mapping lives as long as the view: the bytes stay readable and writable once read_verified
+    returned, and a write lands in the caller's copy alone."""
+    size = hashing.LARGE_READ_BYTES + 1
+    data = write(tmp_path / "blob", size, seed=12)
+    _, b3 = digests(data)
+    got = read_verified(tmp_path / "blob", blake3_digest=b3)
+    got[0] ^= 0xFF
+    assert got[1:] == data[1:] and got[0] == data[0] ^ 0xFF
+    assert (tmp_path / "blob").read_bytes() == data

@@ -5,16 +5,21 @@ Files are read once, in chunks, into one reused buffer; every hash runs over the
 `read_verified` reads a whole engine blob and checks it before any runtime sees it; how it got
 fast is in docs/performance.md ("Verified read"), measured by bench/bench_read.py:
 
-- The buffer is never zero-filled. `bytearray(size)` writes every byte once (memset) before
-  the read writes it again, and faults its pages in 4 KiB at a time: on these machines that
-  costs more than the read itself. We create the object with CPython's
-  `Py{Bytes,ByteArray}_FromStringAndSize(NULL, size)` through ctypes (for bytes the C API
-  documents NULL as "contents uninitialized", the way C code builds an object it then fills;
-  CPython's bytearray treats NULL alike), fill it completely while we hold the only reference,
-  and ask the kernel for transparent huge pages on it (`madvise(MADV_HUGEPAGE)`), so the read
-  faults it in 2 MiB pages. Other Python implementations get a plain bytearray.
+- The buffer is never zero-filled by us. `bytearray(size)` writes every byte once (memset)
+  before the read writes it again, and faults its pages in 4 KiB at a time: on these machines
+  that costs more than the read itself. From LARGE_READ_BYTES up the buffer is what the floor of
+  bench/bench_read.py reads into: a private anonymous mapping (`mmap.mmap(-1, size,
+  MAP_PRIVATE | MAP_ANONYMOUS)`) with `MADV_HUGEPAGE`, so the read faults it in 2 MiB pages,
+  and the caller gets a writable `memoryview` of it (the view keeps the mapping alive). Only
+  `as_bytes=True` needs CPython's C API: an immutable `bytes` built by
+  `PyBytes_FromStringAndSize(NULL, size)` through ctypes (the C API documents NULL as "contents
+  uninitialized", the way C code builds an object it then fills), filled completely while we
+  hold the only reference, and advised to huge pages the same way. Other Python
+  implementations get a plain bytearray, copied to `bytes`.
 - `as_bytes=True` hands back an immutable `bytes`, filled in place before anyone else holds a
   reference: ONNX Runtime's Python binding takes `bytes` only, and a `bytes` needs no copy.
+  `as_bytes=False` returns a `memoryview`: a standalone verified read (a test-load, a device
+  copy) imports no ctypes (2-5 ms of a new process's start).
 - Past `PIPELINE_BYTES`, hashing trails the read on one helper thread over the same buffer
   (sha256 and BLAKE3 both release the GIL); the helper takes everything read so far in one
   `update`, and BLAKE3 may use every core for it (`max_threads=AUTO`), so the hash catches up
@@ -30,6 +35,7 @@ fast is in docs/performance.md ("Verified read"), measured by bench/bench_read.p
 
 from __future__ import annotations
 
+import contextlib  # imported by the interpreter's own start (site): free
 import mmap
 import os
 import sys
@@ -173,8 +179,8 @@ def _digest_check(sha256: str | None, blake3_digest: str | None) -> None:
         raise ValueError("read_verified needs an expected sha256 or blake3 digest")
 
 
-class _Allocator:
-    """Uninitialised `bytes`/`bytearray` objects through CPython's C API (loaded on first use)."""
+class _BytesAllocator:
+    """Uninitialised `bytes` objects through CPython's C API (ctypes, loaded on first use)."""
 
     def __init__(self) -> None:
         import ctypes
@@ -183,15 +189,9 @@ class _Allocator:
         self._new_bytes = api.PyBytes_FromStringAndSize
         self._new_bytes.restype = ctypes.py_object
         self._new_bytes.argtypes = (ctypes.c_void_p, ctypes.c_ssize_t)
-        self._new_bytearray = api.PyByteArray_FromStringAndSize
-        self._new_bytearray.restype = ctypes.py_object
-        self._new_bytearray.argtypes = (ctypes.c_void_p, ctypes.c_ssize_t)
         self._bytes_data = api.PyBytes_AsString
         self._bytes_data.restype = ctypes.c_void_p
         self._bytes_data.argtypes = (ctypes.py_object,)
-        self._bytearray_data = api.PyByteArray_AsString
-        self._bytearray_data.restype = ctypes.c_void_p
-        self._bytearray_data.argtypes = (ctypes.py_object,)
         self._madvise: Callable[[int, int, int], int] | None = None
         if sys.platform.startswith("linux") and hasattr(mmap, "MADV_HUGEPAGE"):
             libc = ctypes.CDLL(None, use_errno=True)
@@ -201,16 +201,11 @@ class _Allocator:
             self._madvise = madvise
         self._ctypes = ctypes
 
-    def allocate(self, size: int, as_bytes: bool) -> tuple[bytes | bytearray, memoryview]:
-        """A new object of `size` uninitialised bytes (we hold the only reference) and a writable
+    def allocate(self, size: int) -> tuple[bytes, memoryview]:
+        """A new `bytes` of `size` uninitialised bytes (we hold the only reference) and a writable
         view of its contents, which the caller must fill completely before handing it on."""
-        obj: bytes | bytearray
-        if as_bytes:
-            obj = self._new_bytes(None, size)
-            address = self._bytes_data(obj)
-        else:
-            obj = self._new_bytearray(None, size)
-            address = self._bytearray_data(obj)
+        obj = self._new_bytes(None, size)
+        address = self._bytes_data(obj)
         if self._madvise is not None:
             start = -(-address // HUGE_PAGE_BYTES) * HUGE_PAGE_BYTES
             end = (address + size) // HUGE_PAGE_BYTES * HUGE_PAGE_BYTES
@@ -220,20 +215,35 @@ class _Allocator:
         return obj, view
 
 
-_allocator: _Allocator | None = None
+_bytes_allocator: _BytesAllocator | None = None
 
 
-def _allocate(size: int, as_bytes: bool) -> tuple[bytes | bytearray, memoryview | None]:
+def _anonymous_buffer(size: int) -> tuple[mmap.mmap, memoryview]:
+    """A private anonymous mapping of `size` bytes (the kernel's zero pages until written: nothing
+    is filled twice), advised to huge pages, and a writable view of it."""
+    mapping = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    if hasattr(mmap, "MADV_HUGEPAGE"):
+        # advice only: refused (a kernel without THP), the read faults 4 KiB pages, as a bytearray's would
+        with contextlib.suppress(OSError):
+            mapping.madvise(mmap.MADV_HUGEPAGE)
+    return mapping, memoryview(mapping)
+
+
+def _allocate(size: int, as_bytes: bool) -> tuple[bytes | bytearray | mmap.mmap, memoryview | None]:
     """A buffer of `size` bytes to read into, and a writable view of it.
 
-    The view is None where the object itself is the writable buffer (small sizes, and Python
-    implementations other than CPython, where `bytes` is built from the bytearray at the end).
+    From LARGE_READ_BYTES up: an uninitialised `bytes` (as_bytes on CPython) or an anonymous
+    mapping. The view is None where the object itself is the writable buffer (a bytearray: small
+    sizes, and `bytes` on Python implementations other than CPython, built from it at the end).
     """
-    global _allocator
-    if size >= LARGE_READ_BYTES and sys.implementation.name == "cpython":
-        if _allocator is None:
-            _allocator = _Allocator()
-        return _allocator.allocate(size, as_bytes)
+    global _bytes_allocator
+    if size >= LARGE_READ_BYTES:
+        if not as_bytes:
+            return _anonymous_buffer(size)
+        if sys.implementation.name == "cpython":
+            if _bytes_allocator is None:
+                _bytes_allocator = _BytesAllocator()
+            return _bytes_allocator.allocate(size)
     return bytearray(size), None
 
 
@@ -345,13 +355,15 @@ def _verify(
 if TYPE_CHECKING:  # the overloads are the type checker's: `typing.overload` is not imported at run time
 
     @overload
-    def read_verified(path: StrPath, *, as_bytes: Literal[False] = ..., **expected: Unpack[_Expected]) -> bytearray: ...
+    def read_verified(
+        path: StrPath, *, as_bytes: Literal[False] = ..., **expected: Unpack[_Expected]
+    ) -> memoryview: ...
 
     @overload
     def read_verified(path: StrPath, *, as_bytes: Literal[True], **expected: Unpack[_Expected]) -> bytes: ...
 
     @overload
-    def read_verified(path: StrPath, *, as_bytes: bool, **expected: Unpack[_Expected]) -> bytes | bytearray: ...
+    def read_verified(path: StrPath, *, as_bytes: bool, **expected: Unpack[_Expected]) -> bytes | memoryview: ...
 
 
 def read_verified(
@@ -361,13 +373,14 @@ def read_verified(
     blake3_digest: str | None = None,
     chunk_bytes: int = CHUNK_BYTES,
     as_bytes: bool = False,
-) -> bytearray | bytes:
+) -> memoryview | bytes:
     """Read a whole file into one new buffer while hashing the same bytes; check the digest.
 
     Pass `blake3_digest` for the fast path or `sha256` for the recorded one (when both are given,
-    BLAKE3 is checked). `as_bytes=True` returns `bytes` (what ONNX Runtime's Python binding
-    takes, so it needs no copy; TensorRT's `deserialize_cuda_engine` takes either) instead of a
-    `bytearray`. Every byte is hashed before the buffer is returned. Raises `IntegrityCheckError`
+    BLAKE3 is checked). By default the result is a writable `memoryview` (of an anonymous mapping
+    from LARGE_READ_BYTES up, of a bytearray below); `as_bytes=True` returns `bytes` instead (what
+    ONNX Runtime's Python binding takes, so it needs no copy; TensorRT's `deserialize_cuda_engine`
+    takes either). Every byte is hashed before the buffer is returned. Raises `IntegrityCheckError`
     when the bytes do not match, or when the file shrinks or grows while it is read.
     """
     _digest_check(sha256, blake3_digest)
@@ -379,7 +392,9 @@ def read_verified(
             _verify(path, target, size, stream, sha256, blake3_digest, chunk_bytes)
         finally:
             target.release()
-    if as_bytes and not isinstance(buffer, bytes):
+    if not as_bytes:
+        return memoryview(buffer)
+    if not isinstance(buffer, bytes):
         return bytes(buffer)  # small sizes (and non-CPython): one copy of a small buffer
     return buffer
 

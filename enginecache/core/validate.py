@@ -164,7 +164,7 @@ class TestLoadResult:
         }
 
 
-def read_engine(path: Path, *, sha256: str, blake3: str | None, timer: PhaseTimer) -> bytearray:
+def read_engine(path: Path, *, sha256: str, blake3: str | None, timer: PhaseTimer) -> memoryview:
     """Read a blob into one buffer while verifying it (BLAKE3 when recorded, else sha256): phase `read_verify`."""
     with timer.phase("read_verify"):
         if not path.is_file():
