@@ -392,3 +392,16 @@ def test_the_view_of_a_large_read_is_writable_and_outlives_its_reader(tmp_path: 
     got[0] ^= 0xFF
     assert got[1:] == data[1:] and got[0] == data[0] ^ 0xFF
     assert (tmp_path / "blob").read_bytes() == data
+
+
+@pytest.mark.parametrize("size", [1, 300_001, hashing.PIPELINE_BYTES + 5])
+@pytest.mark.parametrize("algorithm", ["sha256", "blake3"])
+def test_verify_file_checks_a_file_where_it_lies(tmp_path: Path, size: int, algorithm: str) -> None:
+    data = bytearray(write(tmp_path / "blob", size, seed=size))
+    sha, b3 = digests(bytes(data))
+    expected: dict[str, Any] = {"sha256": sha} if algorithm == "sha256" else {"blake3_digest": b3}
+    assert hashing.verify_file(tmp_path / "blob", **expected) == size
+    data[size // 2] ^= 0x01
+    (tmp_path / "blob").write_bytes(data)
+    with pytest.raises(IntegrityCheckError, match=rf"^the store's blob: {algorithm} .* does not match"):
+        hashing.verify_file(tmp_path / "blob", name="the store's blob", **expected)

@@ -423,3 +423,36 @@ def read_verified_into(
             raise ValueError(f"{path}: {size} bytes do not fit a buffer of {view.nbytes}")
         _verify(path, view, size, stream, sha256, blake3_digest, chunk_bytes)
     return size
+
+
+def verify_file(
+    path: StrPath,
+    *,
+    sha256: str | None = None,
+    blake3_digest: str | None = None,
+    name: str | None = None,
+    chunk_bytes: int = CHUNK_BYTES,
+) -> int:
+    """Hash a file where it lies and check the digest, keeping no copy of it; returns its size.
+
+    For a runtime that then reads the file itself (`core.filelease` says when that is sound). BLAKE3
+    (checked when both are given) hashes a read-only mapping of the page cache, on every core from
+    PIPELINE_BYTES up; sha256 reads it in chunks through one reused buffer. `name` is the file as
+    an error names it (`path` may be a `/proc/self/fd` link). Raises `IntegrityCheckError` when the
+    bytes do not match.
+    """
+    _digest_check(sha256, blake3_digest)
+    shown = name if name is not None else os.fspath(path)
+    if blake3_digest is not None:
+        size = os.stat(path).st_size
+        b3 = blake3.blake3(max_threads=blake3.blake3.AUTO if size >= PIPELINE_BYTES else 1)
+        b3.update_mmap(path)
+        got = b3.hexdigest()
+        if got != blake3_digest:
+            raise IntegrityCheckError(f"{shown}: blake3 {got} does not match recorded {blake3_digest}")
+        return size
+    with open(path, "rb", buffering=0) as stream:  # an engine recorded before BLAKE3 was
+        found = hash_stream(stream, chunk_bytes=chunk_bytes, hasher=StreamHasher(with_blake3=False))
+    if found.sha256 != sha256:
+        raise IntegrityCheckError(f"{shown}: sha256 {found.sha256} does not match recorded {sha256}")
+    return found.size
