@@ -9,7 +9,10 @@ catalog records the BLAKE3 of the blob's first ENGINE_HEADER_BYTES (`header_blak
 store in the pass that hashes the whole blob), those bytes alone, read and verified, and the
 backend's validity test on them (`Backend.check_header`: TensorRT-RTX's `get_engine_validity`, the
 ORT-format identifier and version): an engine this host cannot run is INCOMPATIBLE without reading
-or hashing the rest, which may be gigabytes. Then one pass that reads the blob into the buffer the
+or hashing the rest, which may be gigabytes. Then, for a backend whose runtime reads files itself
+(`Backend.reads_files`: ONNX Runtime), the blob is hashed where it lies under a read lease and the
+runtime reads it (`_load_in_place`, `core.filelease`: no copy of ours, the memory of a load by hand);
+otherwise, or where no lease can be had or it broke, one pass that reads the blob into the buffer the
 runtime gets while hashing it (BLAKE3 where recorded, else sha256), then `Backend.load`, which
 starts with the same validity test on the verified bytes and then deserializes them. No byte
 reaches a runtime, not even the header its validity test parses, before it matched a digest the
@@ -43,10 +46,14 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy tre
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
     from pathlib import Path
-    from typing import Any
+    from typing import Any, TypedDict
 
-    from enginecache.core.backends.base import EngineSession
+    from enginecache.core.backends.base import Backend, EngineSession
     from enginecache.core.backends.loadtypes import PhaseTimer
+
+    class _DigestArguments(TypedDict, total=False):
+        sha256: str
+        blake3_digest: str
 
 
 class EngineFacts(Frozen):
@@ -138,6 +145,14 @@ class EngineFacts(Frozen):
         """The digest a load checks: {"blake3": ...} where recorded, else {"sha256": ...}."""
         return {"blake3": self.blake3} if self.blake3 else {"sha256": self.sha256 or ""}
 
+    @property
+    def check_arguments(self) -> _DigestArguments:
+        """`core.hashing`'s keyword arguments for the digest a load checks (BLAKE3 where recorded;
+        an engine with no digest at all fails the sha256 check, as a changed one)."""
+        if self.blake3:
+            return {"blake3_digest": self.blake3}
+        return {"sha256": self.sha256 or ""}
+
     def load_spec(self) -> LoadSpec:
         return LoadSpec(
             input_shapes=dict(self.input_shapes),
@@ -189,9 +204,7 @@ def _read_whole(facts: EngineFacts, timer: PhaseTimer, on_corrupt: Callable[[], 
 
     try:
         with timer.phase("read_verify"):
-            if facts.blake3:
-                return read_verified(facts.blob_file, blake3_digest=facts.blake3, as_bytes=True)
-            return read_verified(facts.blob_file, sha256=facts.sha256 or "", as_bytes=True)
+            return read_verified(facts.blob_file, as_bytes=True, **facts.check_arguments)
     except (IntegrityCheckError, OSError) as err:
         raise _corrupt(facts, err, on_corrupt) from err
 
@@ -240,11 +253,60 @@ def load_engine(facts: EngineFacts, timer: PhaseTimer, *, on_corrupt: Callable[[
             backend.check_header(header, spec, timer)
         except LoadFailedError as err:
             raise _refused(facts, err) from err
+    if backend.reads_files:
+        session = _load_in_place(backend, facts, spec, timer, on_corrupt)
+        if session is not None:
+            return session
     buffer = _read_whole(facts, timer, on_corrupt)
     try:
         return backend.load(buffer, spec, timer)
     except LoadFailedError as err:  # IncompatibleEngineError included
         raise _refused(facts, err) from err
+
+
+def _load_in_place(
+    backend: Backend, facts: EngineFacts, spec: LoadSpec, timer: PhaseTimer, on_corrupt: Callable[[], None]
+) -> EngineSession | None:
+    """The runtime reads the store file itself, with the memory of a load by hand: under a read lease
+    (`core.filelease`) taken before the file is hashed where it lies (phase `read_verify`) and checked
+    once the runtime is done with it, so what it read is what was hashed. None where no lease can be
+    had here, or where someone opened the file for writing meanwhile: the caller then reads a
+    verified copy, which decides whether a byte changed. A mismatch under an intact lease calls
+    `on_corrupt` and raises EngineRejectedError (CORRUPT); a refusal raises it as `load_engine` does."""
+    from enginecache.core.filelease import take_read_lease
+    from enginecache.core.hashing import verify_file
+
+    try:
+        lease = take_read_lease(facts.blob_file)
+    except OSError as err:  # missing or unreadable: what the copy's read would have met
+        raise _corrupt(facts, err, on_corrupt) from err
+    if lease is None:
+        return None
+    with lease:
+        try:
+            with timer.phase("read_verify"):
+                verify_file(lease.path, name=facts.blob_file, **facts.check_arguments)
+        except IntegrityCheckError as err:
+            if not lease.intact():
+                return None  # it was being written: the copy's read tells a changed file from a torn one
+            raise _corrupt(facts, err, on_corrupt) from err
+        except OSError as err:
+            raise _corrupt(facts, err, on_corrupt) from err
+        try:
+            session = backend.load_file(lease.path, spec, timer)
+        except LoadFailedError as err:
+            if not lease.intact():
+                return None
+            raise _refused(facts, err) from err
+        if lease.intact():
+            return session
+    session.close()
+    import logging  # the rare path pays for it
+
+    logging.getLogger(__name__).warning(
+        "%s was opened for writing while it loaded: reading a verified copy instead", facts.blob_file
+    )
+    return None
 
 
 def _refused(facts: EngineFacts, err: LoadFailedError) -> EngineRejectedError:

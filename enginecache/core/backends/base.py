@@ -124,6 +124,9 @@ class Backend(Protocol):
     module: str  # the Python module of its library ("tensorrt_rtx")
     device: str  # "gpu" | "cpu": what its engines run on
     precision_family: str  # "tensorrt" | "ort": which int8/fp8 recipe its graphs need (core.precision)
+    # Whether its runtime reads an engine file itself, so `load_file` costs no copy of ours (ONNX
+    # Runtime); False: its runtime deserializes from memory, and a load hands `load` the verified bytes.
+    reads_files: bool
 
     def version(self) -> str:
         """The exact library version; raises BackendUnavailableError when not installed."""
@@ -242,6 +245,11 @@ class Backend(Protocol):
         """Check the engine with the backend's own validity test (phase `validity`; raises
         IncompatibleEngineError with its diagnostic), then deserialize it from the verified bytes
         and prepare I/O for `spec.input_shapes` (phases timed into `timer`)."""
+        ...
+
+    def load_file(self, path: str, spec: LoadSpec, timer: PhaseTimer | None = None) -> EngineSession:
+        """`load` from a file whose bytes were verified and cannot change while this runs (a leased
+        store file, `core.filelease`): where `reads_files`, the runtime reads it itself."""
         ...
 
 

@@ -6,6 +6,8 @@ to the CPU it was optimized on, so its target is the CPU architecture and ISA le
 
 from __future__ import annotations
 
+import os
+
 from enginecache.core.backends.loadtypes import ENGINE_HEADER_BYTES, PhaseTimer, TritonInfo
 from enginecache.core.backends.ort.dtypes import ort_dtype
 from enginecache.core.backends.ort.errors import ort_errors
@@ -43,6 +45,7 @@ class OnnxRuntimeBackend:
     module = "onnxruntime"
     device = "cpu"
     precision_family = "ort"  # int8/fp8 through onnxruntime.quantization
+    reads_files = True  # InferenceSession(path): the memory of a load by hand (docs/runtime.md)
     # Triton's onnxruntime backend loads the ORT-format model; last choice when an export names no backend.
     triton = TritonInfo(
         platform="onnxruntime_onnx",
@@ -203,6 +206,21 @@ class OnnxRuntimeBackend:
         ort = self._ort()
         self.check_header(bytes(memoryview(engine)[:ENGINE_HEADER_BYTES]), spec, timer)
         return OrtEngineSession(ort, engine, spec, timer)
+
+    def load_file(self, path: str, spec: LoadSpec, timer: PhaseTimer | None = None) -> EngineSession:
+        """An `OrtEngineSession` that ONNX Runtime reads from `path` itself, after `check_header` on
+        the file's first bytes."""
+        from enginecache.core.backends.ort.session import OrtEngineSession  # numpy: imported where it runs
+
+        timer = timer or PhaseTimer()
+        ort = self._ort()
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            header = os.pread(fd, ENGINE_HEADER_BYTES, 0)
+        finally:
+            os.close(fd)
+        self.check_header(header, spec, timer)
+        return OrtEngineSession(ort, path, spec, timer)
 
 
 ORT_BACKEND = OnnxRuntimeBackend()

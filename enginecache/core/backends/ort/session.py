@@ -1,4 +1,4 @@
-"""An ORT-format optimized model run by ONNX Runtime on the CPU, from the verified bytes."""
+"""An ORT-format optimized model run by ONNX Runtime on the CPU, from the verified bytes or a verified file."""
 
 from __future__ import annotations
 
@@ -29,20 +29,23 @@ def session_io(session: Any) -> tuple[TensorIO, ...]:
     )
 
 
-def _release_model_bytes(session: Any) -> None:
-    """Let go of the engine's bytes once the session is made, so a serving process holds the model
-    once (ORT's tensors), not twice.
+def _release_model_source(session: Any) -> None:
+    """Let go of what the session was made from once it exists: the engine's bytes, so a serving
+    process holds the model once (ORT's tensors), not twice; or the path of a leased file, which
+    names another file once the lease's descriptor is closed.
 
-    ORT's `InferenceSession` keeps the `bytes` it was given for as long as it lives ("This is bad as
-    we're holding the memory indefinitely", its own comment), only to create the session again in
-    `set_providers` or when a run fails over to its fallback providers. The session itself needs
-    them no more: the binding loaded from its own copy, which is gone when the constructor returns,
-    and without `session.use_ort_model_bytes_for_initializers` the initializers are ORT's own
-    tensors. A CPU-only session has nothing to fall back to, so fallback is off and the wrapper's
-    reference is dropped (where this ORT has one by that name)."""
+    ORT's `InferenceSession` keeps the `bytes` (or the path) it was given for as long as it lives
+    ("This is bad as we're holding the memory indefinitely", its own comment), only to create the
+    session again in `set_providers` or when a run fails over to its fallback providers. The session
+    itself needs them no more: the binding loaded from its own copy, which is gone when the
+    constructor returns, and without `session.use_ort_model_bytes_for_initializers` the
+    initializers are ORT's own tensors. A CPU-only session has nothing to fall back to, so fallback
+    is off and the wrapper's references are dropped (where this ORT has them by those names)."""
     session.disable_fallback()
     if isinstance(getattr(session, "_model_bytes", None), bytes):
         session._model_bytes = None
+    if isinstance(getattr(session, "_model_path", None), str):
+        session._model_path = None
 
 
 class OrtEngineSession:
@@ -50,20 +53,24 @@ class OrtEngineSession:
 
     backend = "ort"
 
-    def __init__(self, ort: ModuleType, buffer: bytes | bytearray | memoryview, spec: LoadSpec, timer: PhaseTimer):
+    def __init__(
+        self, ort: ModuleType, source: bytes | bytearray | memoryview | str, spec: LoadSpec, timer: PhaseTimer
+    ):
+        """`source`: the verified bytes, or the path of a file ORT reads itself (a leased store file)."""
         options = ort.SessionOptions()
         options.log_severity_level = 3
         # ORT's Python binding takes `bytes` only and copies them into a C++ string for the load
         # (`const std::string` in onnxruntime_pybind_state.cc); with this entry ORT loads from that
-        # copy rather than making one more of its own.
+        # copy rather than making one more of its own. A path ORT reads into a buffer of its own.
         options.add_session_config_entry("session.use_ort_model_bytes_directly", "1")
-        options.add_session_config_entry("session.load_model_format", "ORT")
+        options.add_session_config_entry("session.load_model_format", "ORT")  # a path's name has no .ort
+        model = source if isinstance(source, str) else _as_bytes(source)
         with timer.phase("deserialize"):
             try:
-                session = ort.InferenceSession(_as_bytes(buffer), options, providers=["CPUExecutionProvider"])
+                session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
             except ort_errors(ort) as err:
                 raise LoadFailedError(f"ONNX Runtime could not load {spec.label}: {err}") from err
-        _release_model_bytes(session)
+        _release_model_source(session)
         self._session = session
         self.io = session_io(self._session)
         self._outputs = [t.name for t in self.io if t.mode == "output"]

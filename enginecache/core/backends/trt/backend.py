@@ -71,6 +71,7 @@ class TensorRTBackend:
 
     device = "gpu"
     precision_family = "tensorrt"  # strongly typed: int8/fp8 Q/DQ through NVIDIA ModelOpt's ONNX PTQ
+    reads_files = False  # `deserialize_cuda_engine` takes the bytes: a load hands `load` the verified copy
 
     def __init__(self, name: str, module: str, label: str) -> None:
         self.name = name
@@ -317,6 +318,12 @@ class TensorRTBackend:
             from enginecache.core.backends.trt.session import TensorRTEngineSession
 
             return TensorRTEngineSession(trt, runtime, engine, spec, timer, sink, self.name)
+
+    def load_file(self, path: str, spec: LoadSpec, timer: PhaseTimer | None = None) -> EngineSession:
+        """`load` of the file's bytes: TensorRT deserializes from memory (`reads_files` is False, so a
+        load through `service.engineload` reads the verified copy itself and never calls this)."""
+        with open(path, "rb") as stream:
+            return self.load(stream.read(), spec, timer)
 
 
 def _header_size(runtime: Any) -> int:
