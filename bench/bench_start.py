@@ -61,6 +61,7 @@ CHILD = str(BENCH / "start_child.py")
 SHARED = ROOT.parent / "shared" / "models"
 MODELS = ("mobilenet_v3_small", "resnet18", "bert_mini", "tiny_llama")
 HIT = "Serving start: cache hit"
+PEAK_RSS_GOAL = 1.1  # the issue's: peak RSS of a hit at most 1.1x the floor's
 FINGERPRINT = "Host fingerprint"
 PROBE = "Readiness probe"
 PHASES = "Serving start: where the time goes"
@@ -265,7 +266,8 @@ NOTES = """\
 How the hit gets there (docs/runtime.md, "A cache hit in a new process"): `enginecache.load_or_build` resolves
 lazily; the hit path (`service.hitpath`) reads the SQLite catalog with the stdlib's `sqlite3` in one read transaction
 (stat cache row, the memo of this request's engine, the engine row, the model's READY engines), loads through
-`service.engineload` (the backend's header check, one verified read into the `bytes` the runtime takes, its load) and
+`service.engineload` (the backend's header check; for ORT, the store file hashed where it lies under a read lease and
+read by ONNX Runtime itself, `core.filelease`; for TensorRT, one verified read into the `bytes` the runtime takes) and
 records the event with one INSERT; it imports no SQLAlchemy, SQLModel, Alembic or onnx. The host fingerprint reads
 /proc/cpuinfo's first block and the `.dist-info` folders directly and keeps NVML's answer on disk per boot and driver.
 A CPU backend's hit skips NVML. `via` in the phase results says which path every sample took (the memo is keyed by the
@@ -278,16 +280,30 @@ start of ours and of the floors alike also imported pathlib, re, urllib.parse an
 
 
 def held_at_ready(figures: list[Figure]) -> str:
-    """A line per hit: the memory the serving process holds once ready (VmRSS, median), ours against
-    the floor's; peak RSS is the table's ratio."""
-    lines = []
+    """Two lines per hit: the peak RSS of the whole start (the table's RSS ratio, against the goal:
+    at most PEAK_RSS_GOAL the floor's) and the memory the serving process holds once ready (VmRSS,
+    median), ours against the floor's."""
+    peaks, lines = [], []
     for figure in figures:
+        ours_peak, floor_peak = (
+            median([s.maxrss_bytes for s in samples]) / 2**20 for samples in (figure.samples_a, figure.samples_b)
+        )
+        ratio = ours_peak / floor_peak
+        verdict = "met" if ratio <= PEAK_RSS_GOAL else "**not met**"
+        peaks.append(f"{figure.name}: {ours_peak:,.0f} MiB against {floor_peak:,.0f} MiB ({ratio:.3f}x: {verdict})")
         ours, floor = (
             median([s.extra["rss_ready_bytes"] for s in samples]) / 2**20
             for samples in (figure.samples_a, figure.samples_b)
         )
         lines.append(f"{figure.name}: {ours:,.0f} MiB against {floor:,.0f} MiB ({ours / floor:.2f}x)")
-    return "\nMemory held once ready (VmRSS read right after the ready line, median): " + "; ".join(lines) + ".\n"
+    peak = (
+        f"\nPeak RSS of the start (VmHWM, median; goal at most {PEAK_RSS_GOAL}x the floor's): "
+        + "; ".join(peaks)
+        + ".\n"
+    )
+    return (
+        peak + "\nMemory held once ready (VmRSS read right after the ready line, median): " + "; ".join(lines) + ".\n"
+    )
 
 
 def use_installed_python(scratch: Path) -> None:

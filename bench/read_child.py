@@ -16,8 +16,11 @@ nothing it does not use. Modes:
 - blake3, blake3_bytes, sha256: `enginecache.core.hashing.read_verified` (bytes with
   `as_bytes=True`), DIGEST being the expected BLAKE3 or sha256 hex digest.
 - ort_byhand, ort_ours, ort_before: an ORT-format engine to an `onnxruntime.InferenceSession`
-  (the options `OrtEngineSession` uses) from `f.read()`, from `read_verified(as_bytes=True)`,
-  and from `read_verified()` copied to `bytes` as the session did with a bytearray.
+  (the options `OrtEngineSession` uses) from `f.read()`, from `read_verified(as_bytes=True)`
+  (the copy path, where no read lease can be had), and from `read_verified()` copied to `bytes`
+  as the session did with a bytearray.
+- ort_path, ort_inplace: `InferenceSession(path)` by hand (unverified), and the serving load of an
+  ORT engine: a read lease, the file hashed in place, ORT reading it (`core.filelease`).
 """
 
 from __future__ import annotations
@@ -26,6 +29,10 @@ import mmap
 import os
 import sys
 import time
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the floors pay for nothing)
+if TYPE_CHECKING:
+    from typing import Any
 
 CHUNK = 8 * 1024 * 1024
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -77,10 +84,37 @@ def before(path: str, digest: str, size: int) -> bytearray:
     return buffer
 
 
+def ort_from_file(ort: Any, mode: str, path: str, digest: str) -> object:
+    """ort_path: `InferenceSession(path)` by hand, unverified. ort_inplace: what a serving load of an
+    ORT engine does (service.engineload): a read lease, the file hashed in place, ORT reading it."""
+    if mode == "ort_path":
+        options = ort.SessionOptions()
+        options.log_severity_level = 3
+        options.add_session_config_entry("session.load_model_format", "ORT")
+        return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    sys.path.insert(0, ROOT)
+    from enginecache.core.backends.loadtypes import LoadSpec
+    from enginecache.core.backends.ort import ORT_BACKEND
+    from enginecache.core.filelease import take_read_lease
+    from enginecache.core.hashing import verify_file
+
+    lease = take_read_lease(path)
+    if lease is None:
+        raise SystemExit(f"{path}: no read lease on this filesystem")
+    with lease:
+        verify_file(lease.path, blake3_digest=digest)
+        session = ORT_BACKEND.load_file(lease.path, LoadSpec(label="bench"))
+        if not lease.intact():
+            raise SystemExit(f"{path}: the lease broke")
+    return session
+
+
 def ort_session(mode: str, path: str, digest: str) -> object:
     import onnxruntime as ort
 
     kept: object = None
+    if mode in ("ort_path", "ort_inplace"):
+        return ort_from_file(ort, mode, path, digest)
     if mode == "ort_byhand":
         with open(path, "rb") as stream:
             model = stream.read()
