@@ -92,6 +92,22 @@ def test_giving_the_lease_back_lets_a_writer_in(tmp_path: Path) -> None:
     os.close(writer)
 
 
+def test_closing_a_lease_the_kernel_already_took_back_is_no_error(tmp_path: Path) -> None:
+    """A writer that waits past /proc/sys/fs/lease-break-time makes the kernel remove the lease; giving
+    it back afterwards finds none (EAGAIN). Here the lease is removed by hand, as the kernel would."""
+    import fcntl
+
+    path = _blob(tmp_path)
+    lease = take_read_lease(str(path))
+    assert lease is not None
+    fd = lease.fd
+    fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)
+    assert not lease.intact()
+    lease.close()
+    with pytest.raises(OSError):
+        os.fstat(fd)  # the descriptor is closed all the same
+
+
 def test_a_missing_file_raises(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         take_read_lease(str(tmp_path / "absent"))

@@ -101,9 +101,9 @@ def test_a_changed_byte_is_corrupt_before_onnx_runtime_reads_the_file(
     assert get_engine(served.app, served.engine.id or 0).status == EngineStatus.CORRUPT
 
 
-def _writer_arrives_during_the_load(monkeypatch: pytest.MonkeyPatch, then: Any = None) -> list[bool]:
+def _writer_arrives_during_the_load(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     """ORT's `load_file` with a writer opening the leased file first; returns [whether the kernel
-    refused that writer]. `then(path)` runs afterwards, once the writer's attempt is made."""
+    refused that writer], filled in once the load has run."""
     refused: list[bool] = []
     real = ORT_BACKEND.load_file
 
