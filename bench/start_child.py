@@ -14,6 +14,11 @@ Only the modes that need enginecache import it, and each floor imports only what
   (by path, CPU provider), what a serving process without enginecache does.
 - floor_rtx BLOB: `import tensorrt_rtx`, a Runtime, the engine file read (as a user's own
   `deserialize_cuda_engine(open(path).read())` starts) and `get_engine_validity` on its header.
+- rehash BLOB FILE...: what a cache keyed on file content without a stat cache does at every start:
+  sha256 of every FILE (the ONNX and its external data), then floor_ort's load of BLOB.
+- parse ONNX BLOB: what ONNX Runtime's TensorRT execution provider does at every session start to
+  find its engine: `onnx.load` of the model (external data included) and a hash of its node names,
+  then floor_ort's load of BLOB.
 - fingerprint: `host_fingerprint()` of a new process (BENCH_JSON: import and call seconds).
 - noop: nothing (the interpreter's own start, the floor of the fingerprint).
 
@@ -93,6 +98,38 @@ def floor_ort(blob: str) -> None:
     ready(import_s=imported - T0, inputs=len(session.get_inputs()))
 
 
+def _ort_session(blob: str) -> object:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    options.add_session_config_entry("session.load_model_format", "ORT")
+    return ort.InferenceSession(blob, options, providers=["CPUExecutionProvider"])
+
+
+def rehash(blob: str, *files: str) -> None:
+    import hashlib
+
+    for name in files:
+        with open(name, "rb") as stream:
+            hashlib.file_digest(stream, "sha256")
+    hashed = time.perf_counter()
+    session = _ort_session(blob)
+    ready(hash_s=hashed - T0, inputs=len(session.get_inputs()))  # type: ignore[attr-defined]
+
+
+def parse(model: str, blob: str) -> None:
+    import hashlib
+
+    import onnx
+
+    graph = onnx.load(model).graph  # external data loaded, as a session of the model would
+    hashlib.sha256("\n".join(node.name or node.op_type for node in graph.node).encode()).hexdigest()
+    parsed = time.perf_counter()
+    session = _ort_session(blob)
+    ready(parse_s=parsed - T0, inputs=len(session.get_inputs()))  # type: ignore[attr-defined]
+
+
 def floor_rtx(blob: str) -> None:
     import tensorrt_rtx as trt
 
@@ -119,4 +156,5 @@ def noop() -> None:
 
 if __name__ == "__main__":
     mode, *args = sys.argv[1:]
-    {"hit": hit, "floor_ort": floor_ort, "floor_rtx": floor_rtx, "fingerprint": fingerprint, "noop": noop}[mode](*args)
+    modes = {"hit": hit, "floor_ort": floor_ort, "floor_rtx": floor_rtx, "rehash": rehash, "parse": parse}
+    {**modes, "fingerprint": fingerprint, "noop": noop}[mode](*args)
