@@ -108,6 +108,20 @@ def test_closing_a_lease_the_kernel_already_took_back_is_no_error(tmp_path: Path
         os.fstat(fd)  # the descriptor is closed all the same
 
 
+def test_no_lease_where_there_is_no_proc_to_name_it_by(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A runtime opens the leased file as /proc/self/fd/N; without /proc (a sandbox) there is no lease,
+    and the one taken is given back (a writer gets in)."""
+    from enginecache.core import filelease
+
+    path = _blob(tmp_path)
+    monkeypatch.setattr(filelease.os.path, "exists", lambda _path: False)
+    assert take_read_lease(str(path)) is None
+    monkeypatch.undo()
+    writer = _open_for_writing(path)
+    assert writer is not None, "the lease taken before the check was not given back"
+    os.close(writer)
+
+
 def test_a_missing_file_raises(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         take_read_lease(str(tmp_path / "absent"))

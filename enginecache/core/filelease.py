@@ -16,7 +16,8 @@ are the bytes we hashed. Linux gives that guarantee with `fcntl(F_SETLEASE, F_RD
 The break's signal (SIGIO by default, whose default action ends the process) is turned into one
 nothing acts on: SIGURG while the lease is taken, then no owner to signal at all. Where no lease
 can be had (another filesystem, NFS; a file owned by someone else; a writer holding it open),
-`take_read_lease` answers None and the caller reads a verified copy instead.
+or where this process has no /proc to name the leased file by, `take_read_lease` answers None
+and the caller reads a verified copy instead.
 """
 
 from __future__ import annotations
@@ -88,4 +89,8 @@ def take_read_lease(path: str) -> ReadLease | None:
         if err.errno in _NO_LEASE_HERE:
             return None
         raise
-    return ReadLease(fd)
+    lease = ReadLease(fd)
+    if not os.path.exists(lease.path):  # no /proc here (a sandbox): a runtime could not open the lease's path
+        lease.close()
+        return None
+    return lease
