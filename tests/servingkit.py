@@ -16,11 +16,12 @@ from sqlmodel import col, select
 
 from enginecache.db.models import EngineRecord, LoadEventRecord
 from enginecache.errors import EngineRejectedError
-from enginecache.service import memo
+from enginecache.service import loadpath, memo
 from enginecache.service.builds import BuildRequest, build_engine
 from enginecache.service.context import AppContext
 from enginecache.service.models import register_model
 from enginecache.service.runtime import RuntimeSpec, load_or_build
+from enginecache.service.runtimetypes import LoadedEngine
 from tests.modelfactory import make_mlp
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,6 +72,28 @@ def serve_mlp(app: AppContext, folder: Path, spec: RuntimeSpec = ORT, *, name: s
         assert first.via == "fullpath"
         first.close()
     return Served(app, onnx_path, engine)
+
+
+def refuse(why: str) -> Any:
+    """A stand-in that fails the test with `why` if it is ever called."""
+
+    def refused(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError(why)
+
+    return refused
+
+
+LOAD_PATHS = ["hit", "full"]
+
+
+def load_through(served: Served, spec: RuntimeSpec, path: str, monkeypatch: Any) -> LoadedEngine:
+    """One lookup of `served` through `path`: "hit" (the hit path, with the full path refused) or
+    "full" (the full path alone)."""
+    if path == "hit":
+        with monkeypatch.context() as patch:
+            patch.setattr(loadpath, "load_or_build_full", refuse("load_or_build took the full path"))
+            return load_or_build(served.onnx_path, spec=spec, app=served.app, on_miss="fail")
+    return loadpath.load_or_build_full(served.onnx_path, spec=spec, app=served.app, on_miss="fail")
 
 
 def run_python(

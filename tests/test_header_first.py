@@ -18,35 +18,20 @@ from enginecache.core.backends.trt.backend import RTX_BACKEND
 from enginecache.core.blobpaths import blob_path
 from enginecache.db.models import EngineRecord, EngineStatus
 from enginecache.errors import EngineRejectedError
-from enginecache.service import loadpath
 from enginecache.service.context import AppContext
 from enginecache.service.engines import get_engine, verify_engines
-from enginecache.service.loadpath import load_or_build_full
-from enginecache.service.runtime import RuntimeSpec, load_or_build
+from enginecache.service.runtime import RuntimeSpec
 from tests.conftest import corrupt_blob
-from tests.servingkit import ORT, Served, events, serve_mlp
+from tests.servingkit import LOAD_PATHS, ORT, Served, events, load_through, refuse, serve_mlp
 
 RTX = RuntimeSpec(backend="rtx", targets=("sm86",))
-PATHS = ["hit", "full"]
 
 
 def _load(served: Served, spec: RuntimeSpec, path: str, monkeypatch: pytest.MonkeyPatch) -> EngineRejectedError:
     """The verdict of one lookup through `path` (the hit path, with the full path refused; or the full path)."""
     with pytest.raises(EngineRejectedError) as rejected:
-        if path == "hit":
-            with monkeypatch.context() as patch:
-                patch.setattr(loadpath, "load_or_build_full", _refuse("load_or_build took the full path"))
-                load_or_build(served.onnx_path, spec=spec, app=served.app, on_miss="fail")
-        else:
-            load_or_build_full(served.onnx_path, spec=spec, app=served.app, on_miss="fail")
+        load_through(served, spec, path, monkeypatch)
     return rejected.value
-
-
-def _refuse(why: str) -> object:
-    def refuse(*_args: object, **_kwargs: object) -> None:
-        raise AssertionError(why)
-
-    return refuse
 
 
 @pytest.fixture
@@ -77,12 +62,12 @@ def test_a_built_engine_records_the_digest_of_its_header(
 
 
 @pytest.mark.usefixtures("requires_no_gpu")
-@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("path", LOAD_PATHS)
 def test_an_engine_this_host_cannot_run_is_refused_on_its_verified_header_alone(
     app_ctx: AppContext, rtx_served: Served, monkeypatch: pytest.MonkeyPatch, path: str
 ) -> None:
     served = rtx_served
-    monkeypatch.setattr(hashing, "read_verified", _refuse("the whole blob was read for a refused header"))
+    monkeypatch.setattr(hashing, "read_verified", refuse("the whole blob was read for a refused header"))
     verdict = _load(served, RTX, path, monkeypatch)
     assert verdict.verdict == "INCOMPATIBLE" and "CUDA" in str(verdict)
     last = events(app_ctx)[-1]
@@ -92,21 +77,21 @@ def test_an_engine_this_host_cannot_run_is_refused_on_its_verified_header_alone(
 
 
 @pytest.mark.usefixtures("requires_no_gpu")
-@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("path", LOAD_PATHS)
 def test_a_damaged_header_is_corrupt_before_the_runtime_sees_it(
     app_ctx: AppContext, rtx_served: Served, monkeypatch: pytest.MonkeyPatch, path: str
 ) -> None:
     served = rtx_served
     corrupt_blob(blob_path(app_ctx.home, served.engine.sha256), 10)  # inside TensorRT-RTX's 64-byte header
-    monkeypatch.setattr(RTX_BACKEND, "check_header", _refuse("the runtime was handed an unverified header"))
-    monkeypatch.setattr(RTX_BACKEND, "load", _refuse("the runtime was handed an unverified engine"))
+    monkeypatch.setattr(RTX_BACKEND, "check_header", refuse("the runtime was handed an unverified header"))
+    monkeypatch.setattr(RTX_BACKEND, "load", refuse("the runtime was handed an unverified engine"))
     verdict = _load(served, RTX, path, monkeypatch)
     assert verdict.verdict == "CORRUPT" and "first 4096 bytes" in str(verdict)
     assert get_engine(app_ctx, served.engine.id or 0).status == EngineStatus.CORRUPT
 
 
 @pytest.mark.usefixtures("requires_no_gpu")
-@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("path", LOAD_PATHS)
 def test_an_engine_recorded_without_a_header_digest_is_read_whole_first(
     app_ctx: AppContext, rtx_served: Served, monkeypatch: pytest.MonkeyPatch, path: str
 ) -> None:

@@ -21,16 +21,11 @@ from enginecache.core import hashing
 from enginecache.core.backends.ort import ORT_BACKEND
 from enginecache.db.models import EngineStatus
 from enginecache.errors import EngineRejectedError
-from enginecache.service import loadpath
 from enginecache.service.context import AppContext
 from enginecache.service.engines import get_engine
-from enginecache.service.loadpath import load_or_build_full
-from enginecache.service.runtime import load_or_build
 from enginecache.service.runtimetypes import LoadedEngine
 from tests.conftest import corrupt_blob
-from tests.servingkit import ORT, Served, events, serve_mlp
-
-PATHS = ["hit", "full"]
+from tests.servingkit import LOAD_PATHS, ORT, Served, events, load_through, refuse, serve_mlp
 
 
 @pytest.fixture
@@ -38,20 +33,8 @@ def served(app_ctx: AppContext, tmp_path: Path) -> Served:
     return serve_mlp(app_ctx, tmp_path / "src", ORT)
 
 
-def _refuse(why: str) -> Any:
-    def refuse(*_args: object, **_kwargs: object) -> None:
-        raise AssertionError(why)
-
-    return refuse
-
-
 def _load(served: Served, path: str, monkeypatch: pytest.MonkeyPatch) -> LoadedEngine:
-    """One lookup through `path` (the hit path, with the full path refused; or the full path)."""
-    if path == "hit":
-        with monkeypatch.context() as patch:
-            patch.setattr(loadpath, "load_or_build_full", _refuse("load_or_build took the full path"))
-            return load_or_build(served.onnx_path, spec=ORT, app=served.app, on_miss="fail")
-    return load_or_build_full(served.onnx_path, spec=ORT, app=served.app, on_miss="fail")
+    return load_through(served, ORT, path, monkeypatch)
 
 
 def _runs_like_the_model(served: Served, loaded: LoadedEngine) -> None:
@@ -74,11 +57,11 @@ def _count_copies(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return copies
 
 
-@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("path", LOAD_PATHS)
 def test_an_ort_engine_loads_in_place_with_no_copy_of_ours(
     served: Served, monkeypatch: pytest.MonkeyPatch, path: str
 ) -> None:
-    monkeypatch.setattr(hashing, "read_verified", _refuse("a verified copy was made"))
+    monkeypatch.setattr(hashing, "read_verified", refuse("a verified copy was made"))
     loaded = _load(served, path, monkeypatch)
     try:
         _runs_like_the_model(served, loaded)
@@ -88,12 +71,12 @@ def test_an_ort_engine_loads_in_place_with_no_copy_of_ours(
         loaded.close()
 
 
-@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("path", LOAD_PATHS)
 def test_a_changed_byte_is_corrupt_before_onnx_runtime_reads_the_file(
     served: Served, monkeypatch: pytest.MonkeyPatch, path: str
 ) -> None:
     corrupt_blob(served.blob)
-    monkeypatch.setattr(ORT_BACKEND, "load_file", _refuse("ONNX Runtime was handed an unverified file"))
+    monkeypatch.setattr(ORT_BACKEND, "load_file", refuse("ONNX Runtime was handed an unverified file"))
     with pytest.raises(EngineRejectedError) as rejected:
         _load(served, path, monkeypatch)
     assert rejected.value.verdict == "CORRUPT" and "blake3" in str(rejected.value)
@@ -119,7 +102,7 @@ def _writer_arrives_during_the_load(monkeypatch: pytest.MonkeyPatch) -> list[boo
     return refused
 
 
-@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("path", LOAD_PATHS)
 def test_a_writer_during_the_load_sends_it_to_a_verified_copy(
     served: Served, monkeypatch: pytest.MonkeyPatch, path: str
 ) -> None:
@@ -134,7 +117,7 @@ def test_a_writer_during_the_load_sends_it_to_a_verified_copy(
         loaded.close()
 
 
-@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("path", LOAD_PATHS)
 def test_a_file_changed_once_the_lease_broke_is_corrupt(
     served: Served, monkeypatch: pytest.MonkeyPatch, path: str
 ) -> None:
@@ -152,13 +135,13 @@ def test_a_file_changed_once_the_lease_broke_is_corrupt(
     assert rejected.value.verdict == "CORRUPT"
 
 
-@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("path", LOAD_PATHS)
 def test_where_the_kernel_gives_no_lease_the_copy_is_read(
     served: Served, monkeypatch: pytest.MonkeyPatch, path: str
 ) -> None:
     """Someone holds the blob open for writing (so no read lease): the verified copy, as before."""
     copies = _count_copies(monkeypatch)
-    monkeypatch.setattr(ORT_BACKEND, "load_file", _refuse("ONNX Runtime read a file no lease guarded"))
+    monkeypatch.setattr(ORT_BACKEND, "load_file", refuse("ONNX Runtime read a file no lease guarded"))
     served.blob.chmod(0o600)
     writer = os.open(served.blob, os.O_WRONLY)
     try:
