@@ -62,13 +62,10 @@ def test_an_ort_engine_loads_in_place_with_no_copy_of_ours(
     served: Served, monkeypatch: pytest.MonkeyPatch, path: str
 ) -> None:
     monkeypatch.setattr(hashing, "read_verified", refuse("a verified copy was made"))
-    loaded = _load(served, path, monkeypatch)
-    try:
+    with _load(served, path, monkeypatch) as loaded:
         _runs_like_the_model(served, loaded)
         assert loaded.session.raw._model_path is None, "ORT's wrapper keeps the path of a descriptor now closed"
         assert "read_verify" in events(served.app)[-1].phases
-    finally:
-        loaded.close()
 
 
 @pytest.mark.parametrize("path", LOAD_PATHS)
@@ -108,13 +105,10 @@ def test_a_writer_during_the_load_sends_it_to_a_verified_copy(
 ) -> None:
     refused = _writer_arrives_during_the_load(monkeypatch)
     copies = _count_copies(monkeypatch)
-    loaded = _load(served, path, monkeypatch)
-    try:
+    with _load(served, path, monkeypatch) as loaded:
         assert refused == [True], "the lease let the writer in"
         assert copies == [str(served.blob)], "a load whose lease broke was not read again, verified"
         _runs_like_the_model(served, loaded)
-    finally:
-        loaded.close()
 
 
 @pytest.mark.parametrize("path", LOAD_PATHS)
@@ -148,8 +142,6 @@ def test_where_the_kernel_gives_no_lease_the_copy_is_read(
         loaded = _load(served, path, monkeypatch)
     finally:
         os.close(writer)
-    try:
+    with loaded:
         assert copies == [str(served.blob)]
         _runs_like_the_model(served, loaded)
-    finally:
-        loaded.close()
