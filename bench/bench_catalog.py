@@ -10,11 +10,11 @@ created_at, as in a live catalog), then ANALYZE (PostgreSQL: VACUUM ANALYZE, as 
 
 Then, through the product's own functions:
 
-- `service.builds.find_ready_engine(app, cache_key)` over 10,000 random keys of the catalog (READY or
+- `service.builds.plan.find_ready_engine(app, cache_key)` over 10,000 random keys of the catalog (READY or
   not): p50 / p99 / max, and the EXPLAIN of its statement (ix_engines_key_status must be used);
-- `service.lookup.find_engine` on misses of the hot model asked from an sm86 host (no engine has
+- `service.serving.lookup.find_engine` on misses of the hot model asked from an sm86 host (no engine has
   the key; the fallback scans for one whose key differs only in its target list), and on a hit that
-  only the fallback finds; `service.lookup.explain_miss` on the same misses: median / max.
+  only the fallback finds; `service.serving.lookup.explain_miss` on the same misses: median / max.
 
     .venv/bin/python bench/bench_catalog.py [--quick] [--db sqlite|postgresql|both] [--out FILE]
 
@@ -58,14 +58,14 @@ from catalog_db import (  # noqa: E402
 )
 from catalog_seed import Seeded, seed_catalog, with_options  # noqa: E402
 
-from enginecache.service.builds import (  # noqa: E402
+from enginecache.service.builds.plan import (  # noqa: E402
     BuildRequest,
     find_ready_engine,
     plan_build,
     ready_engine_query,
 )
 from enginecache.service.context import AppContext  # noqa: E402
-from enginecache.service.lookup import explain_miss, find_engine  # noqa: E402
+from enginecache.service.serving.lookup import explain_miss, find_engine  # noqa: E402
 
 SECTION = "Catalog at scale: cache-key lookup and miss explanation"
 GOALS = {"point_lookup_p99_ms": {"sqlite": 1.0, "postgresql": 2.0}, "explain_miss_max_ms": 50.0}

@@ -40,7 +40,7 @@ from sqlmodel import delete  # noqa: E402
 from enginecache.core.hashing import hash_file, read_verified  # noqa: E402
 from enginecache.db.models import StatCacheRecord  # noqa: E402
 from enginecache.service.context import AppContext  # noqa: E402
-from enginecache.service.runtime import RuntimeSpec, load_or_build  # noqa: E402
+from enginecache.service.serving.runtime import RuntimeSpec, load_or_build  # noqa: E402
 
 CHUNK = 64 * 1024 * 1024
 UNITS = {"K": 1024, "M": 1024**2, "G": 1024**3}

@@ -28,11 +28,11 @@ sys.path.insert(0, str(ROOT))
 
 from enginecache.db import queue  # noqa: E402
 from enginecache.db.models import JobStatus  # noqa: E402
-from enginecache.service.builds import BuildRequest, build_engine  # noqa: E402
+from enginecache.service.builds.plan import BuildRequest, build_engine  # noqa: E402
+from enginecache.service.builds.submit import submit_build  # noqa: E402
 from enginecache.service.context import AppContext  # noqa: E402
-from enginecache.service.engines import list_engines  # noqa: E402
-from enginecache.service.jobs import submit_build  # noqa: E402
-from enginecache.service.models import register_model  # noqa: E402
+from enginecache.service.engines.records import list_engines  # noqa: E402
+from enginecache.service.models.register import register_model  # noqa: E402
 from tests.modelfactory import make_mlp  # noqa: E402
 
 MOBILENET = ROOT.parent / "shared" / "models" / "mobilenet_v3_small.onnx"

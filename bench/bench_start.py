@@ -111,10 +111,10 @@ def build_catalog(home: Path, models: dict[str, Path], rtx: tuple[str, ...]) -> 
     """Register each model, build its ORT engine (and a TensorRT-RTX SM86 one for `rtx`), and load it
     once through the full path (stat cache entry and memo written). {(model, backend): engine row}."""
     from enginecache.errors import EngineRejectedError
-    from enginecache.service.builds import BuildRequest, build_engine
+    from enginecache.service.builds.plan import BuildRequest, build_engine
     from enginecache.service.context import AppContext
-    from enginecache.service.models import register_model
-    from enginecache.service.runtime import RuntimeSpec, load_or_build
+    from enginecache.service.models.register import register_model
+    from enginecache.service.serving.runtime import RuntimeSpec, load_or_build
 
     app = AppContext.from_settings(home)
     engines: dict[tuple[str, str], Any] = {}
@@ -211,7 +211,7 @@ def fingerprint_figures(report: Report, env: dict[str, str]) -> list[Figure]:
 
 def serve_states(folder: Path, models: dict[str, Path], home: Path) -> tuple[list[Any], dict[str, Path]]:
     """Load each model's ORT engine in this process with a state file: this process is the server."""
-    from enginecache.service.runtime import RuntimeSpec, load_or_build
+    from enginecache.service.serving.runtime import RuntimeSpec, load_or_build
 
     held, states = [], {}
     for name, path in models.items():
@@ -264,9 +264,11 @@ def probe_figures(report: Report, states: dict[str, Path], sizes: dict[str, int]
 
 NOTES = """\
 How the hit gets there (docs/runtime.md, "A cache hit in a new process"): `enginecache.load_or_build` resolves
-lazily; the hit path (`service.hitpath`) reads the SQLite catalog with the stdlib's `sqlite3` in one read transaction
+lazily; the hit path (`service.serving.hitpath`) reads the SQLite catalog with the stdlib's `sqlite3` in one
+read transaction
 (stat cache row, the memo of this request's engine, the engine row, the model's READY engines), loads through
-`service.engineload` (the backend's header check; for ORT, the store file hashed where it lies under a read lease and
+`service.serving.engineload` (the backend's header check; for ORT, the store file hashed where it lies under
+a read lease and
 read by ONNX Runtime itself, `core.filelease`; for TensorRT, one verified read into the `bytes` the runtime takes) and
 records the event with one INSERT; it imports no SQLAlchemy, SQLModel, Alembic or onnx. The host fingerprint reads
 /proc/cpuinfo's first block and the `.dist-info` folders directly and keeps NVML's answer on disk per boot and driver.

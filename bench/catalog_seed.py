@@ -30,10 +30,10 @@ from enginecache.core.cachekey import KEY_SCHEMA, compute_cache_key  # noqa: E40
 from enginecache.core.fingerprint import GpuInfo, HostFingerprint, host_fingerprint  # noqa: E402
 from enginecache.core.onnx_info import inspect_model  # noqa: E402
 from enginecache.db import queue  # noqa: E402
-from enginecache.service.builds import BuildPlan, BuildRequest, plan_build  # noqa: E402
+from enginecache.service.builds.plan import BuildPlan, BuildRequest, plan_build  # noqa: E402
 from enginecache.service.context import AppContext  # noqa: E402
-from enginecache.service.models import register_model  # noqa: E402
-from enginecache.service.routing import worker_capabilities  # noqa: E402
+from enginecache.service.jobs.routing import worker_capabilities  # noqa: E402
+from enginecache.service.models.register import register_model  # noqa: E402
 from tests.modelfactory import make_conv  # noqa: E402
 
 # -- seeding ------------------------------------------------------------------------------------

@@ -28,12 +28,12 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 
 from enginecache.core.fingerprint import host_fingerprint  # noqa: E402
-from enginecache.service.builds import BuildRequest, build_engine  # noqa: E402
+from enginecache.service.builds.plan import BuildRequest, build_engine  # noqa: E402
+from enginecache.service.builds.testload import run_test_load  # noqa: E402
 from enginecache.service.context import AppContext  # noqa: E402
-from enginecache.service.engines import check_engine  # noqa: E402
-from enginecache.service.loadruns import load_run_to_dict  # noqa: E402
-from enginecache.service.models import register_model  # noqa: E402
-from enginecache.service.testload import run_test_load  # noqa: E402
+from enginecache.service.engines.loadruns import load_run_to_dict  # noqa: E402
+from enginecache.service.engines.records import check_engine  # noqa: E402
+from enginecache.service.models.register import register_model  # noqa: E402
 from tests.modelfactory import make_conv  # noqa: E402
 
 

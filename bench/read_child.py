@@ -86,7 +86,7 @@ def before(path: str, digest: str, size: int) -> bytearray:
 
 def ort_from_file(ort: Any, mode: str, path: str, digest: str) -> object:
     """ort_path: `InferenceSession(path)` by hand, unverified. ort_inplace: what a serving load of an
-    ORT engine does (service.engineload): a read lease, the file hashed in place, ORT reading it."""
+    ORT engine does (service.serving.engineload): a read lease, the file hashed in place, ORT reading it."""
     if mode == "ort_path":
         options = ort.SessionOptions()
         options.log_severity_level = 3

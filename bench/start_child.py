@@ -83,7 +83,7 @@ def _last_event_phases() -> dict[str, float]:
 
 
 def _last_via() -> str:
-    return "fullpath" if "enginecache.service.loadpath" in sys.modules else "hitpath"
+    return "fullpath" if "enginecache.service.serving.loadpath" in sys.modules else "hitpath"
 
 
 def _heavy_modules() -> list[str]:

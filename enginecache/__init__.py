@@ -30,12 +30,12 @@ if TYPE_CHECKING:
         NotFoundError,
         UnavailableError,
     )
-    from enginecache.service.runtime import LoadedEngine, RuntimeSpec, load_or_build
+    from enginecache.service.serving.runtime import LoadedEngine, RuntimeSpec, load_or_build
 
 _LAZY = {
-    "load_or_build": "enginecache.service.runtime",
-    "RuntimeSpec": "enginecache.service.runtime",
-    "LoadedEngine": "enginecache.service.runtime",
+    "load_or_build": "enginecache.service.serving.runtime",
+    "RuntimeSpec": "enginecache.service.serving.runtime",
+    "LoadedEngine": "enginecache.service.serving.runtime",
     "EngineCacheError": "enginecache.errors",
     "BadInputError": "enginecache.errors",
     "NotFoundError": "enginecache.errors",

@@ -4,7 +4,7 @@ directly."""
 from __future__ import annotations
 
 from enginecache.db.models import UserRoleRecord
-from enginecache.service.audit import Actor
+from enginecache.service.access.audit import Actor
 from enginecache.service.context import AppContext
 
 ALICE = Actor("alice@example.com", "dashboard 10.0.0.7")  # a logged-in user (not local): her role is a row

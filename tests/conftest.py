@@ -105,7 +105,7 @@ REFERENCE_MODELS = {
 def reference_catalog(folder: Path) -> Iterator[AppContext]:
     """An app context on folder/"home" with the reference models registered, closed at the end: for
     a module's fixture, `yield from reference_catalog(tmp_path_factory.mktemp(...))`."""
-    from enginecache.service.models import register_model
+    from enginecache.service.models.register import register_model
 
     ctx = AppContext.from_settings(folder / "home")
     try:

@@ -19,11 +19,11 @@ from streamlit.testing.v1 import AppTest
 from enginecache.core.fingerprint import host_fingerprint
 from enginecache.db import queue
 from enginecache.db.models import JobRecord, JobStatus, utcnow
-from enginecache.service.builds import BuildRequest, build_engine
+from enginecache.service.builds.plan import BuildRequest, build_engine
 from enginecache.service.context import DB_URL_ENV, HOME_ENV, AppContext
-from enginecache.service.models import register_model
+from enginecache.service.jobs.routing import worker_capabilities
+from enginecache.service.models.register import register_model
 from enginecache.service.readmodels import liveness
-from enginecache.service.routing import worker_capabilities
 from tests.modelfactory import make_conv
 
 ROOT = Path(__file__).resolve().parents[1]

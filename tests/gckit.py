@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from enginecache.db.models import EngineRecord, EngineStatus, JobRecord, JobStatus
-from enginecache.service.builds import BuildRequest, build_engine
+from enginecache.service.builds.plan import BuildRequest, build_engine
 from enginecache.service.context import AppContext
-from enginecache.service.gc import collect_garbage
-from enginecache.service.gcreport import GcPolicy, GcReport
-from enginecache.service.models import register_model
+from enginecache.service.maintenance.gc.collect import collect_garbage
+from enginecache.service.maintenance.gc.report import GcPolicy, GcReport
+from enginecache.service.models.register import register_model
 from tests.conftest import FakeClock
 
 ROOT = Path(__file__).resolve().parents[1]

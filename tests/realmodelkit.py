@@ -1,8 +1,8 @@
 """Measuring the real-model corpus through the product, and rewriting its tables from a measurement.
 
 `Bench` registers every corpus model (tests/corpus.py) in one catalog and runs each cell once: a
-build through `service.builds.build_engine` (what `enginecache build` calls), a test-load through
-`service.testload.run_test_load` (what `enginecache test-load --here` calls). A cell's verdict is a
+build through `service.builds.plan.build_engine` (what `enginecache build` calls), a test-load through
+`service.builds.testload.run_test_load` (what `enginecache test-load --here` calls). A cell's verdict is a
 `Measured`: `built`; `refused` (the product raised its own error); `raises <Type>` (a library's
 exception escaped the product: a bug to fix); for test-loads the run's verdict (`PASS`, `FAIL`,
 `ERROR`, `INCOMPATIBLE`, `CORRUPT`); `no engine` where the build made none.
@@ -30,11 +30,11 @@ if __name__ == "__main__":  # run as a script: the repository root on the path
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from enginecache.errors import EngineCacheError
-from enginecache.service.builds import BuildRequest, build_engine
+from enginecache.service.builds.plan import BuildRequest, build_engine
+from enginecache.service.builds.testload import run_test_load
 from enginecache.service.context import AppContext
-from enginecache.service.engines import get_engine
-from enginecache.service.models import get_model, register_model
-from enginecache.service.testload import run_test_load
+from enginecache.service.engines.records import get_engine
+from enginecache.service.models.register import get_model, register_model
 from tests.corpus import BY_NAME, CORPUS, corpus_path
 
 ROOT = Path(__file__).resolve().parents[1]

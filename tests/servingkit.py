@@ -16,12 +16,12 @@ from sqlmodel import col, select
 
 from enginecache.db.models import EngineRecord, LoadEventRecord
 from enginecache.errors import EngineRejectedError
-from enginecache.service import loadpath, memo
-from enginecache.service.builds import BuildRequest, build_engine
+from enginecache.service.builds.plan import BuildRequest, build_engine
 from enginecache.service.context import AppContext
-from enginecache.service.models import register_model
-from enginecache.service.runtime import RuntimeSpec, load_or_build
-from enginecache.service.runtimetypes import LoadedEngine
+from enginecache.service.models.register import register_model
+from enginecache.service.serving import loadpath, memo
+from enginecache.service.serving.runtime import RuntimeSpec, load_or_build
+from enginecache.service.serving.runtimetypes import LoadedEngine
 from tests.modelfactory import make_mlp
 
 ROOT = Path(__file__).resolve().parents[1]

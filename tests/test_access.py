@@ -1,4 +1,4 @@
-"""Roles (`service.access`, table `user_roles`): viewer < operator < admin, deny by default for a
+"""Roles (`service.access.roles`, table `user_roles`): viewer < operator < admin, deny by default for a
 logged-in user, the local admin for the CLI and this machine's processes; every use case that changes
 something checks the current actor's role again on each call, and writes nothing when refused; the
 `role` CLI group; the dashboard re-reading the role on every rerun and hiding what it may not do."""
@@ -20,8 +20,9 @@ from enginecache.dashboard.views.build import BUILD_ROLE_CAPTION
 from enginecache.dashboard.views.models import SERVER_PATH_TAB, register_server_path
 from enginecache.db.models import AuditEventRecord, EngineRecord, JobRecord, ModelRecord, UserRoleRecord
 from enginecache.errors import EXIT_BAD_INPUT, AccessDeniedError, BadInputError, NotFoundError
-from enginecache.service import audit
-from enginecache.service.access import (
+from enginecache.service.access import audit
+from enginecache.service.access.audit import Actor, acting_as, list_audit, local_actor
+from enginecache.service.access.roles import (
     PERMISSIONS,
     Role,
     list_roles,
@@ -30,16 +31,15 @@ from enginecache.service.access import (
     role_of,
     set_role,
 )
-from enginecache.service.audit import Actor, acting_as, list_audit, local_actor
-from enginecache.service.backup import backup, restore
-from enginecache.service.builds import BuildRequest, build_engine
+from enginecache.service.builds.plan import BuildRequest, build_engine
+from enginecache.service.builds.submit import cancel_job, submit_build
+from enginecache.service.builds.testload import submit_test_load
 from enginecache.service.context import AppContext
-from enginecache.service.enginedelete import delete_engine
-from enginecache.service.engines import retire_engine
-from enginecache.service.gc import collect_garbage
-from enginecache.service.jobs import cancel_job, submit_build
-from enginecache.service.models import register_model
-from enginecache.service.testload import submit_test_load
+from enginecache.service.engines.delete import delete_engine
+from enginecache.service.engines.records import retire_engine
+from enginecache.service.maintenance.backup.usecases import backup, restore
+from enginecache.service.maintenance.gc.collect import collect_garbage
+from enginecache.service.models.register import register_model
 from tests.clirunner import run_cli
 from tests.dashboardkit import TIMEOUT, Seeded
 from tests.test_dashboard_login import AUTH

@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 from enginecache.cli import auditcmd
 from enginecache.cli.app import COMMANDS, LazyGroup
 from enginecache.cli.common import CliSettings
-from enginecache.service import audit
-from enginecache.service.audit import Actor, acting_as, record
+from enginecache.service.access import audit
+from enginecache.service.access.audit import Actor, acting_as, record
 from enginecache.service.context import AppContext
 from tests.auditkit import ALICE
 from tests.clirunner import run_cli

@@ -11,8 +11,8 @@ from streamlit.testing.v1 import AppTest
 
 from enginecache.core.plaintext import markdown_literal
 from enginecache.dashboard import app as dashboard_app
-from enginecache.service import audit
-from enginecache.service.audit import Actor, acting_as, current_actor, list_audit, local_actor, record
+from enginecache.service.access import audit
+from enginecache.service.access.audit import Actor, acting_as, current_actor, list_audit, local_actor, record
 from enginecache.service.context import AppContext
 from tests.auditkit import grant_role
 from tests.dashboardkit import TIMEOUT, frame, serve_home, view
@@ -76,7 +76,7 @@ def test_the_router_runs_each_page_as_the_streamlit_user(served: AppContext, mon
 # whole scripts only, so the script here records outside its `acting_as` itself.
 OUTSIDE_SCRIPT = """
 from enginecache.dashboard import app
-from enginecache.service import audit
+from enginecache.service.access import audit
 from enginecache.service.context import AppContext
 
 ctx = AppContext.from_settings()

@@ -14,8 +14,8 @@ from alembic.config import Config
 from enginecache.db.catalog import MIGRATIONS_DIR
 from enginecache.db.models import AuditEventRecord
 from enginecache.db.reader import sqlite_url
-from enginecache.service import audit
-from enginecache.service.audit import acting_as, list_audit, record
+from enginecache.service.access import audit
+from enginecache.service.access.audit import acting_as, list_audit, record
 from enginecache.service.context import AppContext
 from tests.auditkit import ALICE
 

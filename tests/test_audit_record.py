@@ -1,4 +1,4 @@
-"""The audit log (`service.audit`, table `audit_events`): every change recorded once, right after it
+"""The audit log (`service.access.audit`, table `audit_events`): every change recorded once, right after it
 succeeded, with its actor, origin and target; the actor each block and thread records as; an
 in-process build and a corrupt engine met by load_or_build audited."""
 
@@ -14,15 +14,15 @@ import pytest
 
 from enginecache.core.blobpaths import blob_path
 from enginecache.db.models import EngineStatus, JobStatus, ModelStatus
-from enginecache.service import audit
-from enginecache.service.audit import Actor, acting_as, current_actor, list_audit, local_actor, record
-from enginecache.service.builds import BuildRequest, build_engine
+from enginecache.service.access import audit
+from enginecache.service.access.audit import Actor, acting_as, current_actor, list_audit, local_actor, record
+from enginecache.service.builds.plan import BuildRequest, build_engine
+from enginecache.service.builds.submit import cancel_job, submit_build
+from enginecache.service.builds.testload import run_test_load, submit_test_load
 from enginecache.service.context import AppContext
-from enginecache.service.engines import check_engine, get_engine, retire_engine, verify_engines
-from enginecache.service.jobs import cancel_job, submit_build
-from enginecache.service.models import get_model, register_model
-from enginecache.service.modelverify import bundle_path, verify_models
-from enginecache.service.testload import run_test_load, submit_test_load
+from enginecache.service.engines.records import check_engine, get_engine, retire_engine, verify_engines
+from enginecache.service.models.register import get_model, register_model
+from enginecache.service.models.verify import bundle_path, verify_models
 from tests.auditkit import ALICE, grant_role
 from tests.conftest import corrupt_blob
 
@@ -148,8 +148,8 @@ def test_an_in_process_build_and_a_corrupt_engine_met_by_load_or_build_are_audit
     catalog_ctx: AppContext, tmp_path: Path
 ) -> None:
     from enginecache.errors import EngineRejectedError
-    from enginecache.service.runtime import load_or_build
-    from enginecache.service.runtimetypes import RuntimeSpec
+    from enginecache.service.serving.runtime import load_or_build
+    from enginecache.service.serving.runtimetypes import RuntimeSpec
     from tests.conftest import corrupt_blob
     from tests.modelfactory import make_mlp
 

@@ -11,9 +11,9 @@ from enginecache.cli.app import COMMANDS, LazyGroup
 from enginecache.cli.backupcmd import backup as backup_command
 from enginecache.cli.backupcmd import restore as restore_command
 from enginecache.db.catalog import head_revision
-from enginecache.service.builds import BuildRequest, build_engine
+from enginecache.service.builds.plan import BuildRequest, build_engine
 from enginecache.service.context import AppContext
-from enginecache.service.models import register_model
+from enginecache.service.models.register import register_model
 from tests.clirunner import run_cli
 from tests.modelfactory import make_mlp
 

@@ -1,4 +1,4 @@
-"""Backup and restore (service.backup) on real SQLite and PostgreSQL catalogs, real ORT engines and
+"""Backup and restore (service.maintenance.backup.usecases) on real SQLite and PostgreSQL catalogs, real ORT engines and
 real model bundles (one with external data): a backup taken while another thread keeps registering
 models and building engines restores into an empty home where `verify --all` passes; what restore
 and backup refuse, and that a refusal leaves nothing behind.
@@ -25,11 +25,11 @@ from enginecache.db.catalog import head_revision
 from enginecache.db.models import EngineStatus
 from enginecache.db.reader import sqlite_file
 from enginecache.errors import BackupRefusedError, IntegrityCheckError
-from enginecache.service.backup import backup, restore
-from enginecache.service.builds import BuildRequest, build_engine
+from enginecache.service.builds.plan import BuildRequest, build_engine
 from enginecache.service.context import AppContext
-from enginecache.service.engines import list_engines, retire_engine
-from enginecache.service.models import register_model
+from enginecache.service.engines.records import list_engines, retire_engine
+from enginecache.service.maintenance.backup.usecases import backup, restore
+from enginecache.service.models.register import register_model
 from tests.backupkit import backup_manifest, rewrite_manifest
 from tests.clirunner import run_cli
 from tests.conftest import _pg_database, corrupt_blob, files_under, skip_or_fail

@@ -20,7 +20,7 @@ from enginecache.dashboard.uploads import (
 )
 from enginecache.errors import UploadError
 from enginecache.service.context import AppContext
-from enginecache.service.models import register_model
+from enginecache.service.models.register import register_model
 from tests.boundedkit import (
     GIB,
     assert_nothing_extracted,

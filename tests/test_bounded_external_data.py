@@ -16,11 +16,11 @@ from enginecache.core import onnx_graph
 from enginecache.db import queue
 from enginecache.db.models import EngineRecord, JobStatus
 from enginecache.errors import ExternalDataError
-from enginecache.service.builds import BuildRequest
+from enginecache.service.builds.plan import BuildRequest
+from enginecache.service.builds.submit import submit_build
 from enginecache.service.context import AppContext
-from enginecache.service.jobs import submit_build
-from enginecache.service.models import register_model
-from enginecache.service.worker import Worker, WorkerConfig
+from enginecache.service.jobs.worker import Worker, WorkerConfig
+from enginecache.service.models.register import register_model
 from tests.boundedkit import mount, nothing_stored
 from tests.clirunner import run_cli
 from tests.modelfactory import make_external_data_model, make_mlp, save_unchecked

@@ -16,10 +16,10 @@ from enginecache.core.fingerprint import host_fingerprint
 from enginecache.core.hashing import HEAD_BYTES
 from enginecache.db.models import EngineRecord, EngineStatus
 from enginecache.errors import BuildFailedError
-from enginecache.service.builds import BuildRequest, build_engine
+from enginecache.service.builds.plan import BuildRequest, build_engine
 from enginecache.service.context import AppContext
-from enginecache.service.engines import check_engine, verify_engines
-from enginecache.service.models import register_model
+from enginecache.service.engines.records import check_engine, verify_engines
+from enginecache.service.models.register import register_model
 from tests.clirunner import run_cli
 from tests.conftest import corrupt_blob, files_under
 from tests.modelfactory import make_conv, make_mlp

@@ -13,8 +13,8 @@ from sqlmodel import select
 
 from enginecache.db.models import JobRecord
 from enginecache.errors import BadInputError
+from enginecache.service.builds.matrix import load_matrix, parse_matrix
 from enginecache.service.context import AppContext
-from enginecache.service.matrix import load_matrix, parse_matrix
 from tests.clirunner import run_cli
 from tests.modelfactory import make_conv, make_mlp
 

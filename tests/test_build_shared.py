@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from enginecache.db.models import EngineStatus
-from enginecache.service.builds import BuildRequest, BuildResult, build_engine
+from enginecache.service.builds.plan import BuildRequest, BuildResult, build_engine
 from enginecache.service.context import AppContext
 from tests.conftest import reference_catalog
 

@@ -118,7 +118,7 @@ def test_the_table_names_every_command_the_modules_register() -> None:
 
 def test_serve_defaults_are_the_services() -> None:
     from enginecache.cli import serve as cli_serve
-    from enginecache.service import serve
+    from enginecache.service.access import serve
 
     assert (cli_serve.DEFAULT_PORT, cli_serve.DEFAULT_MAX_UPLOAD_MB) == (
         serve.DEFAULT_PORT,

@@ -17,10 +17,10 @@ from sqlmodel import SQLModel
 from enginecache.cli import common as cli_common
 from enginecache.db import reader as reader_module
 from enginecache.db.models import JobStatus
+from enginecache.service.builds.submit import get_job, job_to_dict
 from enginecache.service.context import AppContext
-from enginecache.service.engines import engine_to_dict, get_engine, list_engines
-from enginecache.service.jobs import get_job, job_to_dict
-from enginecache.service.models import list_models, model_to_dict
+from enginecache.service.engines.records import engine_to_dict, get_engine, list_engines
+from enginecache.service.models.register import list_models, model_to_dict
 from tests.clirunner import CliResult, run_cli
 
 MODELS, ENGINES, JOBS = 5, 23, 17

@@ -17,12 +17,12 @@ from enginecache.core.backends.base import EngineRef
 from enginecache.core.backends.registry import all_backends, get_backend
 from enginecache.core.fingerprint import GpuInfo, HostFingerprint, host_fingerprint
 from enginecache.db.models import EngineRecord, EngineStatus
-from enginecache.service.builds import BuildRequest, build_engine
+from enginecache.service.builds.plan import BuildRequest, build_engine
 from enginecache.service.context import AppContext
-from enginecache.service.enginerefs import engine_ref
-from enginecache.service.engines import check_engine, get_engine, host_verdict
-from enginecache.service.models import register_model
-from enginecache.service.routing import can_run, load_requirements
+from enginecache.service.engines.records import check_engine, get_engine, host_verdict
+from enginecache.service.jobs.refs import engine_ref
+from enginecache.service.jobs.routing import can_run, load_requirements
+from enginecache.service.models.register import register_model
 from tests.modelfactory import make_mlp
 
 L4 = GpuInfo(index=0, name="NVIDIA L4", uuid="GPU-l4", compute_capability="sm89", memory_total_bytes=24 << 30)

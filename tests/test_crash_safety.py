@@ -19,8 +19,8 @@ from enginecache.core.hashing import sha256_file
 from enginecache.core.onnx_info import model_digest
 from enginecache.db.models import ModelRecord, utcnow
 from enginecache.service.context import AppContext
-from enginecache.service.gc import collect_garbage
-from enginecache.service.models import find_model_by_digest, register_model
+from enginecache.service.maintenance.gc.collect import collect_garbage
+from enginecache.service.models.register import find_model_by_digest, register_model
 from tests.modelfactory import make_external_data_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,7 +64,7 @@ print(json.dumps({{"steps": steps[0]}}))
 """
 
 MODEL_ADD = """
-from enginecache.service.models import register_model
+from enginecache.service.models.register import register_model
 register_model(app, Path({model!r}), name="m")
 """
 

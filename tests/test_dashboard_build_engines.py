@@ -13,7 +13,7 @@ from sqlmodel import select
 from enginecache.core.backends.registry import get_backend
 from enginecache.dashboard.views.build import target_options
 from enginecache.db.models import EngineRecord, EngineStatus, JobRecord, JobStatus, utcnow
-from enginecache.service.builds import BuildRequest, build_engine
+from enginecache.service.builds.plan import BuildRequest, build_engine
 from enginecache.service.readmodels.engines import EngineFilter, engine_page
 from enginecache.service.readmodels.hosts import HostRow
 from tests.conftest import corrupt_blob
@@ -146,7 +146,7 @@ def test_engines_test_load_button_queues_a_job(seeded: Seeded) -> None:
 
 @pytest.mark.usefixtures("requires_no_gpu")
 def test_engines_show_test_load_results(seeded: Seeded) -> None:
-    from enginecache.service.testload import run_test_load
+    from enginecache.service.builds.testload import run_test_load
 
     ort = build_engine(seeded.app, BuildRequest(model="convnet", backend="ort")).engine
     run = run_test_load(seeded.app, ort.id or 0, iterations=15)

@@ -27,14 +27,14 @@ from enginecache.dashboard import live
 from enginecache.dashboard.views import coverage as coverage_view
 from enginecache.db import queue
 from enginecache.db.models import EngineRecord, EngineStatus, JobRecord, JobStatus, WorkerRecord, utcnow
-from enginecache.service import coverage, hostcoverage
-from enginecache.service.access import Role, set_role
-from enginecache.service.builds import BuildRequest, build_engine
+from enginecache.service.access.roles import Role, set_role
+from enginecache.service.builds.plan import BuildRequest, build_engine
+from enginecache.service.builds.submit import submit_build
 from enginecache.service.context import AppContext
-from enginecache.service.engines import engine_host_verdicts, get_engine, retire_engine
-from enginecache.service.jobs import submit_build
-from enginecache.service.models import register_model
-from enginecache.service.routing import worker_capabilities
+from enginecache.service.engines.records import engine_host_verdicts, get_engine, retire_engine
+from enginecache.service.fleet import coverage, hostcoverage
+from enginecache.service.jobs.routing import worker_capabilities
+from enginecache.service.models.register import register_model
 from tests.dashboardkit import TIMEOUT, Seeded, frame, serve_home, texts, view
 from tests.modelfactory import make_mlp
 from tests.test_dashboard_login import AUTH

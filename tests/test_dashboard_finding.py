@@ -12,7 +12,7 @@ from sqlmodel import select
 from streamlit.testing.v1 import AppTest
 
 from enginecache.db.models import EngineRecord, EngineStatus, JobRecord, JobStatus, ModelRecord, utcnow
-from enginecache.service.models import register_model
+from enginecache.service.models.register import register_model
 from enginecache.service.readmodels.models import grouped, model_rows
 from tests.dashboardkit import TIMEOUT, Seeded, frame, view
 from tests.modelfactory import make_mlp
@@ -208,8 +208,8 @@ def test_status_tables_are_coloured_by_status(seeded: Seeded, monkeypatch: pytes
 
 
 def test_the_engine_page_says_its_models_version_and_the_aliases_pointing_at_it(seeded: Seeded) -> None:
-    from enginecache.service.models import get_model
-    from enginecache.service.releases import promote
+    from enginecache.service.models.register import get_model
+    from enginecache.service.models.releases import promote
     from tests.dashboardkit import engine_view, texts
 
     name = get_model(seeded.app, seeded.model_id).name

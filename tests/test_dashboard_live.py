@@ -14,9 +14,9 @@ from streamlit.testing.v1 import AppTest
 from enginecache.dashboard import live
 from enginecache.dashboard.views.build import Target, make_request
 from enginecache.db.models import EngineRecord, EngineStatus, JobRecord, JobStatus, utcnow
-from enginecache.service.builds import BuildRequest, build_engine, plan_build
-from enginecache.service.jobs import submit_build
-from enginecache.service.testload import submit_test_load
+from enginecache.service.builds.plan import BuildRequest, build_engine, plan_build
+from enginecache.service.builds.submit import submit_build
+from enginecache.service.builds.testload import submit_test_load
 from tests.dashboardkit import Seeded, frame, view
 
 SM89 = "TensorRT-RTX sm89"

@@ -12,8 +12,8 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from enginecache.dashboard.app import session_expired
-from enginecache.service import audit
-from enginecache.service.access import Role, set_role
+from enginecache.service.access import audit
+from enginecache.service.access.roles import Role, set_role
 from enginecache.service.context import AppContext
 from tests.dashboardkit import serve_home
 
@@ -74,9 +74,9 @@ def test_session_expiry_reads_the_tokens_exp_claim() -> None:
 def test_an_auth_section_without_a_provider_is_no_login_for_the_dashboard_as_for_serve(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """serve listens on loopback for it (service.exposure); the dashboard must not then ask for a
+    """serve listens on loopback for it (service.access.exposure); the dashboard must not then ask for a
     login it cannot perform."""
-    from enginecache.service.exposure import has_login_provider
+    from enginecache.service.access.exposure import has_login_provider
 
     no_provider = {"redirect_uri": AUTH["redirect_uri"], "cookie_secret": AUTH["cookie_secret"]}
     assert not has_login_provider(no_provider) and has_login_provider(AUTH)

@@ -11,10 +11,10 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from enginecache.dashboard import app as dashboard_app
-from enginecache.service import audit
-from enginecache.service.access import Role, set_role
-from enginecache.service.models import register_model
-from enginecache.service.releases import aliases, promote
+from enginecache.service.access import audit
+from enginecache.service.access.roles import Role, set_role
+from enginecache.service.models.register import register_model
+from enginecache.service.models.releases import aliases, promote
 from tests.dashboardkit import TIMEOUT, Seeded, frame, texts
 from tests.modelfactory import make_mlp
 from tests.test_dashboard_login import AUTH
@@ -34,7 +34,7 @@ def _second_version(seeded: Seeded) -> int:
 
 
 def _name(seeded: Seeded) -> str:
-    from enginecache.service.models import get_model
+    from enginecache.service.models.register import get_model
 
     return get_model(seeded.app, seeded.model_id).name
 

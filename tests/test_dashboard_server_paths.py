@@ -16,7 +16,7 @@ from enginecache.core.plaintext import markdown_literal
 from enginecache.dashboard.views.models import IMPORT_ROOTS_ENV, NOT_IMPORTABLE
 from enginecache.db.models import ModelRecord
 from enginecache.service.context import AppContext
-from enginecache.service.models import register_model
+from enginecache.service.models.register import register_model
 from tests.dashboardkit import serve_home, texts, view
 from tests.modelfactory import make_mlp, save_unchecked
 from tests.test_dashboard_views import plain

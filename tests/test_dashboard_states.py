@@ -13,10 +13,10 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from enginecache.db.models import JobRecord, JobStatus, utcnow
-from enginecache.service.builds import BuildRequest
+from enginecache.service.builds.plan import BuildRequest
+from enginecache.service.builds.submit import submit_build
+from enginecache.service.builds.testload import submit_test_load
 from enginecache.service.context import AppContext
-from enginecache.service.jobs import submit_build
-from enginecache.service.testload import submit_test_load
 from tests.dashboardkit import Seeded, engine_view, frame, serve_home, texts, view
 
 EMPTY = {  # view -> what it says on an empty catalog

@@ -17,17 +17,17 @@ from enginecache.core.fingerprint import host_fingerprint
 from enginecache.db import queue
 from enginecache.db.models import EngineStatus, JobRecord, JobStatus, utcnow
 from enginecache.errors import NotFoundError
-from enginecache.service import engines
-from enginecache.service.builds import BuildRequest, build_engine
+from enginecache.service.access.serve import ServeSpec, child_env, dashboard_command, worker_command
+from enginecache.service.builds.plan import BuildRequest, build_engine
 from enginecache.service.context import DB_URL_ENV, HOME_ENV, AppContext
-from enginecache.service.models import register_model
+from enginecache.service.engines import records as engines
+from enginecache.service.jobs.routing import worker_capabilities
+from enginecache.service.models.register import register_model
 from enginecache.service.readmodels.engines import EngineFilter, engine_filter_options, engine_page
 from enginecache.service.readmodels.hosts import HostRow
 from enginecache.service.readmodels.models import model_lineage, model_rows
 from enginecache.service.readmodels.overview import cache_activity, catalog_counts, recent_failures
 from enginecache.service.readmodels.timings import build_time_groups
-from enginecache.service.routing import worker_capabilities
-from enginecache.service.serve import ServeSpec, child_env, dashboard_command, worker_command
 from tests.modelfactory import make_mlp
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -184,9 +184,9 @@ def test_serve_on_a_busy_port_fails_with_the_reason(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_build_requests_answered_from_cache_count_as_hits(tmp_path: Path) -> None:
-    from enginecache.service.jobs import submit_build
-    from enginecache.service.loadruns import load_event_stats
-    from enginecache.service.worker import Worker, WorkerConfig
+    from enginecache.service.builds.submit import submit_build
+    from enginecache.service.engines.loadruns import load_event_stats
+    from enginecache.service.jobs.worker import Worker, WorkerConfig
     from tests.modelfactory import make_mlp
 
     app = AppContext.from_settings(tmp_path / "home")

@@ -18,9 +18,9 @@ from streamlit.testing.v1 import AppTest
 
 from enginecache.db.models import JobRecord, LoadRunRecord
 from enginecache.errors import TestInputError
-from enginecache.service.builds import BuildRequest, build_engine
-from enginecache.service.testinputs import check_engine_inputs, engine_expected_inputs
-from enginecache.service.testload import run_test_load
+from enginecache.service.builds.plan import BuildRequest, build_engine
+from enginecache.service.builds.testinputs import check_engine_inputs, engine_expected_inputs
+from enginecache.service.builds.testload import run_test_load
 from tests.dashboardkit import Seeded, engine_view, frame
 
 

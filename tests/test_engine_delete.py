@@ -12,13 +12,13 @@ import pytest
 from enginecache.core.blobpaths import blob_path
 from enginecache.db.models import EngineStatus, utcnow
 from enginecache.errors import BadInputError, MissError, NotFoundError
-from enginecache.service import audit
+from enginecache.service.access import audit
 from enginecache.service.context import AppContext
-from enginecache.service.enginedelete import delete_engine
-from enginecache.service.engines import get_engine
-from enginecache.service.gc import collect_garbage
-from enginecache.service.gcreport import GcPolicy
-from enginecache.service.runtime import load_or_build
+from enginecache.service.engines.delete import delete_engine
+from enginecache.service.engines.records import get_engine
+from enginecache.service.maintenance.gc.collect import collect_garbage
+from enginecache.service.maintenance.gc.report import GcPolicy
+from enginecache.service.serving.runtime import load_or_build
 from tests.clirunner import run_cli
 from tests.enginerows import engine_row_like
 from tests.servingkit import ORT, serve_mlp

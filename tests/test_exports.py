@@ -18,11 +18,11 @@ from onnx import TensorProto, helper, numpy_helper
 
 from enginecache.db.models import EngineRecord, EngineStatus
 from enginecache.errors import ExportError
-from enginecache.service.builds import BuildRequest, build_engine
+from enginecache.service.builds.plan import BuildRequest, build_engine
 from enginecache.service.context import AppContext
-from enginecache.service.engines import verify_engines
-from enginecache.service.exports import export_model, render_triton_config, tree_targets, verify_tree
-from enginecache.service.models import register_model
+from enginecache.service.engines.records import verify_engines
+from enginecache.service.fleet.exports import export_model, render_triton_config, tree_targets, verify_tree
+from enginecache.service.models.register import register_model
 from tests.clirunner import run_cli
 from tests.modelfactory import make_conv, make_mlp
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from enginecache.errors import EXIT_BAD_INPUT, ServeError, exit_code_for
-from enginecache.service.exposure import LOOPBACK, decide_exposure, is_loopback, login_configured
+from enginecache.service.access.exposure import LOOPBACK, decide_exposure, is_loopback, login_configured
 
 
 def test_without_a_login_serve_listens_on_loopback_and_says_so() -> None:

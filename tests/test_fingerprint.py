@@ -15,7 +15,7 @@ import pytest
 from enginecache.core import fingerprint, gpufacts
 from enginecache.core.fingerprint import GpuInfo, cpu_target, host_fingerprint, parse_cpuinfo
 from enginecache.core.gpufacts import GpuFacts
-from enginecache.service.localhost import forget_local_host, local_host
+from enginecache.service.serving.localhost import forget_local_host, local_host
 from tests.servingkit import run_python
 
 X86 = """processor\t: 0

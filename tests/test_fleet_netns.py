@@ -38,12 +38,12 @@ from sqlmodel import col, select
 from enginecache.core.objectstore import blob_key
 from enginecache.db import queue
 from enginecache.db.models import EngineRecord, EngineStatus, JobRecord, JobStatus
-from enginecache.service.builds import BuildRequest
+from enginecache.service.builds.plan import BuildRequest
+from enginecache.service.builds.submit import request_payload, submit_build
+from enginecache.service.builds.testkinds import HELD_PHASE
 from enginecache.service.context import AppContext
-from enginecache.service.jobs import request_payload, submit_build
-from enginecache.service.models import register_model
-from enginecache.service.releases import promote
-from enginecache.service.testkinds import HELD_PHASE
+from enginecache.service.models.register import register_model
+from enginecache.service.models.releases import promote
 from tests.modelfactory import make_mlp
 from tests.netnskit import Network
 from tests.s3kit import GatedProxy, S3Server, wait_for

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from enginecache.errors import EngineCacheError
 from enginecache.service.context import AppContext
-from enginecache.service.models import register_model
+from enginecache.service.models.register import register_model
 from tests.modelfactory import make_conv
 
 SEED_MODEL = make_conv(Path(tempfile.mkdtemp(prefix="fuzz-seed-")) / "conv.onnx").read_bytes()

@@ -17,8 +17,8 @@ import pytest
 from enginecache.db import queue
 from enginecache.db.models import EngineRecord, EngineStatus
 from enginecache.service.context import AppContext
-from enginecache.service.engines import get_engine, retire_engine
-from enginecache.service.models import register_model
+from enginecache.service.engines.records import get_engine, retire_engine
+from enginecache.service.models.register import register_model
 from tests.clirunner import run_cli
 from tests.conftest import FakeClock
 from tests.gckit import DAY, HOUR, add_engine_row, ort_engine, removed_paths, run_gc, set_age

@@ -24,8 +24,8 @@ from enginecache.core.processes import pid_alive
 from enginecache.core.store import BlobInfo
 from enginecache.db.models import EngineRecord, EngineStatus, JobRecord
 from enginecache.service.context import AppContext
-from enginecache.service.gcreport import GcReport
-from enginecache.service.models import register_model
+from enginecache.service.maintenance.gc.report import GcReport
+from enginecache.service.models.register import register_model
 from tests.conftest import FakeClock, skip_or_fail, wait_for
 from tests.gckit import BOUND, DAY, ROOT, run_gc, set_age
 from tests.modelfactory import make_mlp

@@ -12,8 +12,8 @@ from sqlmodel import select
 
 from enginecache.db.models import EngineRecord, EngineStatus, JobStatus
 from enginecache.service.context import AppContext
-from enginecache.service.engines import get_engine
-from enginecache.service.models import register_model
+from enginecache.service.engines.records import get_engine
+from enginecache.service.models.register import register_model
 from tests.conftest import FakeClock
 from tests.gckit import HOUR, add_engine_row, add_job_row, removed_paths, run_gc, set_age
 from tests.modelfactory import make_mlp

@@ -1,7 +1,7 @@
 """A load checks the engine's header first, on bytes verified against the header digest the store
 recorded (engines.header_blake3): a host that cannot run the engine refuses it without reading or
 hashing the rest of the blob, and the runtime still never parses a byte that did not match a
-recorded digest (service.engineload). TensorRT-RTX builds here and refuses every engine on this
+recorded digest (service.serving.engineload). TensorRT-RTX builds here and refuses every engine on this
 GPU-less host, which is what these tests use; both load paths (the cache hit and the full path)."""
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from enginecache.core.blobpaths import blob_path
 from enginecache.db.models import EngineRecord, EngineStatus
 from enginecache.errors import EngineRejectedError
 from enginecache.service.context import AppContext
-from enginecache.service.engines import get_engine, verify_engines
-from enginecache.service.runtime import RuntimeSpec
+from enginecache.service.engines.records import get_engine, verify_engines
+from enginecache.service.serving.runtime import RuntimeSpec
 from tests.conftest import corrupt_blob
 from tests.servingkit import LOAD_PATHS, ORT, Served, events, load_through, refuse, serve_mlp
 

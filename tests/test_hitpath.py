@@ -1,4 +1,4 @@
-"""The stdlib cache hit (service.hitpath): taken on a hit, never trusted where the full path would
+"""The stdlib cache hit (service.serving.hitpath): taken on a hit, never trusted where the full path would
 answer otherwise, and recording the same event."""
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from enginecache.db.catalog import MIGRATIONS_DIR
 from enginecache.db.models import EngineMemoRecord, EngineStatus
 from enginecache.db.reader import head_revision
 from enginecache.errors import EngineRejectedError, MissError
-from enginecache.service import hitpath, loadpath
-from enginecache.service.builds import BuildRequest, build_engine
+from enginecache.service.builds.plan import BuildRequest, build_engine
 from enginecache.service.context import AppContext
-from enginecache.service.engines import get_engine, retire_engine
-from enginecache.service.runtime import RuntimeSpec, load_or_build
+from enginecache.service.engines.records import get_engine, retire_engine
+from enginecache.service.serving import hitpath, loadpath
+from enginecache.service.serving.runtime import RuntimeSpec, load_or_build
 from tests.conftest import corrupt_blob
 from tests.modelfactory import make_mlp
 from tests.servingkit import ORT, Served, age, events, run_python, serve_mlp
@@ -194,7 +194,8 @@ def test_an_rtx_verdict_in_a_new_process_imports_no_more_stdlib_than_tensorrt_rt
         f" home={str(app_ctx.home)!r}, on_miss='fail')\n"
         "except EngineRejectedError as err:\n"
         "    assert err.verdict == 'INCOMPATIBLE', err\n"
-        "assert 'enginecache.service.loadpath' not in sys.modules, 'the verdict took the full path'\n" + MODULES_JSON,
+        "assert 'enginecache.service.serving.loadpath'"
+        " not in sys.modules, 'the verdict took the full path'\n" + MODULES_JSON,
         python=installed_python,
     )
     blob = blob_path(app_ctx.home, served.engine.sha256)  # where the store keeps it (the hit reads it there)

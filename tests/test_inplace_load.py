@@ -1,4 +1,4 @@
-"""An ORT engine is loaded from its store file in place (service.engineload `_load_in_place`): hashed
+"""An ORT engine is loaded from its store file in place (service.serving.engineload `_load_in_place`): hashed
 where it lies under a read lease, then read by ONNX Runtime itself, so a serving process holds no
 copy of ours (the memory of a load by hand). Both load paths (the cache hit and the full path).
 
@@ -22,8 +22,8 @@ from enginecache.core.backends.ort import ORT_BACKEND
 from enginecache.db.models import EngineStatus
 from enginecache.errors import EngineRejectedError
 from enginecache.service.context import AppContext
-from enginecache.service.engines import get_engine
-from enginecache.service.runtimetypes import LoadedEngine
+from enginecache.service.engines.records import get_engine
+from enginecache.service.serving.runtimetypes import LoadedEngine
 from tests.conftest import corrupt_blob
 from tests.servingkit import LOAD_PATHS, ORT, Served, events, load_through, refuse, serve_mlp
 

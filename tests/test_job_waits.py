@@ -1,4 +1,4 @@
-"""The waits of `build`/`test-load` (service.submitwait.run_and_wait) that end before their job does:
+"""The waits of `build`/`test-load` (service.builds.submitwait.run_and_wait) that end before their job does:
 a timeout naming the job and what it waits for, a job nobody can run refused and cancelled, this
 host's worker stopped or failed."""
 
@@ -15,9 +15,9 @@ from enginecache.errors import (
     JobWaitError,
     exit_code_for,
 )
+from enginecache.service.builds.submitwait import run_and_wait
 from enginecache.service.context import AppContext
-from enginecache.service.submitwait import run_and_wait
-from enginecache.service.worker import Worker
+from enginecache.service.jobs.worker import Worker
 
 
 def _live_worker_elsewhere(app: AppContext) -> None:

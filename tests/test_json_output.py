@@ -22,14 +22,14 @@ import typer
 
 from enginecache.cli.app import app
 from enginecache.db.models import JobRecord, JobStatus
-from enginecache.service.access import set_role
-from enginecache.service.backup import backup
-from enginecache.service.builds import BuildRequest
+from enginecache.service.access.roles import set_role
+from enginecache.service.builds.plan import BuildRequest
+from enginecache.service.builds.submit import submit_build
+from enginecache.service.builds.submitwait import run_and_wait
 from enginecache.service.context import AppContext
-from enginecache.service.jobs import submit_build
-from enginecache.service.models import register_model
-from enginecache.service.releases import promote
-from enginecache.service.submitwait import run_and_wait
+from enginecache.service.maintenance.backup.usecases import backup
+from enginecache.service.models.register import register_model
+from enginecache.service.models.releases import promote
 from tests.clirunner import run_cli
 from tests.modelfactory import make_mlp
 

@@ -13,7 +13,7 @@ import pytest
 from enginecache.core.lazyimport import import_backend, importable
 from enginecache.core.precision import availability
 from enginecache.errors import BackendUnavailableError
-from enginecache.service import memo
+from enginecache.service.serving import memo
 
 
 def test_import_backend_returns_the_named_module_itself() -> None:

@@ -114,7 +114,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
 
 def _seed_model(home: Path) -> None:
     """One small model, so the Build page has something an operator can submit."""
-    from enginecache.service.models import register_model
+    from enginecache.service.models.register import register_model
     from tests.modelfactory import make_mlp
 
     app = AppContext.from_settings(home)

@@ -1,4 +1,4 @@
-"""The serving lookup's scans (`service.lookup`): `find_engine`'s fallback and `explain_miss` answer
+"""The serving lookup's scans (`service.serving.lookup`): `find_engine`'s fallback and `explain_miss` answer
 exactly what a scan of every READY engine of the model, read in full, answers (the implementation
 before they read only a few columns); `find_ready_engine` is one probe of the cache-key index."""
 
@@ -19,8 +19,7 @@ from enginecache.core.cachekey import FieldDiff, compute_cache_key, diff_ingredi
 from enginecache.core.fingerprint import GpuInfo, HostFingerprint, host_fingerprint
 from enginecache.db.models import EngineRecord, EngineStatus
 from enginecache.errors import MissError
-from enginecache.service import lookup
-from enginecache.service.builds import (
+from enginecache.service.builds.plan import (
     BuildPlan,
     BuildRequest,
     create_pending_engine,
@@ -29,8 +28,9 @@ from enginecache.service.builds import (
     ready_engine_query,
 )
 from enginecache.service.context import AppContext
-from enginecache.service.enginerefs import engine_ref, engine_targets
-from enginecache.service.models import register_model
+from enginecache.service.jobs.refs import engine_ref, engine_targets
+from enginecache.service.models.register import register_model
+from enginecache.service.serving import lookup
 from tests.modelfactory import make_mlp
 
 TARGET_SETS: tuple[tuple[str, ...], ...] = (("sm86",), ("sm89",), ("sm75",), ("sm80", "sm86"), ("sm86", "sm89"))

@@ -1,4 +1,4 @@
-"""The memo's code identity (service.memo.code_identity): every source file's relative path, size
+"""The memo's code identity (service.serving.memo.code_identity): every source file's relative path, size
 and mtime, so an edit or an upgrade sends the next lookup down the full path."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from enginecache.service import memo
+from enginecache.service.serving import memo
 
 
 @pytest.fixture

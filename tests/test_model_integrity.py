@@ -21,14 +21,14 @@ from enginecache.db.catalog import MIGRATIONS_DIR, Catalog
 from enginecache.db.models import EngineRecord, EngineStatus, ModelRecord, ModelStatus
 from enginecache.db.reader import head_revision, sqlite_url
 from enginecache.errors import BuildFailedError, IntegrityCheckError
-from enginecache.service import hitpath
-from enginecache.service.builds import BuildRequest, build_engine
+from enginecache.service.builds.plan import BuildRequest, build_engine
 from enginecache.service.context import AppContext
-from enginecache.service.engines import check_engine, get_engine, retire_engine, verify_engines
-from enginecache.service.loading import read_engine
-from enginecache.service.models import get_model, model_path, register_model
-from enginecache.service.modelverify import verify_models
-from enginecache.service.runtime import load_or_build
+from enginecache.service.engines.records import check_engine, get_engine, retire_engine, verify_engines
+from enginecache.service.models.register import get_model, model_path, register_model
+from enginecache.service.models.verify import verify_models
+from enginecache.service.serving import hitpath
+from enginecache.service.serving.loading import read_engine
+from enginecache.service.serving.runtime import load_or_build
 from tests.clirunner import run_cli
 from tests.conftest import corrupt_blob
 from tests.modelfactory import make_conv, make_external_data_model, make_mlp

@@ -10,7 +10,7 @@ from enginecache.core.names import NAME_MAX, check_model_name, name_from_filenam
 from enginecache.core.plaintext import markdown_literal, printable
 from enginecache.errors import EXIT_BAD_INPUT, ModelNameError, exit_code_for
 from enginecache.service.context import AppContext
-from enginecache.service.models import get_model, list_models, register_model
+from enginecache.service.models.register import get_model, list_models, register_model
 from tests.clirunner import run_cli
 from tests.modelfactory import make_mlp
 

@@ -22,13 +22,13 @@ import pytest
 
 from enginecache.db import queue
 from enginecache.db.models import JobRecord, JobStatus
-from enginecache.service import testkinds
-from enginecache.service.builds import BuildRequest
+from enginecache.service.builds import testkinds
+from enginecache.service.builds.plan import BuildRequest
+from enginecache.service.builds.submit import capable_workers, live_workers, submit_build
+from enginecache.service.builds.submitwait import run_and_wait
 from enginecache.service.context import AppContext
-from enginecache.service.jobs import capable_workers, live_workers, submit_build
-from enginecache.service.models import register_model
-from enginecache.service.routing import WORKER_ALIVE_SECONDS, takes_queued_jobs, worker_capabilities
-from enginecache.service.submitwait import run_and_wait
+from enginecache.service.jobs.routing import WORKER_ALIVE_SECONDS, takes_queued_jobs, worker_capabilities
+from enginecache.service.models.register import register_model
 from tests.conftest import FakeClock, wait_for
 from tests.modelfactory import make_mlp
 
@@ -49,7 +49,7 @@ signal.signal(signal.SIGINT, signal.default_int_handler)
 import pytest
 from enginecache.db import queue
 from enginecache.service.context import AppContext
-from enginecache.service.submitwait import run_and_wait
+from enginecache.service.builds.submitwait import run_and_wait
 app = AppContext.from_settings(Path(sys.argv[1]), sys.argv[2])
 from enginecache.cli.app import sigterm_exits
 with sigterm_exits():  # as the CLI's main(): SIGTERM ends the wait through its cleanup
@@ -227,7 +227,7 @@ def test_waiter_stopped_by_a_signal_hands_the_job_back_and_goes_offline(
 
 def test_the_lease_length_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     from enginecache.errors import BuildOptionError
-    from enginecache.service.worker import DEFAULT_LEASE_SECONDS, LEASE_SECONDS_ENV, lease_seconds_from_env
+    from enginecache.service.jobs.worker import DEFAULT_LEASE_SECONDS, LEASE_SECONDS_ENV, lease_seconds_from_env
 
     monkeypatch.delenv(LEASE_SECONDS_ENV, raising=False)
     assert lease_seconds_from_env() == DEFAULT_LEASE_SECONDS == 30.0

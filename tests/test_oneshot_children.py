@@ -20,12 +20,12 @@ from enginecache.db.models import JobStatus
 from enginecache.errors import (
     JobWaitError,
 )
-from enginecache.service import testkinds
-from enginecache.service import worker as worker_module
+from enginecache.service.builds import testkinds
+from enginecache.service.builds.submitwait import run_and_wait
 from enginecache.service.context import AppContext
-from enginecache.service.submitwait import run_and_wait
-from enginecache.service.worker import Worker
-from enginecache.service.zygote import Zygote
+from enginecache.service.jobs import worker as worker_module
+from enginecache.service.jobs.worker import Worker
+from enginecache.service.jobs.zygote import Zygote
 from tests.nocatalog import NOBODY
 
 ANY_WORKER = {"backend": "ort"}  # requirements this host meets (ONNX Runtime is a base dependency)
@@ -228,8 +228,8 @@ def test_a_job_child_whose_worker_is_already_gone_exits_without_running_the_job(
     import multiprocessing
 
     from enginecache.core.fingerprint import host_fingerprint
-    from enginecache.service.jobattempt import EXIT_LEASE_LOST, ChildSpec
-    from enginecache.service.jobchild import run_child
+    from enginecache.service.jobs.attempt import EXIT_LEASE_LOST, ChildSpec
+    from enginecache.service.jobs.child import run_child
 
     gone = subprocess.Popen(["true"])
     gone.wait()  # reaped: its pid names no process

@@ -86,7 +86,7 @@ def test_installed_beside_user_packages_named_service_and_core(wheel: Path, tmp_
     code = (
         "import service, core, enginecache\n"
         "from enginecache import RuntimeSpec, load_or_build, EngineRejectedError\n"
-        "import enginecache.service.runtime as runtime\n"
+        "import enginecache.service.serving.runtime as runtime\n"
         "assert service.WHO == 'user service' and core.WHO == 'user core', (service, core)\n"
         f"assert enginecache.__file__.startswith({str(site)!r}), enginecache.__file__\n"
         "assert runtime.load_or_build is load_or_build and RuntimeSpec().precision == 'fp32'\n"

@@ -11,9 +11,9 @@ import pytest
 from enginecache.core.onnx_info import inspect_model
 from enginecache.core.precision import PrecisionSpec, convert_precision
 from enginecache.errors import PrecisionError
-from enginecache.service.builds import BuildRequest, build_engine, plan_build
+from enginecache.service.builds.plan import BuildRequest, build_engine, plan_build
 from enginecache.service.context import AppContext
-from enginecache.service.models import register_model
+from enginecache.service.models.register import register_model
 from tests.clirunner import run_cli
 from tests.modelfactory import make_conv, make_int8_cast_mul, make_mlp, quantize_with_ort
 

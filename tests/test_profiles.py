@@ -12,11 +12,11 @@ import pytest
 from enginecache.core.fingerprint import HostFingerprint, host_fingerprint
 from enginecache.db.models import EngineRecord, EngineStatus
 from enginecache.errors import NotFoundError
-from enginecache.service.builds import BuildRequest, build_engine
+from enginecache.service.builds.plan import BuildRequest, build_engine
 from enginecache.service.context import AppContext
-from enginecache.service.engines import retire_engine
-from enginecache.service.models import register_model
-from enginecache.service.profiles import PRECISION_PREFERENCE, model_profiles
+from enginecache.service.engines.records import retire_engine
+from enginecache.service.fleet.profiles import PRECISION_PREFERENCE, model_profiles
+from enginecache.service.models.register import register_model
 from tests.enginerows import engine_row_like
 from tests.modelfactory import make_mlp
 

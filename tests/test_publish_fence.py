@@ -26,11 +26,11 @@ from sqlmodel import col, select
 from enginecache.core.objectstore import blob_key
 from enginecache.db import queue
 from enginecache.db.models import EngineRecord, EngineStatus, JobStatus, utcnow
-from enginecache.service import testkinds
-from enginecache.service.builds import BuildRequest
+from enginecache.service.builds import testkinds
+from enginecache.service.builds.plan import BuildRequest
+from enginecache.service.builds.submit import request_payload
 from enginecache.service.context import AppContext
-from enginecache.service.jobs import request_payload
-from enginecache.service.models import register_model
+from enginecache.service.models.register import register_model
 from tests.conftest import files_under, wait_for
 from tests.modelfactory import make_mlp
 from tests.s3kit import S3Server, running_server

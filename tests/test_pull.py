@@ -14,10 +14,10 @@ import pytest
 from enginecache.core.blobpaths import blob_path
 from enginecache.db.models import EngineRecord
 from enginecache.errors import IntegrityCheckError, NoEngineFitsError, NotFoundError
-from enginecache.service.builds import BuildRequest, build_engine
+from enginecache.service.builds.plan import BuildRequest, build_engine
 from enginecache.service.context import AppContext
-from enginecache.service.models import register_model
-from enginecache.service.pull import MANIFEST_FORMAT, manifest_path, pull
+from enginecache.service.fleet.pull import MANIFEST_FORMAT, manifest_path, pull
+from enginecache.service.models.register import register_model
 from tests.clirunner import run_cli
 from tests.enginerows import engine_row_like
 from tests.modelfactory import make_mlp

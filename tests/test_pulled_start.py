@@ -17,11 +17,11 @@ import pytest
 
 from enginecache.core.blobpaths import blob_path
 from enginecache.errors import BadInputError, EngineRejectedError
-from enginecache.service.builds import BuildRequest, build_engine
+from enginecache.service.builds.plan import BuildRequest, build_engine
 from enginecache.service.context import AppContext
-from enginecache.service.models import register_model
-from enginecache.service.pull import manifest_path, pull
-from enginecache.service.runtime import RuntimeSpec, load_or_build
+from enginecache.service.fleet.pull import manifest_path, pull
+from enginecache.service.models.register import register_model
+from enginecache.service.serving.runtime import RuntimeSpec, load_or_build
 from tests.conftest import corrupt_blob
 from tests.modelfactory import make_mlp
 from tests.nocatalog import NOBODY

@@ -20,11 +20,11 @@ from enginecache.db import queue
 from enginecache.db.catalog import Catalog
 from enginecache.db.models import JobStatus, WorkerRecord, utcnow
 from enginecache.errors import StaleLeaseError, TargetError
-from enginecache.service.builds import BuildRequest
+from enginecache.service.builds.plan import BuildRequest
+from enginecache.service.builds.submit import job_to_dict, submit_build
 from enginecache.service.context import AppContext
-from enginecache.service.jobs import job_to_dict, submit_build
-from enginecache.service.models import register_model
-from enginecache.service.worker import Worker, WorkerConfig
+from enginecache.service.jobs.worker import Worker, WorkerConfig
+from enginecache.service.models.register import register_model
 from tests.conftest import FakeClock
 from tests.modelfactory import make_mlp
 
@@ -210,7 +210,7 @@ def test_eight_identical_submissions_make_one_job_and_one_build(catalog_ctx: App
     Worker(catalog_ctx, WorkerConfig(name="w", once=True)).run()
     job = queue.get_job(catalog_ctx.catalog, job_ids.pop() or 0)
     assert job.status == JobStatus.SUCCEEDED, job.error
-    from enginecache.service.engines import list_engines
+    from enginecache.service.engines.records import list_engines
 
     assert len(list_engines(catalog_ctx)) == 1, "one build"
     again = submit_build(catalog_ctx, request)
@@ -352,7 +352,7 @@ def test_trt_build_from_a_cpu_host_is_planned_for_a_live_gpu_worker_fake_gpu_wor
 ) -> None:
     """The GPU worker here is a catalog row standing in for a host with TensorRT and an A10 (no
     machine we have runs full TensorRT); everything else is real."""
-    from enginecache.service.jobs import waiting_reason
+    from enginecache.service.builds.submit import waiting_reason
 
     register_model(app_ctx, make_mlp(tmp_path / "mlp.onnx"), name="mlp")
     request = BuildRequest(model="mlp", backend="trt", targets=("sm86",))

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from enginecache.cli.probe import fast_main, parse_probe_args
-from enginecache.service import runtime, servestate
 from enginecache.service.context import AppContext
-from enginecache.service.runtime import load_or_build
-from enginecache.service.servestate import check_state
+from enginecache.service.serving import runtime, servestate
+from enginecache.service.serving.runtime import load_or_build
+from enginecache.service.serving.servestate import check_state
 from tests.clirunner import run_cli
 from tests.conftest import corrupt_blob
 from tests.servingkit import ORT, Served, run_python, serve_mlp

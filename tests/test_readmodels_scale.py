@@ -16,7 +16,7 @@ from sqlmodel import select
 
 from enginecache.db.models import EngineRecord, EngineStatus, JobRecord, JobStatus, LoadEventRecord, ModelRecord, utcnow
 from enginecache.service.context import AppContext
-from enginecache.service.models import register_model
+from enginecache.service.models.register import register_model
 from enginecache.service.readmodels.days import day_bounds
 from enginecache.service.readmodels.overview import cache_activity
 from enginecache.service.readmodels.timings import build_time_groups, serving_hit_rates

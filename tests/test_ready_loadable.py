@@ -20,12 +20,12 @@ from enginecache.core.backends.base import LoadSpec
 from enginecache.core.backends.ort.backend import ORT_BACKEND
 from enginecache.db.models import EngineRecord, EngineStatus
 from enginecache.errors import BuildFailedError, EngineRejectedError, LoadFailedError
-from enginecache.service.builds import BuildRequest, build_engine
+from enginecache.service.builds.plan import BuildRequest, build_engine
+from enginecache.service.builds.testload import run_test_load
 from enginecache.service.context import AppContext
-from enginecache.service.models import register_model
-from enginecache.service.runtime import load_or_build
-from enginecache.service.runtimetypes import RuntimeSpec
-from enginecache.service.testload import run_test_load
+from enginecache.service.models.register import register_model
+from enginecache.service.serving.runtime import load_or_build
+from enginecache.service.serving.runtimetypes import RuntimeSpec
 from tests.conftest import skip_or_fail
 from tests.corpus import BY_NAME, corpus_path, missing
 
@@ -135,7 +135,7 @@ def test_a_load_the_runtime_refuses_at_serve_time_is_rejected_with_its_words_and
         def full_path(*_args: object, **_kwargs: object) -> None:
             raise AssertionError("the second load should take the hit path")
 
-        monkeypatch.setattr("enginecache.service.loadpath.load_engine_record", full_path)
+        monkeypatch.setattr("enginecache.service.serving.loadpath.load_engine_record", full_path)
 
 
 def test_the_int8_recipe_moves_an_old_opset_model_to_13_so_its_engine_loads_and_passes(

@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 
 from enginecache.service.context import AppContext
-from enginecache.service.exports import export_model
+from enginecache.service.fleet.exports import export_model
 from tests.conftest import skip_or_fail
 from tests.corpus import BY_NAME, corpus_dir, missing
 from tests.realmodelkit import CELLS, CODE_BEGIN, CODE_END, DOCS, Bench, docs_verdicts, expand_expected, render_expected

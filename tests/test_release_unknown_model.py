@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from enginecache.errors import EXIT_BAD_INPUT, BadInputError, NotFoundError
-from enginecache.service import audit
+from enginecache.service.access import audit
 from enginecache.service.context import AppContext
-from enginecache.service.models import register_model
-from enginecache.service.releases import aliases, rollback
+from enginecache.service.models.register import register_model
+from enginecache.service.models.releases import aliases, rollback
 from tests.clirunner import run_cli
 from tests.modelfactory import make_mlp
 

@@ -1,4 +1,4 @@
-"""Releases (`service.releases`, `enginecache release`): a name's versions are its registered bytes in
+"""Releases (`service.models.releases`, `enginecache release`): a name's versions are its registered bytes in
 order; aliases point a name at a version, for every host or one GPU class; promote and rollback (a
 stack), audited, the operator role; `NAME@ALIAS` resolved by profiles and pull (its manifest says the
 alias and version); bad aliases and versions refused."""
@@ -10,15 +10,15 @@ from pathlib import Path
 import pytest
 
 from enginecache.errors import AccessDeniedError, BadInputError, NotFoundError
-from enginecache.service import audit
-from enginecache.service.access import Role, set_role
-from enginecache.service.audit import Actor, acting_as
-from enginecache.service.builds import BuildRequest, build_engine
+from enginecache.service.access import audit
+from enginecache.service.access.audit import Actor, acting_as
+from enginecache.service.access.roles import Role, set_role
+from enginecache.service.builds.plan import BuildRequest, build_engine
 from enginecache.service.context import AppContext
-from enginecache.service.models import ModelRecord, register_model
-from enginecache.service.profiles import model_profiles
-from enginecache.service.pull import pull
-from enginecache.service.releases import aliases, promote, resolve_alias, resolve_model, rollback, versions
+from enginecache.service.fleet.profiles import model_profiles
+from enginecache.service.fleet.pull import pull
+from enginecache.service.models.register import ModelRecord, register_model
+from enginecache.service.models.releases import aliases, promote, resolve_alias, resolve_model, rollback, versions
 from tests.clirunner import run_cli
 from tests.modelfactory import make_mlp
 from tests.test_profiles import fake_gpu_host
@@ -126,9 +126,9 @@ def test_the_release_cli(
 def test_export_and_the_startup_probe_resolve_name_at_alias(
     app_ctx: AppContext, two_versions: list[ModelRecord], tmp_path: Path
 ) -> None:
-    from enginecache.service.exports import export_model
-    from enginecache.service.readiness import check_ready
-    from enginecache.service.runtime import RuntimeSpec
+    from enginecache.service.fleet.exports import export_model
+    from enginecache.service.serving.readiness import check_ready
+    from enginecache.service.serving.runtime import RuntimeSpec
 
     v1, _ = two_versions
     old = build_engine(app_ctx, BuildRequest(model=str(v1.id), backend="ort")).engine

@@ -1,4 +1,4 @@
-"""Restore of SQLite backups (service.backup): the catalog file placed outside the home where the
+"""Restore of SQLite backups (service.maintenance.backup.usecases): the catalog file placed outside the home where the
 target's --db names it so, and an older backup migrated to the head revision."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ import sqlalchemy as sa
 from enginecache.db.catalog import MIGRATIONS_DIR, head_revision
 from enginecache.db.models import EngineStatus
 from enginecache.db.reader import sqlite_url
-from enginecache.service.backup import backup, restore
-from enginecache.service.builds import BuildRequest, build_engine
+from enginecache.service.builds.plan import BuildRequest, build_engine
 from enginecache.service.context import AppContext
-from enginecache.service.engines import list_engines
-from enginecache.service.models import register_model
+from enginecache.service.engines.records import list_engines
+from enginecache.service.maintenance.backup.usecases import backup, restore
+from enginecache.service.models.register import register_model
 from tests.backupkit import backup_manifest, rewrite_manifest
 from tests.conftest import files_under
 from tests.modelfactory import file_sha256, make_mlp

@@ -12,15 +12,15 @@ from sqlmodel import select
 
 from enginecache.db.models import EngineStatus, LoadEventRecord, StatCacheRecord
 from enginecache.errors import EngineQueuedError, EngineRejectedError, MissError, PrecisionError
-from enginecache.service.builds import BuildRequest, build_engine
+from enginecache.service.builds.plan import BuildRequest, build_engine
+from enginecache.service.builds.submit import get_job
 from enginecache.service.context import AppContext
-from enginecache.service.engines import get_engine
-from enginecache.service.jobs import get_job
-from enginecache.service.loadruns import load_event_stats
-from enginecache.service.models import register_model
-from enginecache.service.readiness import check_ready
-from enginecache.service.runtime import RuntimeSpec, load_or_build
-from enginecache.service.statcache import onnx_digest
+from enginecache.service.engines.loadruns import load_event_stats
+from enginecache.service.engines.records import get_engine
+from enginecache.service.models.register import register_model
+from enginecache.service.serving.readiness import check_ready
+from enginecache.service.serving.runtime import RuntimeSpec, load_or_build
+from enginecache.service.serving.statcache import onnx_digest
 from tests.clirunner import run_cli
 from tests.modelfactory import make_external_data_model, make_mlp
 

@@ -14,10 +14,10 @@ from enginecache.core.objectstore import blob_key
 from enginecache.core.store import ArtifactStore
 from enginecache.db.models import EngineRecord, EngineStatus
 from enginecache.errors import BuildFailedError, StoreError
-from enginecache.service.buildjob import causes, failure_is_transient
-from enginecache.service.builds import BuildRequest, build_engine
+from enginecache.service.builds.buildjob import causes, failure_is_transient
+from enginecache.service.builds.plan import BuildRequest, build_engine
 from enginecache.service.context import AppContext
-from enginecache.service.models import register_model
+from enginecache.service.models.register import register_model
 from tests.modelfactory import make_mlp
 from tests.s3kit import BUCKET, REGION, S3Server, free_port, running_server
 
@@ -83,11 +83,11 @@ def test_a_build_whose_remote_is_down_fails_transiently(
 def test_a_serving_host_without_the_blob_loads_it_from_the_bucket_verified(
     server: S3Server, app_ctx: AppContext, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The load path (`service.engineload`, both load_or_build paths use it) fetches a blob this host's
+    """The load path (`service.serving.engineload`, both load_or_build paths use it) fetches a blob this host's
     store lacks from the remote, verified, then reads it; a tampered remote copy is CORRUPT."""
     from enginecache.core.backends.base import PhaseTimer
     from enginecache.errors import EngineRejectedError
-    from enginecache.service.engineload import EngineFacts, load_engine
+    from enginecache.service.serving.engineload import EngineFacts, load_engine
 
     prefix = f"serve-{uuid.uuid4().hex[:12]}"
     use_env(monkeypatch, server.env(prefix))
@@ -112,7 +112,7 @@ def test_a_serving_host_without_the_blob_loads_it_from_the_bucket_verified(
 def test_pull_on_a_host_without_the_store_folder_fetches_from_the_bucket(
     server: S3Server, app_ctx: AppContext, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from enginecache.service.pull import pull
+    from enginecache.service.fleet.pull import pull
 
     use_env(monkeypatch, server.env(f"pull-{uuid.uuid4().hex[:12]}"))
     register_model(app_ctx, make_mlp(tmp_path / "mlp.onnx"), name="mlp")

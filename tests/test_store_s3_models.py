@@ -15,9 +15,9 @@ from enginecache.core.blobpaths import model_dir
 from enginecache.core.objectstore import blob_key
 from enginecache.db.models import EngineStatus
 from enginecache.errors import BuildFailedError, IntegrityCheckError
-from enginecache.service.builds import BuildRequest, build_engine
+from enginecache.service.builds.plan import BuildRequest, build_engine
 from enginecache.service.context import AppContext
-from enginecache.service.models import register_model
+from enginecache.service.models.register import register_model
 from tests.modelfactory import make_external_data_model, make_mlp
 from tests.s3kit import BUCKET, S3Server, running_server
 

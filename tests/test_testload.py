@@ -13,15 +13,15 @@ from onnx import TensorProto, helper
 from enginecache.core.fingerprint import host_fingerprint
 from enginecache.db.models import EngineRecord, EngineStatus, JobStatus
 from enginecache.errors import TestInputError
-from enginecache.service.builds import BuildRequest, build_engine
+from enginecache.service.builds.plan import BuildRequest, build_engine
+from enginecache.service.builds.submit import get_job, waiting_reason
+from enginecache.service.builds.testload import run_test_load, submit_test_load
 from enginecache.service.context import AppContext
-from enginecache.service.engines import get_engine
-from enginecache.service.jobs import get_job, waiting_reason
-from enginecache.service.loadruns import list_load_runs, load_phase_stats
-from enginecache.service.models import register_model
-from enginecache.service.routing import can_run, describe_requirements, load_requirements, worker_capabilities
-from enginecache.service.testload import run_test_load, submit_test_load
-from enginecache.service.worker import WorkerConfig, run_worker
+from enginecache.service.engines.loadruns import list_load_runs, load_phase_stats
+from enginecache.service.engines.records import get_engine
+from enginecache.service.jobs.routing import can_run, describe_requirements, load_requirements, worker_capabilities
+from enginecache.service.jobs.worker import WorkerConfig, run_worker
+from enginecache.service.models.register import register_model
 from tests.clirunner import run_cli
 from tests.conftest import REFERENCE_MODELS, corrupt_blob, reference_catalog
 from tests.modelfactory import make_mlp
@@ -277,8 +277,8 @@ def test_shared_model_reduced_precision_verdicts(
 
 
 def test_job_kinds_table_and_the_test_kinds_switch(monkeypatch: pytest.MonkeyPatch) -> None:
-    from enginecache.service import jobkinds
-    from enginecache.service.testloadjob import run_test_load_job
+    from enginecache.service.builds.testloadjob import run_test_load_job
+    from enginecache.service.jobs import kinds as jobkinds
 
     assert jobkinds.job_runner("test_load") is run_test_load_job
     monkeypatch.delenv(jobkinds.TEST_KINDS_ENV, raising=False)
@@ -295,7 +295,7 @@ def test_job_kinds_table_and_the_test_kinds_switch(monkeypatch: pytest.MonkeyPat
 def test_inputs_that_do_not_fit_are_refused_at_submit_by_the_cli_too(
     app_ctx: AppContext, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The one check the dashboard's uploader uses (service.testinputs): a dtype or a dimension the
+    """The one check the dashboard's uploader uses (service.builds.testinputs): a dtype or a dimension the
     engine does not take is refused before anything is queued, naming it, not cast in the job."""
     register_model(app_ctx, make_mlp(tmp_path / "mlp.onnx"), name="mlp")
     engine = build_engine(app_ctx, BuildRequest(model="mlp", backend="ort")).engine

@@ -18,13 +18,14 @@ from enginecache.core.backends.ort import ORT_BACKEND
 from enginecache.core.blobpaths import blob_path, model_file
 from enginecache.db.models import EngineStatus, ModelStatus
 from enginecache.errors import EngineRejectedError
-from enginecache.service import audit, hitpath
-from enginecache.service.builds import BuildRequest, build_engine
+from enginecache.service.access import audit
+from enginecache.service.builds.plan import BuildRequest, build_engine
+from enginecache.service.builds.testload import run_test_load
 from enginecache.service.context import AppContext
-from enginecache.service.engines import get_engine
-from enginecache.service.loadpath import load_or_build_full
-from enginecache.service.models import get_model, register_model
-from enginecache.service.testload import run_test_load
+from enginecache.service.engines.records import get_engine
+from enginecache.service.models.register import get_model, register_model
+from enginecache.service.serving import hitpath
+from enginecache.service.serving.loadpath import load_or_build_full
 from tests.conftest import corrupt_blob
 from tests.modelfactory import make_conv, make_external_data_model, make_mlp
 from tests.servingkit import ORT, serve_mlp

@@ -1,7 +1,7 @@
 """Workers as real processes: crash recovery, cancel, lease takeover after SIGSTOP, clean shutdown,
 the attempt's timeout.
 
-The jobs are the test-only kinds of `enginecache.service.testkinds` (`sleep`, `crash`): the worker
+The jobs are the test-only kinds of `enginecache.service.builds.testkinds` (`sleep`, `crash`): the worker
 processes here have ENGINECACHE_TEST_JOB_KINDS=1 in their environment, and the queue's and the
 worker's mechanics need no real build. One test keeps a real build (tiny_llama fp16: ModelOpt
 AutoCast, then a TensorRT-RTX build, seconds in the child), where the build is the point: a child
@@ -28,13 +28,13 @@ import pytest
 from enginecache.db import queue
 from enginecache.db.catalog import Catalog
 from enginecache.db.models import EngineStatus, JobRecord, JobStatus, utcnow
-from enginecache.service import testkinds
-from enginecache.service.builds import BuildRequest
+from enginecache.service.builds import testkinds
+from enginecache.service.builds.plan import BuildRequest
+from enginecache.service.builds.submit import submit_build
 from enginecache.service.context import AppContext
-from enginecache.service.engines import list_engines
-from enginecache.service.jobs import submit_build
-from enginecache.service.models import register_model
-from enginecache.service.worker import Worker, WorkerConfig
+from enginecache.service.engines.records import list_engines
+from enginecache.service.jobs.worker import Worker, WorkerConfig
+from enginecache.service.models.register import register_model
 from tests.conftest import files_under, shared_model, wait_for
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -9,7 +9,7 @@ import typer
 
 from enginecache.cli.common import JsonOption, OffsetOption, app_context, limit_option, stream_rows
 
-DEFAULT_AUDIT_LIMIT = 100  # as service.audit.DEFAULT_LIMIT (not imported: `--help` loads no service code)
+DEFAULT_AUDIT_LIMIT = 100  # as service.access.audit.DEFAULT_LIMIT (not imported: `--help` loads no service code)
 
 
 def _event_line(r: dict[str, Any]) -> str:
@@ -33,7 +33,7 @@ def audit(
 
     Each line: id, time (UTC), actor, origin, action, target and details. With --json, one JSON array.
     """
-    from enginecache.service.audit import audit_dict, list_audit
+    from enginecache.service.access.audit import audit_dict, list_audit
 
     events = list_audit(app_context(ctx), action=action, limit=limit or DEFAULT_AUDIT_LIMIT, offset=offset or 0)
     stream_rows((audit_dict(e) for e in events), as_json, _event_line, "no audit events")

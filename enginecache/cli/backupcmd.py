@@ -32,7 +32,7 @@ def backup(
     SQLite: the online backup API; PostgreSQL: pg_dump of one snapshot, the blobs of that snapshot.
     Each blob is verified as it is copied; the folder appears at DEST only once complete.
     """
-    from enginecache.service.backup import backup as run_backup
+    from enginecache.service.maintenance.backup.usecases import backup as run_backup
 
     result = run_backup(app_context(ctx), dest, pg_bin=pg_bin, progress=_progress(as_json))
     data = result.to_dict()
@@ -60,7 +60,7 @@ def restore(
     Refuses a home that is not empty and a catalog that has rows; a damaged file in the backup is
     named and nothing is restored.
     """
-    from enginecache.service.backup import restore as run_restore
+    from enginecache.service.maintenance.backup.usecases import restore as run_restore
 
     result = run_restore(app_context(ctx), src, pg_bin=pg_bin, progress=_progress(as_json))
     emit(

@@ -53,10 +53,10 @@ def build(
         return
     from enginecache.db.models import JobStatus
     from enginecache.errors import BuildFailedError
-    from enginecache.service.builds import BuildRequest
-    from enginecache.service.engines import get_engine
-    from enginecache.service.jobs import submit_build, waiting_reason
-    from enginecache.service.submitwait import run_and_wait
+    from enginecache.service.builds.plan import BuildRequest
+    from enginecache.service.builds.submit import submit_build, waiting_reason
+    from enginecache.service.builds.submitwait import run_and_wait
+    from enginecache.service.engines.records import get_engine
 
     request = BuildRequest(
         model=model,
@@ -106,7 +106,7 @@ def _cell_line(r: dict[str, Any]) -> str:
 
 def _build_matrix(ctx: typer.Context, path: Path, as_json: bool) -> None:
     from enginecache.cli.common import EXIT_FAILED
-    from enginecache.service.matrix import load_matrix, run_matrix
+    from enginecache.service.builds.matrix import load_matrix, run_matrix
 
     cells = load_matrix(path)
     results = [r.to_dict() for r in run_matrix(app_context(ctx), cells)]
@@ -120,7 +120,7 @@ def _build_matrix(ctx: typer.Context, path: Path, as_json: bool) -> None:
 def _emit_engine(
     app_ctx: AppContext, engine: EngineRecord, *, cache_hit: bool, notes: tuple[str, ...], as_json: bool
 ) -> None:
-    from enginecache.service.engines import engine_to_dict
+    from enginecache.service.engines.records import engine_to_dict
 
     data = engine_to_dict(app_ctx, engine, cache_hit=cache_hit)
     data["notes"] = list(notes)

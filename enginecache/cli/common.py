@@ -209,7 +209,7 @@ def _nested(value: Any) -> str:
 
 def job_error(error: str | None, engine_id: int | None) -> str:
     """A job's recorded error as the CLI says it, the engine named by its kind and id beside the
-    job's own: a build job's `build 27 failed: ...` (the words of service.builds.run_build, as the
+    job's own: a build job's `build 27 failed: ...` (the words of service.builds.plan.run_build, as the
     catalog keeps them) reads `engine 27 failed to build: ...`; any other error is left as it is."""
     text = error or "no error recorded"
     legacy = f"build {engine_id} failed: "
@@ -264,7 +264,7 @@ def print_listing(
     line: Callable[[dict[str, Any]], str],
     empty: str,
 ) -> int:
-    """`stream_rows` of a listing (`service.listing.stream_*`), read within its context."""
+    """`stream_rows` of a listing (`service.readmodels.listing.stream_*`), read within its context."""
     with listing as rows:
         return stream_rows(rows, as_json, line, empty)
 

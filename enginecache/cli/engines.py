@@ -38,7 +38,7 @@ def engine_list(
     as_json: JsonOption = False,
 ) -> None:
     """Engines in the catalog, newest first."""
-    from enginecache.service.listing import stream_engines
+    from enginecache.service.readmodels.listing import stream_engines
 
     listing = stream_engines(app_context(ctx), model=model, status=status, limit=limit, offset=offset or 0)
     print_listing(listing, as_json, _engine_line, "no engines")
@@ -46,7 +46,7 @@ def engine_list(
 
 def engine_show(ctx: typer.Context, engine_id: EngineIdArgument, as_json: JsonOption = False) -> None:
     """Everything recorded: each cache-key ingredient, fingerprint, IO, builder log."""
-    from enginecache.service.listing import show_engine
+    from enginecache.service.readmodels.listing import show_engine
 
     data = show_engine(app_context(ctx), engine_id)
     emit(data, as_json, _engine_text(data))
@@ -134,9 +134,9 @@ def verify(
     if not engine_ids and not all_engines and not models:
         fail("name engine ids or --model, or pass --all", EXIT_BAD_INPUT)
     from enginecache.core.plaintext import printable
-    from enginecache.service.engines import verify_engines
-    from enginecache.service.models import get_model
-    from enginecache.service.modelverify import verify_models
+    from enginecache.service.engines.records import verify_engines
+    from enginecache.service.models.register import get_model
+    from enginecache.service.models.verify import verify_models
 
     app = app_context(ctx)
     model_results = []
@@ -163,7 +163,7 @@ def check(ctx: typer.Context, engine_id: EngineIdArgument, as_json: JsonOption =
 
     The blob is re-hashed first: one that does not match its digest is `corrupt` (exit 1), the engine
     is marked CORRUPT and its header is never handed to the backend."""
-    from enginecache.service.engines import CORRUPT_VERDICT, check_engine
+    from enginecache.service.engines.records import CORRUPT_VERDICT, check_engine
 
     result = check_engine(app_context(ctx), engine_id)
     emit({"id": engine_id, **result.to_dict()}, as_json, f"{result.verdict}: {result.reason}")
@@ -173,7 +173,7 @@ def check(ctx: typer.Context, engine_id: EngineIdArgument, as_json: JsonOption =
 
 def engine_retire(ctx: typer.Context, engine_id: EngineIdArgument, as_json: JsonOption = False) -> None:
     """Retire an engine (admin): no lookup returns it again; gc removes its blob after the grace period."""
-    from enginecache.service.engines import retire_engine
+    from enginecache.service.engines.records import retire_engine
 
     row = retire_engine(app_context(ctx), engine_id)
     emit({"id": engine_id, "status": row.status}, as_json, f"engine {engine_id} {row.status}")
@@ -181,7 +181,7 @@ def engine_retire(ctx: typer.Context, engine_id: EngineIdArgument, as_json: Json
 
 def engine_delete(ctx: typer.Context, engine_id: EngineIdArgument, as_json: JsonOption = False) -> None:
     """Delete an engine (admin): retired now and its blob removed now, unless something else needs it."""
-    from enginecache.service.enginedelete import delete_engine
+    from enginecache.service.engines.delete import delete_engine
 
     result = delete_engine(app_context(ctx), engine_id)
     emit(result.to_dict(), as_json, f"engine {engine_id} deleted (RETIRED, was {result.was}): {result.reason}")

@@ -30,7 +30,7 @@ def profiles(
     ctx: typer.Context, model: ModelArgument, precision: PrecisionOption = None, as_json: JsonOption = False
 ) -> None:
     """Every engine of the model, compatible with this host or not and why; * marks the one pull takes."""
-    from enginecache.service.profiles import model_profiles
+    from enginecache.service.fleet.profiles import model_profiles
 
     found = model_profiles(app_context(ctx), model, precision=precision)
     data = found.to_dict()
@@ -49,7 +49,7 @@ def pull(
 ) -> None:
     """Copy the engine that fits this host into DIR, verified, with a manifest; resumable and idempotent."""
     from enginecache.core.plaintext import printable
-    from enginecache.service.pull import pull as pull_engine
+    from enginecache.service.fleet.pull import pull as pull_engine
 
     result = pull_engine(app_context(ctx), model, dest, precision=precision)
     done = "up to date" if result.up_to_date else f"pulled {result.copied_bytes} bytes"

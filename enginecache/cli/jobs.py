@@ -39,7 +39,7 @@ def worker(
     poll_seconds: Annotated[float, typer.Option("--poll-seconds", help="Idle poll interval.")] = 0.2,
 ) -> None:
     """Claim and run jobs this host can run, until stopped (SIGINT/SIGTERM: finish, then exit)."""
-    from enginecache.service.worker import WorkerConfig, default_worker_name, run_worker
+    from enginecache.service.jobs.worker import WorkerConfig, default_worker_name, run_worker
 
     config = WorkerConfig(
         name=name or default_worker_name(),
@@ -72,7 +72,7 @@ def jobs_list(
     as_json: JsonOption = False,
 ) -> None:
     """Jobs in the queue, newest first."""
-    from enginecache.service.listing import stream_jobs
+    from enginecache.service.readmodels.listing import stream_jobs
 
     listing = stream_jobs(app_context(ctx), status=status, limit=limit or DEFAULT_JOBS_LIMIT, offset=offset or 0)
     print_listing(listing, as_json, _job_line, "no jobs")
@@ -80,7 +80,7 @@ def jobs_list(
 
 def job_show(ctx: typer.Context, job_id: JobIdArgument, as_json: JsonOption = False) -> None:
     """A job's status, attempts, progress, phase, worker, requirements, error and log tail."""
-    from enginecache.service.listing import show_job
+    from enginecache.service.readmodels.listing import show_job
 
     data = show_job(app_context(ctx), job_id)
     emit(data, as_json, _job_text(data))
@@ -117,7 +117,7 @@ def _job_text(data: dict[str, Any]) -> str:
 
 def job_cancel(ctx: typer.Context, job_id: JobIdArgument, as_json: JsonOption = False) -> None:
     """Cancel a queued job (it never runs) or a running one (its process group is killed)."""
-    from enginecache.service.jobs import cancel_job, job_to_dict
+    from enginecache.service.builds.submit import cancel_job, job_to_dict
 
     app_ctx = app_context(ctx)
     job = cancel_job(app_ctx, job_id)

@@ -9,7 +9,7 @@ import typer
 from enginecache.cli.common import EXIT_FAILED, JsonOption, app_context, emit
 
 if TYPE_CHECKING:
-    from enginecache.service.gcreport import GcReport
+    from enginecache.service.maintenance.gc.report import GcReport
 
 KIND_WORDS = {
     "unreferenced_blob": "unreferenced blob",
@@ -39,8 +39,8 @@ def gc(
     """Remove unreferenced blobs, retired ones past the grace and stale temp folders (a dry run without --apply)."""
     from datetime import timedelta
 
-    from enginecache.service.gc import collect_garbage
-    from enginecache.service.gcreport import GcPolicy
+    from enginecache.service.maintenance.gc.collect import collect_garbage
+    from enginecache.service.maintenance.gc.report import GcPolicy
 
     policy = GcPolicy() if grace_days is None else GcPolicy(grace=timedelta(days=grace_days))
     report = collect_garbage(app_context(ctx), apply=apply, policy=policy)

@@ -24,7 +24,7 @@ def model_add(
 ) -> None:
     """Inspect, hash and store an ONNX model; the same bytes twice return the existing model."""
     from enginecache.core.plaintext import printable
-    from enginecache.service.models import model_to_dict, register_model
+    from enginecache.service.models.register import model_to_dict, register_model
 
     result = register_model(app_context(ctx), path, name=name, new_version=new_version)
     data = {**model_to_dict(result.model), "created": result.created}
@@ -43,7 +43,7 @@ def model_list(
     ctx: typer.Context, limit: LimitOption = None, offset: OffsetOption = None, as_json: JsonOption = False
 ) -> None:
     """Every model in the catalog, newest first."""
-    from enginecache.service.listing import stream_models
+    from enginecache.service.readmodels.listing import stream_models
 
     print_listing(stream_models(app_context(ctx), limit=limit, offset=offset or 0), as_json, _model_line, "no models")
 
@@ -52,7 +52,7 @@ def model_show(
     ctx: typer.Context, model: Annotated[str, typer.Argument(help="Name, id or digest.")], as_json: JsonOption = False
 ) -> None:
     """Inputs/outputs with dynamic dims, opset, IR, producer, ops, parameters, files, digest."""
-    from enginecache.service.listing import show_model
+    from enginecache.service.readmodels.listing import show_model
 
     data = show_model(app_context(ctx), model)
     emit(data, as_json, _model_text(data))

@@ -1,7 +1,7 @@
 """`enginecache ready --state FILE`: the readiness probe, answered before the Typer app is built.
 
 A Kubernetes exec probe runs every few seconds for the life of a pod, so it must cost next to
-nothing: this module imports the stdlib and `enginecache.service.servestate` only (no Typer, no
+nothing: this module imports the stdlib and `enginecache.service.serving.servestate` only (no Typer, no
 command modules, no SQLAlchemy, no runtime), reads the serving state file that `load_or_build`
 wrote after its verified load, and checks it (`servestate.check_state`: same boot, the process
 still alive with the same start time, the engine blob's stat unchanged). Nothing is re-hashed, so
@@ -63,7 +63,7 @@ def parse_probe_args(argv: Sequence[str]) -> tuple[Path, bool] | None:
 
 def probe(state_file: Path, as_json: bool) -> int:
     """Check the serving state, print the verdict as `ready --model` does, return the exit code."""
-    from enginecache.service.servestate import check_state
+    from enginecache.service.serving.servestate import check_state
 
     result = check_state(state_file)
     if as_json:

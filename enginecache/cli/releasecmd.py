@@ -33,7 +33,7 @@ def release_promote(
     as_json: JsonOption = False,
 ) -> None:
     """Point an alias of the model at a version (operator)."""
-    from enginecache.service.releases import promote
+    from enginecache.service.models.releases import promote
 
     data = promote(app_context(ctx), name, alias, version=version, gpu_class=gpu).to_dict()
     emit(data, as_json, _target_line(data))
@@ -43,7 +43,7 @@ def release_rollback(
     ctx: typer.Context, name: NameArgument, alias: AliasOption, gpu: GpuOption = None, as_json: JsonOption = False
 ) -> None:
     """Take the alias's last promote back: it points where it pointed before (operator)."""
-    from enginecache.service.releases import rollback
+    from enginecache.service.models.releases import rollback
 
     data = rollback(app_context(ctx), name, alias, gpu_class=gpu).to_dict()
     emit(data, as_json, _target_line(data))
@@ -51,7 +51,7 @@ def release_rollback(
 
 def release_list(ctx: typer.Context, name: NameArgument, as_json: JsonOption = False) -> None:
     """Every alias of the model in effect, and the version each points at."""
-    from enginecache.service.releases import aliases
+    from enginecache.service.models.releases import aliases
 
     rows = aliases(app_context(ctx), name)
     stream_rows((t.to_dict() for t in rows), as_json, _target_line, f"model {name} has no aliases")

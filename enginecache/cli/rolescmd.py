@@ -8,7 +8,7 @@ import typer
 
 from enginecache.cli.common import JsonOption, app_context, emit, stream_rows
 
-ROLES = "viewer, operator or admin"  # as service.access.Role (not imported: `--help` loads no service code)
+ROLES = "viewer, operator or admin"  # as service.access.roles.Role (not imported: `--help` loads no service code)
 SubjectArgument = Annotated[
     str, typer.Argument(metavar="SUBJECT", help="The user's login e-mail (case does not matter).")
 ]
@@ -29,7 +29,7 @@ def role_set(
     as_json: JsonOption = False,
 ) -> None:
     """Give a user a role (replacing the one they had): viewer < operator < admin."""
-    from enginecache.service.access import role_dict, set_role
+    from enginecache.service.access.roles import role_dict, set_role
 
     data = role_dict(set_role(app_context(ctx), subject, role))
     emit(data, as_json, _role_line(data))
@@ -38,7 +38,7 @@ def role_set(
 def role_remove(ctx: typer.Context, subject: SubjectArgument, as_json: JsonOption = False) -> None:
     """Take a user's role away: they are denied everything from their next request on."""
     from enginecache.core.plaintext import printable
-    from enginecache.service.access import remove_role, role_dict
+    from enginecache.service.access.roles import remove_role, role_dict
 
     data = role_dict(remove_role(app_context(ctx), subject))
     emit({**data, "removed": True}, as_json, printable(f"removed: {data['subject']} (was {data['role']})"))
@@ -46,7 +46,7 @@ def role_remove(ctx: typer.Context, subject: SubjectArgument, as_json: JsonOptio
 
 def role_list(ctx: typer.Context, as_json: JsonOption = False) -> None:
     """Every user with a role, by subject; a user not listed is denied."""
-    from enginecache.service.access import list_roles, role_dict
+    from enginecache.service.access.roles import list_roles, role_dict
 
     rows = list_roles(app_context(ctx))
     stream_rows((role_dict(r) for r in rows), as_json, _role_line, "no user has a role")

@@ -19,14 +19,14 @@ from enginecache.cli.common import (
 )
 from enginecache.db.models import JobStatus
 from enginecache.errors import JobWaitError
-from enginecache.service.exports import export_model
-from enginecache.service.jobs import waiting_reason
-from enginecache.service.loadruns import list_load_runs, load_run_to_dict
-from enginecache.service.readiness import check_ready
-from enginecache.service.runtimetypes import RuntimeSpec
-from enginecache.service.servestate import check_state
-from enginecache.service.submitwait import run_and_wait
-from enginecache.service.testload import TestLoadOptions, run_test_load, submit_test_load
+from enginecache.service.builds.submit import waiting_reason
+from enginecache.service.builds.submitwait import run_and_wait
+from enginecache.service.builds.testload import TestLoadOptions, run_test_load, submit_test_load
+from enginecache.service.engines.loadruns import list_load_runs, load_run_to_dict
+from enginecache.service.fleet.exports import export_model
+from enginecache.service.serving.readiness import check_ready
+from enginecache.service.serving.runtimetypes import RuntimeSpec
+from enginecache.service.serving.servestate import check_state
 
 
 def describe_run(run: dict[str, Any]) -> str:

@@ -1,4 +1,4 @@
-"""The `enginecache serve` command: dashboard plus one local worker (see service.serve)."""
+"""The `enginecache serve` command: dashboard plus one local worker (see service.access.serve)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import typer
 from enginecache.cli.common import app_context
 
 if TYPE_CHECKING:
-    from enginecache.service.serve import Served
+    from enginecache.service.access.serve import Served
 
-# enginecache.service.serve's defaults, written out so that `--help` imports no service code
+# enginecache.service.access.serve's defaults, written out so that `--help` imports no service code
 # (tests/test_cli_listing.py checks they agree).
 DEFAULT_PORT = 8501
 DEFAULT_MAX_UPLOAD_MB = 2048
@@ -46,8 +46,8 @@ def register(app: typer.Typer) -> None:
         worker_name: Annotated[str | None, typer.Option("--worker-name", help="Name of the local worker.")] = None,
     ) -> None:
         """Start the dashboard and one local worker on this catalog; ^C stops both."""
-        from enginecache.service.exposure import decide_exposure, login_configured, streamlit_secrets_files
-        from enginecache.service.serve import ServeSpec, run_serve
+        from enginecache.service.access.exposure import decide_exposure, login_configured, streamlit_secrets_files
+        from enginecache.service.access.serve import ServeSpec, run_serve
 
         exposure = decide_exposure(
             address, login=login_configured(streamlit_secrets_files()), insecure_no_auth=insecure_no_auth

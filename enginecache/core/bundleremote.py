@@ -7,7 +7,7 @@ model's `info["remote_files"]`, `{relative name: [sha256, size]}`. `fetch_bundle
 `models/<digest>/` on a host that lacks the folder: each file is written to a staging folder while
 hashed and refused unless it is those bytes, and the folder takes its name only once every file is
 there, so no half bundle is ever seen. The bundle's own digest is checked again by whoever reads it
-(`service.modelverify.stage_bundle` hashes the copy it builds from).
+(`service.models.verify.stage_bundle` hashes the copy it builds from).
 """
 
 from __future__ import annotations

@@ -71,7 +71,7 @@ PIPELINE_BYTES = 32 * 1024 * 1024
 # The prefix whose BLAKE3 a stream's digest also carries (`DigestResult.head_blake3`): an engine's
 # header, all that a backend's header check reads (core.backends.loadtypes.ENGINE_HEADER_BYTES names
 # this value), so a load can refuse an engine its host cannot run after reading and verifying these
-# bytes alone (service.engineload).
+# bytes alone (service.serving.engineload).
 HEAD_BYTES = 4096
 
 

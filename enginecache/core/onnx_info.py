@@ -235,7 +235,7 @@ def model_digest(
     """The model's identity: sha256 of the file, or of the bundle listing (module docstring).
 
     `read(file, relpath)` hashes each file once (the model file's relpath is its name); by default it
-    only hashes, `service.modelverify.stage_bundle` passes one that copies while it hashes."""
+    only hashes, `service.models.verify.stage_bundle` passes one that copies while it hashes."""
     path = Path(path)
     if not external_data_files:
         return read(path, path.name).sha256

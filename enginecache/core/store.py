@@ -5,7 +5,7 @@ Layout under `home`:
 - `models/<digest>/<file names>`: ONNX bundles (model plus external data files, keeping the
   relative names the model refers to), named by the model digest (core.onnx_info).
 - `tmp/`: work space on the same filesystem, so a finished file is published by a rename.
-- `gc.lock`: the lock that keeps `enginecache gc` (service.gc) and publishing apart.
+- `gc.lock`: the lock that keeps `enginecache gc` (service.maintenance.gc.collect) and publishing apart.
 
 Writes go to a temp file while the bytes are hashed, are fsynced, then published with
 `os.link` (which never replaces an existing name) or `os.replace` for a whole directory, and

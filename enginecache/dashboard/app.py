@@ -3,12 +3,12 @@
 An `st.navigation` router over one module per view. Views read the catalog through the service
 layer and enqueue jobs; no engine is built or loaded in this process.
 
-Each script run acts as its Streamlit user (`session_actor`, set with `service.audit.acting_as` around
+Each script run acts as its Streamlit user (`session_actor`, set with `service.access.audit.acting_as` around
 the page), so the audit log records who changed what from here. A fragment's own reruns (the Build
-view's job cards) run without this script, in a thread of their own: `service.audit.use_actor_source`
+view's job cards) run without this script, in a thread of their own: `service.access.audit.use_actor_source`
 names the same user to them.
 
-Each run reads the user's role again (`service.access`, after the login): a logged-in user with no
+Each run reads the user's role again (`service.access.roles`, after the login): a logged-in user with no
 role sees only a line saying so; the others get the views their role may see (Audit: admins), and
 views hide the actions the role may not take (`data.current_role`). The service layer checks again.
 
@@ -37,9 +37,9 @@ if _ROOT not in sys.path:
 import streamlit as st  # noqa: E402
 
 from enginecache.core.plaintext import markdown_literal  # noqa: E402
-from enginecache.service.access import Role  # noqa: E402
-from enginecache.service.audit import Actor, acting_as, use_actor_source  # noqa: E402
-from enginecache.service.exposure import has_login_provider  # noqa: E402
+from enginecache.service.access.audit import Actor, acting_as, use_actor_source  # noqa: E402
+from enginecache.service.access.exposure import has_login_provider  # noqa: E402
+from enginecache.service.access.roles import Role  # noqa: E402
 
 logger = logging.getLogger(__name__)
 
@@ -148,9 +148,9 @@ def gate_login() -> bool:
 
 
 def session_role(actor: Actor) -> Role | None:
-    """The actor's role, read again on every run (`service.access.role_of`): a local actor (no login
+    """The actor's role, read again on every run (`service.access.roles.role_of`): a local actor (no login
     configured) is the local admin without a catalog read; a logged-in user's comes from the catalog."""
-    from enginecache.service.access import role_of
+    from enginecache.service.access.roles import role_of
 
     if actor.local:
         return Role.ADMIN

@@ -16,9 +16,10 @@ import streamlit as st
 
 from enginecache.core.plaintext import markdown_literal
 from enginecache.errors import EngineCacheError
-from enginecache.service import audit, loadruns
-from enginecache.service.access import Role, allowed, role_of
+from enginecache.service.access import audit
+from enginecache.service.access.roles import Role, allowed, role_of
 from enginecache.service.context import DB_URL_ENV, HOME_ENV, AppContext
+from enginecache.service.engines import loadruns
 from enginecache.service.readmodels import engines, hosts, models, overview, timings
 
 logger = logging.getLogger(__name__)
@@ -75,7 +76,7 @@ def current_role() -> Role | None:
 
 
 def may(permission: str) -> bool:
-    """Whether this run's role allows `permission` (a `service.access.PERMISSIONS` key)."""
+    """Whether this run's role allows `permission` (a `service.access.roles.PERMISSIONS` key)."""
     return allowed(current_role(), permission)
 
 

@@ -1,6 +1,6 @@
 """Which SQLite file a catalog URL names (and the stdlib URI that opens it), and the schema revision
 this code expects: what a serving process's cache hit must know before it reads the catalog
-(`service.hitpath`), without the rest of `db.reader` (its row decoding, ~1 ms of a new process) or
+(`service.serving.hitpath`), without the rest of `db.reader` (its row decoding, ~1 ms of a new process) or
 Alembic.
 """
 

@@ -311,10 +311,10 @@ class LoadEventRecord(SQLModel, table=True):
 
 
 class EngineMemoRecord(SQLModel, table=True):
-    """A serving lookup's answer, remembered (`enginecache.service.memo`): the engine `load_or_build`
+    """A serving lookup's answer, remembered (`enginecache.service.serving.memo`): the engine `load_or_build`
     found for one request (the model digest, the RuntimeSpec, the backend and precision-tool
     versions, the host facts and the code that planned it, all in `memo_key`) and the model's READY
-    engines at the time. The stdlib cache hit (`service.hitpath`) serves it only while that set of
+    engines at the time. The stdlib cache hit (`service.serving.hitpath`) serves it only while that set of
     READY engines is unchanged and the engine is still READY; anything else is a miss of the memo,
     answered by the full lookup, which writes the memo anew."""
 
@@ -334,7 +334,7 @@ class EngineMemoRecord(SQLModel, table=True):
 
 
 class AuditEventRecord(SQLModel, table=True):
-    """One change, as `service.audit.record` wrote it right after the change succeeded: when (`at`),
+    """One change, as `service.access.audit.record` wrote it right after the change succeeded: when (`at`),
     who (`actor`: an OS user or a dashboard login), from where (`origin`: `cli <host> pid <pid>`,
     `dashboard <client address>`), what (`action`, `target`, `details`).
 
@@ -353,7 +353,7 @@ class AuditEventRecord(SQLModel, table=True):
 
 
 class UserRoleRecord(SQLModel, table=True):
-    """A dashboard user's role (`service.access.Role`: viewer, operator, admin), by `subject`: the
+    """A dashboard user's role (`service.access.roles.Role`: viewer, operator, admin), by `subject`: the
     login's e-mail, lowercased. A user without a row is denied everything (deny by default); the
     CLI and the processes of this machine act as the local admin and need none. `granted_by` names
     the actor who set the role last, `granted_at` when."""
@@ -370,7 +370,7 @@ class UserRoleRecord(SQLModel, table=True):
 class AliasMoveRecord(SQLModel, table=True):
     """One move of a release alias (migration 0013): `promote` points `alias` of model `name` (for
     every host, or for the GPU class `gpu_class`, e.g. "sm86") at the version `model_id`; `rollback`
-    takes the last promote back. Rows are only ever added; `service.releases` replays them."""
+    takes the last promote back. Rows are only ever added; `service.models.releases` replays them."""
 
     __tablename__ = "alias_moves"
     __table_args__ = (

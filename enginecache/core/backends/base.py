@@ -180,7 +180,7 @@ class Backend(Protocol):
         ...
 
     def build_requirements(self, target_info: Mapping[str, Any], backend_version: str, os_name: str) -> Requirements:
-        """What a worker must have to build this engine (matched by `service.routing.can_run`)."""
+        """What a worker must have to build this engine (matched by `service.jobs.routing.can_run`)."""
         ...
 
     def load_requirements(self, targets: tuple[str, ...]) -> Requirements:

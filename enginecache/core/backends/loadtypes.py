@@ -1,7 +1,7 @@
 """The backend contract's value types a cache hit creates, light: no `dataclasses`, `typing` or numpy.
 
 `core.backends.base` (the contract: the `Backend` and `EngineSession` protocols and the build-time
-dataclasses) re-exports every name here; a serving process's load (`service.engineload`, the
+dataclasses) re-exports every name here; a serving process's load (`service.serving.engineload`, the
 backends' `load` and sessions) imports them from this module, so a new process's cache hit does not
 pay for `dataclasses` (`core.valuetype` says why). Each behaves as the frozen (`LoadSpec`,
 `TensorIO`, `TritonInfo`) or plain (`PhaseTimer`) dataclass it was.

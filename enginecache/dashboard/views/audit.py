@@ -13,7 +13,7 @@ import streamlit as st
 
 from enginecache.core.plaintext import markdown_literal
 from enginecache.dashboard import data
-from enginecache.service import audit
+from enginecache.service.access import audit
 
 ANY = "(any)"
 PAGE_SIZES = (100, 500, 1000)

@@ -27,10 +27,10 @@ from enginecache.dashboard import data
 from enginecache.dashboard.live import link, live_section
 from enginecache.dashboard.views.buildjobs import jobs_section
 from enginecache.db.models import JobStatus
-from enginecache.service.builds import BuildRequest, find_ready_engine, plan_build
+from enginecache.service.builds.plan import BuildRequest, find_ready_engine, plan_build
+from enginecache.service.builds.submit import submit_build
 from enginecache.service.context import AppContext
-from enginecache.service.jobs import submit_build
-from enginecache.service.models import get_model, model_inputs
+from enginecache.service.models.register import get_model, model_inputs
 from enginecache.service.readmodels.hosts import HostRow
 from enginecache.service.readmodels.jobs import active_job_count, active_jobs_by_key, failed_builds_by_key
 from enginecache.service.readmodels.models import default_precisions

@@ -15,7 +15,7 @@ from enginecache.core.plaintext import markdown_literal
 from enginecache.dashboard import data
 from enginecache.dashboard.live import link, live_section
 from enginecache.db.models import JobStatus
-from enginecache.service.jobs import cancel_job
+from enginecache.service.builds.submit import cancel_job
 from enginecache.service.readmodels.jobs import JobView, active_job_count, recent_jobs
 
 SHOWN_CHOICES = (10, 20, 50)

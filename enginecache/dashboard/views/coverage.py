@@ -1,6 +1,6 @@
 """Coverage: the fleet's engines as one matrix, models x GPU (or CPU) targets x precisions, each cell
 READY, INCOMPATIBLE (no known host can load it), STALE (built with an older library than the fleet
-runs), BUILDING, FAILED or MISSING (`service.coverage`), in colour with a legend and always in
+runs), BUILDING, FAILED or MISSING (`service.fleet.coverage`), in colour with a legend and always in
 words; one click builds every missing and stale cell shown, through `submit_build` (which checks
 the role). The filters live in the URL (`?model=1,2&backend=rtx&precision=fp16,int8`), so a link
 reproduces the view; the matrix redraws itself while any job runs (`dashboard.live`).
@@ -25,9 +25,9 @@ from enginecache.dashboard import data
 from enginecache.dashboard.live import link, live_section
 from enginecache.dashboard.urlstate import from_url, to_url
 from enginecache.dashboard.views.build import calibration_file
-from enginecache.service import coverage as cov
-from enginecache.service.builds import BuildRequest
-from enginecache.service.jobs import submit_build
+from enginecache.service.builds.plan import BuildRequest
+from enginecache.service.builds.submit import submit_build
+from enginecache.service.fleet import coverage as cov
 from enginecache.service.readmodels.jobs import active_job_count
 
 DEFAULT_PRECISIONS: tuple[str, ...] = ("fp32", "fp16")

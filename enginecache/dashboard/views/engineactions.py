@@ -3,7 +3,7 @@ Download, Retire (with a confirmation); the engine's test-load jobs from the cat
 
 A test-load's inputs are generated (`core.inputs`' shared generator, following the source model's
 graph) or an uploaded .npz, checked against the engine's inputs before anything is queued
-(`service.testinputs`: names, dtypes, shapes within the profile; the problem named otherwise), then
+(`service.builds.testinputs`: names, dtypes, shapes within the profile; the problem named otherwise), then
 handed to `submit_test_load(inputs=...)` as the CLI's `test-load --inputs` does.
 
 Each action's result is kept in session state and the page redrawn (`st.rerun()`), so what it
@@ -28,13 +28,13 @@ from enginecache.core.backends.registry import get_backend
 from enginecache.core.plaintext import markdown_literal
 from enginecache.dashboard import data
 from enginecache.db.models import EngineRecord, EngineStatus, JobStatus
-from enginecache.service import engines
+from enginecache.service.builds.submit import cancel_job
+from enginecache.service.builds.testinputs import InputsCheck, check_engine_inputs, engine_expected_inputs
+from enginecache.service.builds.testload import submit_test_load
 from enginecache.service.context import AppContext
-from enginecache.service.engines import verify_engines
-from enginecache.service.jobs import cancel_job
+from enginecache.service.engines import records as engines
+from enginecache.service.engines.records import verify_engines
 from enginecache.service.readmodels.jobs import JobView
-from enginecache.service.testinputs import InputsCheck, check_engine_inputs, engine_expected_inputs
-from enginecache.service.testload import submit_test_load
 
 RESULT = "engines_result"  # st.session_state: (engine id, [(ok, line)]) of the last action
 CONFIRM = "engines_retire_confirm"  # st.session_state: the engine whose retirement awaits confirmation

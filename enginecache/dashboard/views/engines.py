@@ -25,15 +25,15 @@ from enginecache.dashboard.views.build import make_request, target_options
 from enginecache.dashboard.views.engineactions import actions
 from enginecache.dashboard.views.enginetestloads import load_runs
 from enginecache.db.models import EngineStatus, JobStatus
-from enginecache.service.builds import plan_build
+from enginecache.service.builds.plan import plan_build
 from enginecache.service.context import AppContext
-from enginecache.service.engines import engine_to_dict, get_engine
-from enginecache.service.loadruns import list_load_runs
-from enginecache.service.models import get_model
+from enginecache.service.engines.loadruns import list_load_runs
+from enginecache.service.engines.records import engine_to_dict, get_engine
+from enginecache.service.models.register import get_model
+from enginecache.service.models.releases import aliases_of_model, version_of
 from enginecache.service.readmodels.engines import EngineFilter, ingredient_rows
 from enginecache.service.readmodels.jobs import engine_test_loads, jobs_by_id
 from enginecache.service.readmodels.models import model_lineage
-from enginecache.service.releases import aliases_of_model, version_of
 
 PAGE_SIZE = 50
 ANY = "(any)"

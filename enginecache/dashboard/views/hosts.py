@@ -9,7 +9,7 @@ import streamlit as st
 
 from enginecache.core.plaintext import markdown_literal
 from enginecache.dashboard import data
-from enginecache.service.hostcoverage import HostCoverage, hosts_coverage
+from enginecache.service.fleet.hostcoverage import HostCoverage, hosts_coverage
 
 
 def render() -> None:

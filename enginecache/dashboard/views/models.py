@@ -36,9 +36,9 @@ from enginecache.dashboard.uploads import UploadedFile, remove_tree, stage_uploa
 from enginecache.dashboard.urlstate import from_url, to_url, url_int
 from enginecache.dashboard.views.releases import release_panel
 from enginecache.errors import BadInputError, EngineCacheError, StoreError, UnavailableError
-from enginecache.service import access
+from enginecache.service.access import roles as access
 from enginecache.service.context import AppContext
-from enginecache.service.models import RegisterResult, get_model, model_to_dict, register_model
+from enginecache.service.models.register import RegisterResult, get_model, model_to_dict, register_model
 from enginecache.service.readmodels.models import grouped, model_lineage
 
 logger = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """The Releases panel of a model's page: its name's versions and aliases, promote and roll back.
 
-What `enginecache release promote|rollback` does, through the same service calls (`service.releases`:
+What `enginecache release promote|rollback` does, through the same service calls (`service.models.releases`:
 the `release` permission, operators and admins, checked there as well; each move audited). The buttons
 are disabled for a role that may not release; the result of a move is shown in the state it produced
 (the aliases table is read again after it).
@@ -15,7 +15,7 @@ from enginecache.core.plaintext import markdown_literal
 from enginecache.dashboard import data
 from enginecache.db.models import ModelRecord
 from enginecache.service.context import AppContext
-from enginecache.service.releases import ALIAS_PATTERN_HELP, aliases, promote, rollback, versions
+from enginecache.service.models.releases import ALIAS_PATTERN_HELP, aliases, promote, rollback, versions
 
 EVERY_HOST = "every host"
 DONE_KEY = "models_release_done"  # a roll back's outcome, shown after the rerun that redraws the table

@@ -15,8 +15,8 @@ from sqlmodel import col, select
 from enginecache.core.backends.registry import backend_label
 from enginecache.db.models import EngineRecord, EngineStatus, JobRecord, JobStatus, ModelRecord, WorkerRecord
 from enginecache.service.context import AppContext
+from enginecache.service.jobs.routing import can_run, describe_requirements, takes_queued_jobs
 from enginecache.service.readmodels.liveness import ONLINE, alive_since
-from enginecache.service.routing import can_run, describe_requirements, takes_queued_jobs
 
 ACTIVE_JOB_STATUSES = (JobStatus.QUEUED, JobStatus.RUNNING)
 

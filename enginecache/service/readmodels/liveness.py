@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from enginecache.db.models import utcnow
-from enginecache.service.routing import WORKER_ALIVE_SECONDS
+from enginecache.service.jobs.routing import WORKER_ALIVE_SECONDS
 
 ONLINE = "online"
 

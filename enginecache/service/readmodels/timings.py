@@ -2,7 +2,7 @@
 `load_or_build` hit rates of the busiest model and host pairs; cold start (the recorded build)
 against warm start (the recorded `load_or_build` cache hits of the same engines).
 
-Load-phase timings come from the test-load harness's aggregates (`service.loadruns`)."""
+Load-phase timings come from the test-load harness's aggregates (`service.engines.loadruns`)."""
 
 from __future__ import annotations
 

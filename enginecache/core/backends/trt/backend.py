@@ -321,7 +321,7 @@ class TensorRTBackend:
 
     def load_file(self, path: str, spec: LoadSpec, timer: PhaseTimer | None = None) -> EngineSession:
         """`load` of the file's bytes: TensorRT deserializes from memory (`reads_files` is False, so a
-        load through `service.engineload` reads the verified copy itself and never calls this)."""
+        load through `service.serving.engineload` reads the verified copy itself and never calls this)."""
         with open(path, "rb") as stream:
             return self.load(stream.read(), spec, timer)
 

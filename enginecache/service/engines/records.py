@@ -1,0 +1,298 @@
+"""Use cases for engines: list, show, verify blobs, check compatibility with this host or a worker's.
+
+Compatibility is the backend's one rule (`Backend.compatibility`): `check_engine` adds the library's
+header check here (`check_compatibility`); `host_verdict` decides the same rule from a worker's
+fingerprint as the catalog recorded it, so the dashboard's per-host column and `check` agree.
+
+A blob is always the file its sha256 implies (`core.blobpaths`), never the row's `blob_path`; `verify`
+and `check` re-hash it in full (sha256, and BLAKE3 where recorded) before anything judges its bytes, so
+`check` never hands a library the header of a blob that does not match its digest.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from sqlmodel import col, select
+
+from enginecache.core.backends.base import CompatibilityResult, EngineRef
+from enginecache.core.backends.registry import get_backend
+from enginecache.core.blobpaths import blob_path
+from enginecache.core.fingerprint import HostFingerprint, host_fingerprint
+from enginecache.core.hashing import DigestResult, hash_file
+from enginecache.db.models import EngineRecord, EngineStatus, ModelRecord, utcnow
+from enginecache.errors import IntegrityCheckError, NotFoundError
+from enginecache.service.access import audit
+from enginecache.service.access import roles as access
+from enginecache.service.context import AppContext
+from enginecache.service.jobs.refs import engine_ref
+from enginecache.service.models.register import get_model
+from enginecache.service.readmodels.hosts import worker_hosts
+from enginecache.service.readmodels.listing import engine_dict
+
+logger = logging.getLogger(__name__)
+
+
+def get_engine(app: AppContext, engine_id: int) -> EngineRecord:
+    with app.catalog.read() as session:
+        found = session.get(EngineRecord, engine_id)
+    if found is None:
+        raise NotFoundError(f"no engine with id {engine_id} in the catalog")
+    return found
+
+
+def list_engines(app: AppContext, *, model: str | None = None, status: str | None = None) -> list[EngineRecord]:
+    """Engines, newest first (the id breaking ties), as records; `model` and `status` filter. The CLI
+    streams them a page at a time instead (`service.readmodels.listing.stream_engines`)."""
+    query = select(EngineRecord).order_by(col(EngineRecord.created_at).desc(), col(EngineRecord.id).desc())
+    if model is not None:
+        query = query.where(EngineRecord.model_id == get_model(app, model).id)
+    if status is not None:
+        query = query.where(EngineRecord.status == status.upper())
+    with app.catalog.read() as session:
+        return list(session.exec(query).all())
+
+
+def model_names(app: AppContext) -> dict[int, str]:
+    with app.catalog.read() as session:
+        return {m.id or 0: m.name for m in session.exec(select(ModelRecord)).all()}
+
+
+def engine_to_dict(
+    app: AppContext,
+    engine: EngineRecord,
+    *,
+    model_name: str | None = None,
+    detail: bool = False,
+    cache_hit: bool | None = None,
+) -> dict[str, Any]:
+    name = model_name if model_name is not None else model_names(app).get(engine.model_id)
+    return engine_dict(app.home, engine, model_name=name, detail=detail, cache_hit=cache_hit)
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    engine_id: int
+    ok: bool
+    status: str
+    message: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": "engine", "id": self.engine_id, "ok": self.ok, "status": self.status, "message": self.message}
+
+
+def verify_blob_at(path: Path, engine: EngineRecord) -> DigestResult:
+    """Re-hash the blob at `path` in one pass against the engine's recorded sha256 (and BLAKE3 where
+    recorded: what a load checks); its digests. Raises IntegrityCheckError on a mismatch; OSError
+    where unreadable."""
+    got = hash_file(path)
+    if got.sha256 != engine.sha256:
+        raise IntegrityCheckError(f"blob {path} hashes to sha256 {got.sha256}, recorded {engine.sha256}")
+    if engine.blake3 and got.blake3 != engine.blake3:
+        raise IntegrityCheckError(f"blob {path} hashes to blake3 {got.blake3}, recorded {engine.blake3}")
+    return got
+
+
+def verify_engines(app: AppContext, engine_ids: list[int] | None = None) -> list[VerifyResult]:
+    """Re-hash each engine's blob (at the path its sha256 implies) in one pass; a mismatch or a missing
+    blob marks it CORRUPT. A row whose `blob_path` names another file is set to the digest's path, and
+    one without the digest of its header (built before migration 0015), or with another, gets the
+    header's, from the same pass: its loads check the header first from then on."""
+    if engine_ids:
+        engines = [get_engine(app, engine_id) for engine_id in engine_ids]
+    else:
+        engines = list_engines(app, status=EngineStatus.READY) + list_engines(app, status=EngineStatus.CORRUPT)
+    results = []
+    for engine in engines:
+        if engine.sha256 is None:
+            results.append(
+                VerifyResult(engine.id or 0, False, engine.status, f"engine {engine.id} has no blob ({engine.status})")
+            )
+            continue
+        try:
+            path = blob_path(app.home, engine.sha256)
+            if not path.is_file():
+                raise IntegrityCheckError(f"blob {engine.sha256} is missing from {path.parent}")
+            digest = verify_blob_at(path, engine)
+        except IntegrityCheckError as err:
+            was = _set_status(app, engine.id or 0, EngineStatus.CORRUPT)
+            logger.warning("engine %s is corrupt: %s", engine.id, err)
+            _record_status(app, engine.id or 0, was, EngineStatus.CORRUPT, "verify", str(err))
+            results.append(VerifyResult(engine.id or 0, False, EngineStatus.CORRUPT, str(err)))
+            continue
+        status = EngineStatus.READY if engine.status == EngineStatus.CORRUPT else engine.status
+        message = f"sha256 {engine.sha256} matches"
+        relative = app.store.relative(path)
+        if engine.blob_path != relative:
+            message += f" (its blob_path {engine.blob_path!r} named another file: set to {relative!r})"
+        if engine.header_blake3 != digest.head_blake3:
+            message += (
+                " (header digest recorded)"
+                if engine.header_blake3 is None
+                else f" (its header digest {engine.header_blake3} was not its header's: set to {digest.head_blake3})"
+            )
+        was = _set_status(
+            app, engine.id or 0, status, verified=True, blob_path=relative, header_blake3=digest.head_blake3
+        )
+        _record_status(app, engine.id or 0, was, status, "verify", message)
+        results.append(VerifyResult(engine.id or 0, True, status, message))
+    return results
+
+
+def _set_status(
+    app: AppContext,
+    engine_id: int,
+    status: str,
+    *,
+    verified: bool = False,
+    blob_path: str | None = None,
+    header_blake3: str | None = None,
+) -> str | None:
+    """Set the engine's status (and, where given, its blob path and header digest); returns the status
+    it had (None: no such engine)."""
+    with app.catalog.write() as session:
+        row = session.get(EngineRecord, engine_id)
+        if row is None:
+            return None
+        was = row.status
+        row.status = status
+        if verified:
+            row.verified_at = utcnow()
+        if blob_path is not None:
+            row.blob_path = blob_path
+        if header_blake3 is not None:
+            row.header_blake3 = header_blake3
+        session.add(row)
+    return was
+
+
+def _record_status(app: AppContext, engine_id: int, was: str | None, status: str, by: str, reason: str) -> None:
+    """Audit a change of status to CORRUPT (`engine.corrupt`) or from CORRUPT to READY (`engine.ready`)."""
+    if was is None or was == status:
+        return
+    if status == EngineStatus.CORRUPT:
+        action = audit.ENGINE_CORRUPT
+    elif was == EngineStatus.CORRUPT and status == EngineStatus.READY:
+        action = audit.ENGINE_READY
+    else:
+        return
+    audit.record(app, action, f"engine {engine_id}", {"by": by, "was": was, "reason": reason})
+
+
+CORRUPT_VERDICT = "corrupt"  # `check_engine`'s verdict for a blob that does not match its digest
+
+
+def check_engine(app: AppContext, engine_id: int, *, host: HostFingerprint | None = None) -> CompatibilityResult:
+    """Can this host load the engine? Verdict compatible | incompatible | unknown, with a reason; or
+    `corrupt`: the blob (the file its sha256 implies, re-hashed in full first) does not match its
+    recorded digest, the engine is marked CORRUPT and the backend is never handed its header."""
+    engine = get_engine(app, engine_id)
+    if engine.status != EngineStatus.READY or engine.sha256 is None:
+        return CompatibilityResult("unknown", f"engine {engine_id} is {engine.status}, there is no engine to load")
+    try:
+        path = blob_path(app.home, engine.sha256)
+        if not path.is_file():
+            return CompatibilityResult(
+                "unknown", f"engine {engine_id}'s blob is missing from the store ({path}); run verify"
+            )
+        verify_blob_at(path, engine)
+    except IntegrityCheckError as err:
+        was = _set_status(app, engine_id, EngineStatus.CORRUPT)
+        logger.warning("engine %s is corrupt: %s", engine_id, err)
+        _record_status(app, engine_id, was, EngineStatus.CORRUPT, "check", str(err))
+        return CompatibilityResult(
+            CORRUPT_VERDICT,
+            f"engine {engine_id} is CORRUPT (now marked so; its header was not checked): {err}",
+            {"sha256": engine.sha256, "blake3": engine.blake3},
+        )
+    return get_backend(engine.backend).check_compatibility(engine_ref(engine, path), host or host_fingerprint())
+
+
+def retire_engine(app: AppContext, engine_id: int, *, clock: Callable[[], datetime] = utcnow) -> EngineRecord:
+    """Mark an engine RETIRED: it stays in the catalog (and its blob in the store until gc), but
+    no cache lookup returns it again, so the next request for its key builds anew."""
+    access.require(app, "retire")
+    with app.catalog.write() as session:
+        row = session.get(EngineRecord, engine_id)
+        if row is None:
+            raise NotFoundError(f"no engine with id {engine_id} in the catalog")
+        was = row.status
+        if was != EngineStatus.RETIRED:
+            row.status, row.retired_at = EngineStatus.RETIRED, clock()
+        session.add(row)
+    logger.info("engine %s retired", engine_id)
+    if was != EngineStatus.RETIRED:
+        audit.record(app, audit.ENGINE_RETIRE, f"engine {engine_id}", {"was": was, "model_id": row.model_id})
+    return row
+
+
+@dataclass(frozen=True)
+class HostVerdict:
+    host: str
+    online: bool
+    verdict: str  # compatible | incompatible | unknown
+    reason: str
+
+
+def engine_host_verdicts(app: AppContext, engine_id: int) -> list[HostVerdict]:
+    """Could each known worker host load this engine? Decided from the catalog alone (the host's
+    recorded GPUs, CPU target and library versions), so no GPU library is loaded here; the
+    definitive header check runs on the host itself (`enginecache check`, or a test-load job)."""
+    with app.catalog.read() as session:
+        engine = session.get(EngineRecord, engine_id)
+    if engine is None:
+        raise NotFoundError(f"no engine with id {engine_id} in the catalog")
+    verdicts: list[HostVerdict] = []
+    seen: set[tuple[str, str]] = set()
+    for host in worker_hosts(app):
+        fingerprint = host.fingerprint
+        identity = (host.hostname, str(sorted((fingerprint.get("packages") or {}).items())))
+        if identity in seen:
+            continue
+        seen.add(identity)
+        verdict, reason = host_verdict(engine, fingerprint)
+        verdicts.append(HostVerdict(host.hostname, host.online, verdict, reason))
+    return verdicts
+
+
+def host_verdict(engine: EngineRecord, fingerprint: Mapping[str, Any]) -> tuple[str, str]:
+    """(verdict, reason) of the backend's rule for a host as the catalog recorded its fingerprint."""
+    if engine.status != EngineStatus.READY:
+        return "unknown", f"engine {engine.id} is {engine.status}: there is nothing to load"
+    return ref_verdict(engine_ref(engine), recorded_host(fingerprint))
+
+
+def ref_verdict(ref: EngineRef, host: HostFingerprint) -> tuple[str, str]:
+    """`host_verdict` of a READY engine given as its `EngineRef`, for a host already made a
+    fingerprint (`recorded_host`): what a view judging many engine groups per host calls, once per
+    distinct ref and host (the rule reads nothing else)."""
+    result = get_backend(ref.backend).compatibility(ref, host)
+    if result.compatible:
+        return result.verdict, f"{result.reason} (header not checked from here)"
+    return result.verdict, result.reason
+
+
+# Fields a worker's recorded fingerprint may lack (one written by an older version): an empty OS is
+# not compared, an empty CPU names no target, no packages means no library.
+_HOST_DEFAULTS: dict[str, Any] = {
+    "hostname": "",
+    "os": "",
+    "os_release": "",
+    "machine": "",
+    "python": "",
+    "cpu_model": "",
+}
+
+
+def recorded_host(fingerprint: Mapping[str, Any]) -> HostFingerprint:
+    """A worker's fingerprint from the catalog as the `HostFingerprint` the backends' rule takes."""
+    gpus = [
+        {"index": index, "name": "", "uuid": "", "compute_capability": "", "memory_total_bytes": 0, **gpu}
+        for index, gpu in enumerate(fingerprint.get("gpus") or [])
+    ]
+    return HostFingerprint.from_dict({**_HOST_DEFAULTS, **fingerprint, "gpus": gpus})

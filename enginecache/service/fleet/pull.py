@@ -1,0 +1,197 @@
+"""Use case: `enginecache pull MODEL --dest DIR`: the engine that fits this host, copied and verified
+into DIR with a manifest, as an init container (or NVIDIA NIM's download into its local cache) does
+ahead of a serving start.
+
+The engine is the one `service.fleet.profiles` selects for this host (its GPU first, exact target, the
+asked precision or the documented preference, newest), through each backend's one compatibility
+rule. DIR is laid out as a store of its own, so a serving process reads it as it reads the catalog's
+store (`service.serving.pulled` loads from it, with no catalog connection):
+
+    DIR/objects/sha256/<2>/<digest>   the engine blob, read-only
+    DIR/manifests/<model>.json        what was pulled and why (`MANIFEST_FORMAT`)
+    DIR/tmp/<digest>.partial          a copy in progress (resumed by the next pull)
+
+Idempotent: a manifest that names the same engine, whose blob is in place and hashes to its sha256,
+means nothing is copied ("up to date"); a damaged copy is removed and copied again. Resumable: a partial copy
+left by a killed pull is hashed and continued (`core.resumable`), and the blob is renamed into place
+only once every byte matched its sha256; the manifest is written (atomically) after the blob, so a
+manifest never names a blob that is not whole. The source is the catalog's store folder where this
+host has it (a shared volume), else the object store (`ENGINECACHE_STORE`, docs/store.md), whose
+download is verified in the pass that writes it (a killed download starts again rather than resumes).
+
+Exit codes (the CLI's, enginecache.errors): 0 pulled or up to date; 1 no engine of the model fits
+this host (each engine's reason in the message) or the source blob does not match its digest; 2 an
+unknown model or a bad argument; 3 the catalog or the store cannot be reached.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from enginecache.core.blobfetch import ensure_local_blob
+from enginecache.core.blobpaths import blob_path
+from enginecache.core.fingerprint import HostFingerprint, host_fingerprint
+from enginecache.core.hashing import StreamHasher, hash_stream
+from enginecache.core.names import check_model_name
+from enginecache.core.resumable import copy_resumable
+from enginecache.core.storeenv import configured as remote_configured
+from enginecache.db.models import EngineRecord
+from enginecache.errors import NoEngineFitsError, StoreError
+from enginecache.service.context import AppContext
+from enginecache.service.engines.records import get_engine
+from enginecache.service.fleet.profiles import Profile, model_profiles
+from enginecache.service.models.register import get_model
+from enginecache.service.models.releases import AliasTarget, version_of
+from enginecache.service.serving.pulled import MANIFEST_FORMAT
+
+
+@dataclass(frozen=True)
+class PullResult:
+    dest: Path
+    manifest_path: Path
+    engine_id: int
+    sha256: str
+    copied_bytes: int
+    up_to_date: bool
+    manifest: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "dest": str(self.dest),
+            "manifest": str(self.manifest_path),
+            "engine_id": self.engine_id,
+            "sha256": self.sha256,
+            "copied_bytes": self.copied_bytes,
+            "up_to_date": self.up_to_date,
+            "blob": self.manifest["blob"],
+        }
+
+
+def manifest_path(dest: Path, model_name: str) -> Path:
+    return dest / "manifests" / f"{check_model_name(model_name)}.json"
+
+
+def _profile_line(p: Profile) -> str:
+    return f"engine {p.engine_id} ({p.backend} {p.precision} {','.join(p.targets)}): {p.reason}"
+
+
+def _no_fit(model: str, host: HostFingerprint, profiles: tuple[Profile, ...], precision: str | None) -> str:
+    asked = f" in {precision}" if precision else ""
+    if not profiles:
+        return f"model {model!r} has no engines{asked}: build one for this host first"
+    lines = "; ".join(_profile_line(p) for p in profiles)
+    return f"no engine of model {model!r}{asked} fits this host ({host.hostname}): {lines}"
+
+
+def _manifest(
+    app: AppContext, engine: EngineRecord, profile: Profile, host: HostFingerprint, release: AliasTarget | None
+) -> dict[str, Any]:
+    model = get_model(app, engine.model_id)
+    return {
+        "format": MANIFEST_FORMAT,
+        "model": {"id": model.id, "name": model.name, "digest": model.digest},
+        "engine": {
+            "id": engine.id,
+            "backend": engine.backend,
+            "backend_version": engine.backend_version,
+            "precision": engine.precision,
+            "targets": list(profile.targets),
+            "cache_key": engine.cache_key,
+            "key_ingredients": engine.key_ingredients,
+            "build_options": engine.build_options,
+            "io": engine.io,
+            "sha256": engine.sha256,
+            "blake3": engine.blake3,
+            "size_bytes": engine.size_bytes,
+        },
+        "blob": str(Path("objects") / "sha256" / str(engine.sha256)[:2] / str(engine.sha256)),
+        "selected_for": {"host": host.hostname, "reason": profile.reason},
+        "release": {
+            "alias": release.alias if release else None,
+            "gpu_class": release.gpu_class if release else None,
+            "version": version_of(app, model),
+        },
+        "pulled_at": datetime.now(UTC).isoformat(),
+    }
+
+
+def _up_to_date(path: Path, engine: EngineRecord, blob: Path) -> bool:
+    """The manifest names this engine and its blob is whole (re-hashed: a damaged copy is removed,
+    so this pull copies it again)."""
+    try:
+        existing = json.loads(path.read_text())
+        named = existing.get("format") == MANIFEST_FORMAT and existing["engine"]["sha256"] == engine.sha256
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    if not named or not blob.is_file():
+        return False
+    if _whole(blob, engine):
+        return True
+    blob.unlink()
+    return False
+
+
+def _whole(blob: Path, engine: EngineRecord) -> bool:
+    """Whether `blob` hashes to the engine's digest: its BLAKE3 where recorded (the faster of the
+    two, the one a load verifies with), else its sha256; one hash, not both."""
+    by_blake3 = bool(engine.blake3)
+    with open(blob, "rb", buffering=0) as stream:
+        found = hash_stream(stream, hasher=StreamHasher(with_sha256=not by_blake3, with_blake3=by_blake3))
+    return found.blake3 == engine.blake3 if by_blake3 else found.sha256 == engine.sha256
+
+
+def _write_atomically(path: Path, data: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as stream:
+            json.dump(data, stream, indent=2, sort_keys=True, default=str)
+            stream.write("\n")
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+
+
+def pull(
+    app: AppContext,
+    model_ref: str | int,
+    dest: Path,
+    *,
+    precision: str | None = None,
+    host: HostFingerprint | None = None,
+) -> PullResult:
+    """Copy the engine that fits this host into `dest` (module docstring). Raises NoEngineFitsError
+    when none does, NotFoundError for an unknown model, IntegrityCheckError where the source blob does
+    not match its digest, StoreError where it cannot be read or `dest` written."""
+    host = host or host_fingerprint()
+    found = model_profiles(app, model_ref, precision=precision, host=host)
+    chosen = found.selected
+    if chosen is None:
+        raise NoEngineFitsError(_no_fit(found.model, host, found.profiles, precision))
+    engine = get_engine(app, chosen.engine_id)
+    sha256 = str(engine.sha256)
+    manifest = _manifest(app, engine, chosen, host, found.release)
+    final = dest / manifest["blob"]
+    where = manifest_path(dest, found.model)
+    if _up_to_date(where, engine, final):
+        return PullResult(dest, where, chosen.engine_id, sha256, 0, True, json.loads(where.read_text()))
+    source = blob_path(app.home, sha256)
+    try:
+        if not source.is_file() and remote_configured():  # this host has no store folder: the object store
+            fetched = ensure_local_blob(dest, sha256, size=engine.size_bytes)  # verified, renamed into place
+            copied = fetched.stat().st_size
+        else:
+            copied = copy_resumable(source, final, dest / "tmp" / f"{sha256}.partial", sha256=sha256)
+        _write_atomically(where, manifest)
+    except OSError as err:
+        raise StoreError(f"could not pull engine {chosen.engine_id} into {dest}: {err}") from err
+    return PullResult(dest, where, chosen.engine_id, sha256, copied, False, manifest)

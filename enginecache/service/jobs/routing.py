@@ -1,0 +1,109 @@
+"""What a worker can run, what a job needs, and the words for a job nobody can run yet.
+
+Each backend says what building or loading one of its engines needs (`Backend.build_requirements`,
+`Backend.load_requirements`); `can_run` is the one generic matcher of those requirements against a
+worker's capabilities, so routing knows no backend by name. For a load, `can_run` agrees with the
+backend's compatibility rule decided on that worker's fingerprint (tests/test_compatibility.py).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from enginecache.core.backends.registry import all_backends, backend_label, get_backend
+from enginecache.core.fingerprint import HostFingerprint
+from enginecache.service.jobs.refs import engine_targets
+
+if TYPE_CHECKING:  # annotations only: `jobs` words a queued job's wait without the SQLModel tables
+    from enginecache.db.models import EngineRecord
+
+WORKER_ALIVE_SECONDS = 15.0  # a worker's liveness lease: a worker whose heartbeat is older is not live
+
+# A worker's `scope` (in its capabilities): "queue" claims any queued job it can run; "job" is the
+# CLI's one-shot worker, which claims only the one job it was started for, so no other job may
+# count on it (a row without `scope` predates it and is a queue worker).
+SCOPE_QUEUE = "queue"
+SCOPE_JOB = "job"
+
+
+def takes_queued_jobs(capabilities: Mapping[str, Any]) -> bool:
+    """Whether a worker with these capabilities claims queued jobs generally (not a one-shot one)."""
+    return bool(capabilities.get("scope", SCOPE_QUEUE) == SCOPE_QUEUE)
+
+
+def worker_capabilities(host: HostFingerprint) -> dict[str, Any]:
+    """Backends whose library is importable here (found without importing it) with their versions,
+    GPUs, CPU target and OS."""
+    here = [b for b in all_backends() if importlib.util.find_spec(b.module) is not None]
+    return {
+        "backends": [b.name for b in here],
+        "versions": {b.name: host.packages.get(b.module) for b in here},
+        "gpus": [{"name": g.name, "compute_capability": g.compute_capability} for g in host.gpus],
+        "cpu_target": host.cpu_target,
+        "os": host.os,
+    }
+
+
+def build_requirements(
+    backend: str, target_info: Mapping[str, Any], backend_version: str, os_name: str
+) -> dict[str, Any]:
+    """What a worker must have to build this engine: the backend's own answer. Every build needs
+    the exact backend version and OS of its cache key, so the engine a worker builds is the one
+    that was asked for."""
+    return get_backend(backend).build_requirements(target_info, backend_version, os_name)
+
+
+def load_requirements(engine: EngineRecord) -> dict[str, Any]:
+    """What a worker must have to load (test-load) this engine: the backend's answer for its targets,
+    and the exact library version and OS it was built with. Those are the facts the backend's
+    compatibility rule decides on, so a test-load goes only to a worker the rule lets load it."""
+    requirements = dict(get_backend(engine.backend).load_requirements(engine_targets(engine)))
+    requirements["backend_version"] = engine.backend_version
+    if engine.os:
+        requirements["os"] = engine.os
+    return requirements
+
+
+def can_run(requirements: Mapping[str, Any], capabilities: Mapping[str, Any]) -> bool:
+    """Whether a worker with `capabilities` meets `requirements` (keys any backend may use:
+    backend, backend_version, os, compute_capability, compute_capability_any, cpu_target)."""
+    backend = requirements.get("backend")
+    if backend not in capabilities.get("backends", []):
+        return False
+    version = requirements.get("backend_version")
+    if version is not None and (capabilities.get("versions") or {}).get(backend) != version:
+        return False
+    if requirements.get("os") not in (None, capabilities.get("os")):
+        return False
+    local_cc = {g["compute_capability"] for g in capabilities.get("gpus", [])}
+    needed_cc = requirements.get("compute_capability")
+    if needed_cc is not None and needed_cc not in local_cc:
+        return False
+    any_cc = requirements.get("compute_capability_any")
+    if any_cc is not None and not local_cc.intersection(any_cc):
+        return False
+    needed_cpu = requirements.get("cpu_target")
+    return needed_cpu is None or needed_cpu == capabilities.get("cpu_target")
+
+
+def requirement_words(requirements: Mapping[str, Any]) -> str:
+    """'TensorRT-RTX 1.7.1 and an SM86 GPU on Linux'; 'an SM86 or SM89 GPU' where any of them will do."""
+    backend = str(requirements.get("backend"))
+    label = backend_label(backend)
+    parts = [f"{label} {requirements['backend_version']}" if requirements.get("backend_version") else label]
+    if "compute_capability" in requirements:
+        parts.append(f"an {str(requirements['compute_capability']).upper()} GPU")
+    if "compute_capability_any" in requirements:
+        ccs = [str(cc).upper() for cc in requirements["compute_capability_any"]]
+        parts.append(f"an {' or '.join(ccs)} GPU" if ccs else "a GPU")
+    if "cpu_target" in requirements:
+        parts.append(f"a {requirements['cpu_target']} CPU")
+    where = f" on {requirements['os']}" if requirements.get("os") else ""
+    return " and ".join(parts) + where
+
+
+def describe_requirements(requirements: Mapping[str, Any]) -> str:
+    """'a worker with TensorRT and an SM86 GPU'."""
+    return "a worker with " + requirement_words(requirements)

@@ -1,0 +1,1 @@
+"""Maintenance of a home: garbage collection of the store, backup and restore."""

@@ -1,0 +1,1 @@
+"""Garbage collection of the store (`enginecache gc`): what it reads, plans, removes and reports."""

@@ -1,0 +1,102 @@
+"""The plan of `enginecache gc` for the store, by the rules of service.maintenance.gc.collect's docstring, from what the
+catalog needs (service.maintenance.gc.references): which blobs under `objects/` (unreferenced, or retired past the
+grace), which model bundles under `models/` and which entries under `tmp/` to remove. What would go
+but for its youth (a blob or bundle is published a moment before the row that names it) or a live
+owner (a job folder's worker alive here or its attempt RUNNING, a build folder's engine PENDING) is
+listed as kept instead."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+
+from enginecache.core.processes import pid_alive
+from enginecache.service.context import AppContext
+from enginecache.service.maintenance.gc.files import age_of, blob_files, entries, newest_mtime, tree_size
+from enginecache.service.maintenance.gc.references import References
+from enginecache.service.maintenance.gc.report import (
+    RETIRED_BLOB,
+    TEMP,
+    UNREFERENCED_BLOB,
+    UNREFERENCED_BUNDLE,
+    GcPolicy,
+    GcReport,
+    Kept,
+    Removal,
+    describe_age,
+)
+
+_JOB_DIR = re.compile(r"job-(\d+)-(\d+)-(\d+)")  # service.jobs.supervisor: job-{id}-{attempt}-{worker pid}
+_BUILD_DIR = re.compile(r"build-(\d+)-")  # service.builds.plan: the store's temp_dir(prefix=f"build-{engine_id}-")
+
+
+def plan_store(app: AppContext, refs: References, now: datetime, policy: GcPolicy, report: GcReport) -> list[Removal]:
+    """The blobs and model bundles to remove (the young among them go to `report.kept`)."""
+    store = app.store
+    planned: list[Removal] = []
+    for path in blob_files(store.objects_dir):
+        digest = path.name
+        if digest in refs.blobs:
+            continue
+        info = path.lstat()
+        age = age_of(now, info.st_mtime)
+        kind = RETIRED_BLOB if digest in refs.retired else UNREFERENCED_BLOB
+        relative = store.relative(path)
+        if age < policy.temp_age:
+            report.kept.append(Kept(kind, relative, f"published {describe_age(age)} ago; its row may be on the way"))
+        elif kind == RETIRED_BLOB:
+            ids = refs.retired[digest]
+            engines = ", ".join(str(i) for i in ids)
+            reason = f"only RETIRED engines ({engines}) name it, none recorded within {describe_age(policy.grace)}"
+            planned.append(Removal(kind, relative, info.st_size, reason, ids))
+        else:
+            reason = f"no engine or job names it ({describe_age(age)} old)"
+            planned.append(Removal(kind, relative, info.st_size, reason))
+    for path in entries(store.models_dir):
+        if path.name in refs.bundles or not path.is_dir() or path.is_symlink():
+            continue
+        age = age_of(now, path.lstat().st_mtime)
+        relative = store.relative(path)
+        if age < policy.temp_age:
+            report.kept.append(Kept(UNREFERENCED_BUNDLE, relative, f"stored {describe_age(age)} ago"))
+        else:
+            reason = f"no model names it ({describe_age(age)} old)"
+            planned.append(Removal(UNREFERENCED_BUNDLE, relative, tree_size(path), reason))
+    return planned
+
+
+def plan_temp(
+    app: AppContext, refs: References, dead: set[int], now: datetime, policy: GcPolicy, report: GcReport
+) -> list[Removal]:
+    """Temp entries to remove: old and with no live owner (see the module docstring)."""
+    store = app.store
+    planned: list[Removal] = []
+    for path in entries(store.tmp_dir):
+        relative = store.relative(path)
+        owner = _live_owner(path.name, refs, dead)
+        age = age_of(now, newest_mtime(path))
+        if owner is not None:
+            report.kept.append(Kept(TEMP, relative, owner))
+        elif age < policy.temp_age:
+            report.kept.append(Kept(TEMP, relative, f"changed {describe_age(age)} ago"))
+        else:
+            planned.append(Removal(TEMP, relative, tree_size(path), f"unchanged for {describe_age(age)}"))
+    return planned
+
+
+def _live_owner(name: str, refs: References, dead: set[int]) -> str | None:
+    """Why a temp entry may be in use, or None."""
+    job = _JOB_DIR.fullmatch(name)
+    if job is not None:
+        job_id, attempt, pid = (int(g) for g in job.groups())
+        if pid_alive(pid):
+            return f"its worker (pid {pid}) is alive"
+        if (job_id, attempt) in refs.running:
+            return f"job {job_id} is RUNNING attempt {attempt} (on a worker elsewhere)"
+        return None
+    build = _BUILD_DIR.match(name)
+    if build is not None:
+        engine_id = int(build.group(1))
+        if engine_id in refs.pending and engine_id not in dead:
+            return f"engine {engine_id} is PENDING (its build may be running)"
+    return None

@@ -1,0 +1,2 @@
+"""Models: register (inspect, hash, store, record), verify and repair a stored bundle, and
+releases (versions and aliases)."""

@@ -1,0 +1,239 @@
+"""Model bundles' integrity: re-hash a stored bundle, mark the model CORRUPT or OK, repair it.
+
+A model's digest (`core.onnx_info.model_digest`) covers the model file and every external data file
+it names, so re-hashing the stored bundle (`models/<digest>/`, the path the digest implies, never the
+catalog's `store_path`) with the same function, one streaming pass per file, says whether the bytes a
+build would read are the bytes that were registered. Three callers:
+
+- `enginecache verify` (`verify_models`): every source model and converted variant; a mismatch or a
+  missing file marks the model CORRUPT, a bundle that hashes right again sets it back to OK;
+- a build (`service.builds.plan`) and a test-load's accuracy reference (`service.builds.testload`) read a private
+  copy made by `stage_bundle`, which hashes each file in the pass that copies it and refuses a mismatch
+  with the model and digest named: the bytes a converter, a backend or ONNX Runtime reads are the
+  bytes that were verified (a change to the store after the check cannot reach them);
+- `register_model` of bytes already registered (`restore_bundle`): a damaged or missing stored bundle is
+  rewritten from the given file (staged on the store's filesystem and hashed there first, then each
+  file renamed into place) and the model set back to OK.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlmodel import col, select
+
+from enginecache.core.blobpaths import model_dir, model_file
+from enginecache.core.hashing import DigestResult, copy_hashed
+from enginecache.core.onnx_info import model_digest
+from enginecache.core.store import fsync_dir
+from enginecache.db.models import ModelRecord, ModelStatus
+from enginecache.errors import ExternalDataError, IntegrityCheckError, StoreError
+from enginecache.service.access import audit
+from enginecache.service.context import AppContext
+
+logger = logging.getLogger(__name__)
+
+# What a missing (or replaced by a folder) stored file raises while it is hashed: the bundle is damaged.
+_MISSING = (FileNotFoundError, IsADirectoryError, NotADirectoryError)
+
+# Hashes one file of a bundle (path, relpath as the digest names it): `core.onnx_info.model_digest`'s `read`.
+DigestReader = Callable[[Path, str], DigestResult]
+
+
+def bundle_files(model: ModelRecord) -> tuple[str, ...]:
+    """The external data files the model's digest covers (relative names, as registered)."""
+    return tuple(str(name) for name in model.info.get("external_data_files") or ())
+
+
+def bundle_path(app: AppContext, model: ModelRecord) -> Path:
+    """The stored model file, derived from the digest (`models/<digest>/<file name>`)."""
+    return model_file(app.home, model.digest, model.filename)
+
+
+def _label(model: ModelRecord) -> str:
+    return f"model {model.id} ({model.name!r}, digest {model.digest})"
+
+
+def stored_digest(app: AppContext, model: ModelRecord, read: DigestReader | None = None) -> str:
+    """The digest of the stored bundle as it is now (every file it covers read once, by `read` where
+    given). Raises IntegrityCheckError where a file is missing or unsafe (a symlink), StoreError where
+    it cannot be read."""
+    path = bundle_path(app, model)
+    try:
+        if read is None:
+            return model_digest(path, bundle_files(model))
+        return model_digest(path, bundle_files(model), read=read)
+    except ExternalDataError as err:
+        raise IntegrityCheckError(f"{_label(model)}: its stored bundle is damaged: {err}") from err
+    except _MISSING as err:
+        raise IntegrityCheckError(f"{_label(model)}: its stored file {err.filename} is missing") from err
+    except OSError as err:
+        raise StoreError(f"{_label(model)}: could not read its stored bundle {path.parent}: {err}") from err
+
+
+def set_model_status(app: AppContext, model_id: int, status: str) -> bool:
+    """Set the model's status; returns whether it changed."""
+    with app.catalog.write() as session:
+        row = session.get(ModelRecord, model_id)
+        if row is None or row.status == status:
+            return False
+        row.status = status
+        session.add(row)
+    return True
+
+
+def _mismatch(app: AppContext, model: ModelRecord, read: DigestReader | None = None) -> str | None:
+    """Why the stored bundle is not the model's bytes, or None when it hashes to the digest."""
+    try:
+        got = stored_digest(app, model, read)
+    except IntegrityCheckError as err:
+        return str(err)
+    if got != model.digest:
+        return f"{_label(model)}: its stored bundle {bundle_path(app, model).parent} hashes to {got}"
+    return None
+
+
+def check_bundle(app: AppContext, model: ModelRecord, read: DigestReader | None = None) -> None:
+    """Re-hash the stored bundle (each file by `read` where given); a mismatch or a missing file marks
+    the model CORRUPT and raises IntegrityCheckError naming the model, its digest and the repair. A
+    match sets a CORRUPT model OK."""
+    problem = _mismatch(app, model, read)
+    if problem is not None:
+        if set_model_status(app, model.id or 0, ModelStatus.CORRUPT):
+            details = {"name": model.name, "digest": model.digest, "reason": problem}
+            audit.record(app, audit.MODEL_CORRUPT, f"model {model.id}", details)
+        logger.warning("model %s is corrupt: %s", model.id, problem)
+        raise IntegrityCheckError(
+            f"{problem}; the model is CORRUPT (now marked so): re-add the original file "
+            "(`enginecache model add FILE`) to repair it"
+        )
+    if model.status != ModelStatus.OK and set_model_status(app, model.id or 0, ModelStatus.OK):
+        details = {"name": model.name, "digest": model.digest, "reason": "its stored bundle hashes to its digest"}
+        audit.record(app, audit.MODEL_OK, f"model {model.id}", details)
+
+
+def ensure_bundle_here(app: AppContext, model: ModelRecord) -> None:
+    """Fetch the model's bundle from the remote store where this host lacks it and its files were
+    put there at registration (`info["remote_files"]`, `core.bundleremote`): a build host of a fleet
+    needs no shared folder. A bundle present here, or one never uploaded, is left to the check."""
+    files = (model.info or {}).get("remote_files")
+    if files and not model_dir(app.store.home, model.digest).is_dir():
+        from enginecache.core.bundleremote import fetch_bundle
+
+        fetch_bundle(app.store, model.digest, files)
+
+
+def stage_bundle(app: AppContext, model: ModelRecord, folder: Path) -> Path:
+    """Copy the stored bundle into `folder` (new, private to the caller, who removes it) in the pass
+    that hashes it, and return the copy's model file: what a converter, a backend or a reference
+    session then reads is exactly the bytes that hashed to the digest, whatever happens to the store
+    meanwhile. A mismatch is `check_bundle`'s (model CORRUPT, IntegrityCheckError)."""
+    ensure_bundle_here(app, model)
+    folder.mkdir(parents=True)
+
+    def copy(file: Path, relpath: str) -> DigestResult:
+        dest = folder / relpath
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        return copy_hashed(file, dest)
+
+    check_bundle(app, model, copy)
+    return folder / model.filename
+
+
+@dataclass(frozen=True)
+class ModelVerifyResult:
+    model_id: int
+    name: str
+    digest: str
+    ok: bool
+    status: str
+    message: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": "model",
+            "id": self.model_id,
+            "name": self.name,
+            "digest": self.digest,
+            "ok": self.ok,
+            "status": self.status,
+            "message": self.message,
+        }
+
+
+def verify_models(app: AppContext, models: Sequence[ModelRecord] | None = None) -> list[ModelVerifyResult]:
+    """Re-hash each stored model bundle (default: every model, sources and converted variants, by id);
+    a mismatch or a missing file marks the model CORRUPT, a match sets it OK."""
+    if models is None:
+        with app.catalog.read() as session:
+            models = list(session.exec(select(ModelRecord).order_by(col(ModelRecord.id))).all())
+    results = []
+    for model in models:
+        try:
+            check_bundle(app, model)
+        except IntegrityCheckError as err:
+            status, ok, message = ModelStatus.CORRUPT, False, str(err)
+        else:
+            status, ok, message = ModelStatus.OK, True, f"digest {model.digest} matches"
+        results.append(ModelVerifyResult(model.id or 0, model.name, model.digest, ok, status, message))
+    return results
+
+
+def restore_bundle(app: AppContext, model: ModelRecord, source: Path) -> bool:
+    """For `register_model` of bytes already registered as `model` (`source`, already hashed to its
+    digest): keep a stored bundle that still hashes to the digest, else rewrite it from `source` and its
+    external data files. Sets the model OK; returns whether anything changed (bytes or status)."""
+    problem = _mismatch(app, model)
+    if problem is None:
+        if model.status == ModelStatus.OK:
+            return False
+        set_model_status(app, model.id or 0, ModelStatus.OK)
+        logger.info("model %s: its stored bundle hashes to its digest again; marked OK", model.id)
+        return True
+    logger.warning("model %s: repairing its stored bundle from %s (%s)", model.id, source, problem)
+    _rewrite_bundle(app, model, source)
+    set_model_status(app, model.id or 0, ModelStatus.OK)
+    return True
+
+
+def _rewrite_bundle(app: AppContext, model: ModelRecord, source: Path) -> None:
+    """Copy `source` and its external data into a staging folder on the store's filesystem, hash the
+    copy (it must be the digest: the source may have changed since it was hashed), then rename each
+    file over the stored one (each rename atomic, the bundle folder never absent), fsyncing folders."""
+    names = [model.filename, *bundle_files(model)]
+    target = model_dir(app.home, model.digest)
+    with app.store.temp_dir(prefix="repair-") as staging:
+        try:
+            for name in names:
+                dest = staging / name
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(source if name == model.filename else source.parent / name, dest)
+                with open(dest, "rb") as stream:
+                    os.fsync(stream.fileno())
+        except OSError as err:
+            raise StoreError(f"{_label(model)}: could not stage {source} for the repair: {err}") from err
+        got = model_digest(staging / model.filename, bundle_files(model))
+        if got != model.digest:
+            raise IntegrityCheckError(
+                f"{_label(model)}: {source} changed while it was copied (the copy hashes to {got}); nothing repaired"
+            )
+        try:
+            target.mkdir(parents=True, exist_ok=True)
+            folders = {target}
+            for name in names:
+                final = target / name
+                final.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(staging / name, final)
+                folders.add(final.parent)
+            for folder in sorted(folders, key=lambda p: len(p.parts), reverse=True):
+                fsync_dir(folder)
+            fsync_dir(target.parent)
+        except OSError as err:
+            raise StoreError(f"{_label(model)}: could not rewrite its stored bundle {target}: {err}") from err
+    logger.info("model %s: stored bundle rewritten from %s", model.id, source)

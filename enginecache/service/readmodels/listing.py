@@ -1,0 +1,377 @@
+"""Catalog reads for the command line: listings streamed from the database, and the `show` views.
+
+Every function here answers in plain dicts (the `--json` shapes of `model`, `engine` and `job`) and
+imports neither SQLAlchemy nor SQLModel nor the core library: it reads through a `db.reader.RowSource`
+(the stdlib `sqlite3` for a plain SQLite catalog at the head revision, else SQLAlchemy through
+`Catalog.connect()`), so a read command in a new process costs little more than the interpreter and
+Typer. `model_dict`, `engine_dict` and `job_dict` are the one definition of those shapes: the
+ORM-facing `model_to_dict`, `engine_to_dict` and `job_to_dict` call them with records (any object with
+the columns as attributes will do: a row of this module, or a SQLModel record).
+
+Listings are pages (`limit`, `offset`) in a total order (newest first, the id breaking ties), so pages
+never overlap and together cover every row. `stream_*` are context managers: the query runs (and a bad
+filter raises) on entry, before the caller has written anything; the rows then stream from one
+transaction, fetched `STREAM_BATCH` at a time (a server-side cursor on PostgreSQL), so memory stays flat
+however many rows there are. Only the columns a listing shows are selected (never an engine's builder
+log or cache-key ingredients).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import functools
+import os
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from enginecache.core.cachekey import INGREDIENTS
+from enginecache.db.reader import Column, RowSource, SqliteReader, columns_of
+from enginecache.errors import AmbiguousError, NotFoundError
+from enginecache.service.context import AppContext
+
+STREAM_BATCH = 1000  # rows fetched from the database at a time
+QUEUED = "QUEUED"  # db.models.JobStatus.QUEUED, without importing the SQLModel tables
+
+# A model's, engine's or job's row: a row of this module or a SQLModel record (the same attributes).
+Row = Any
+
+MODEL_COLUMNS = columns_of("models")
+# The engine columns only `engine show` prints (`engine_dict(detail=True)` adds them): the cache key's
+# ingredients, the header's digest, the host, IO, builder log and last verification. A listing never
+# selects them.
+ENGINE_DETAIL_ONLY = frozenset(
+    {
+        "build_options",
+        "builder_log",
+        "header_blake3",
+        "host",
+        "io",
+        "key_ingredients",
+        "os",
+        "precision_recipe",
+        "target_info",
+        "verified_at",
+    }
+)
+ENGINE_LIST_COLUMNS = [column for column in columns_of("engines") if column[0] not in ENGINE_DETAIL_ONLY]
+ENGINE_DETAIL_COLUMNS = columns_of("engines")
+JOB_COLUMNS = columns_of("jobs")
+MODEL_NAME: Column = ("model_name", "")
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+# -- the shapes ---------------------------------------------------------------------------
+
+
+def model_dict(model: Row) -> dict[str, Any]:
+    """A model as `model list/show --json` print it: its columns, then its inspection (`info`)."""
+    return {
+        "id": model.id,
+        "name": model.name,
+        "digest": model.digest,
+        "filename": model.filename,
+        "store_path": model.store_path,
+        "size_bytes": model.size_bytes,
+        "parent_id": model.parent_id,
+        "recipe": model.recipe or None,
+        "created_at": model.created_at.isoformat(),
+        **{k: v for k, v in model.info.items() if k not in ("path", "digest", "size_bytes")},
+    }
+
+
+def engine_dict(
+    home: str | os.PathLike[str],
+    engine: Row,
+    *,
+    model_name: str | None,
+    detail: bool = False,
+    cache_hit: bool | None = None,
+) -> dict[str, Any]:
+    """An engine as `engine list/show --json` and `build --json` print it; `detail` adds each
+    cache-key ingredient, the recipe, options, target, host, IO and the builder log."""
+    data: dict[str, Any] = {
+        "id": engine.id,
+        "model": model_name,
+        "model_id": engine.model_id,
+        "variant_model_id": engine.variant_model_id,
+        "backend": engine.backend,
+        "backend_version": engine.backend_version,
+        "precision": engine.precision,
+        "targets": engine.targets.split(",") if engine.targets else [],
+        "cache_key": engine.cache_key,
+        "sha256": engine.sha256,
+        "blake3": engine.blake3,
+        "size_bytes": engine.size_bytes,
+        "build_seconds": engine.build_seconds,
+        "status": engine.status,
+        "path": os.path.join(home, engine.blob_path) if engine.blob_path else None,
+        "created_at": engine.created_at.isoformat(),
+        "finished_at": _iso(engine.finished_at),
+        "warnings": list(engine.warnings),
+        "error": engine.error,
+    }
+    if cache_hit is not None:
+        data["cache_hit"] = cache_hit
+    if detail:
+        ingredients = engine.key_ingredients
+        data["key_ingredients"] = {name: ingredients.get(name) for name in INGREDIENTS}
+        for name in INGREDIENTS:
+            data[f"key_{name}"] = ingredients.get(name)
+        data["precision_recipe"] = engine.precision_recipe
+        data["build_options"] = engine.build_options
+        data["target_info"] = engine.target_info
+        data["os"] = engine.os
+        data["host"] = engine.host
+        data["io"] = engine.io
+        data["header_blake3"] = engine.header_blake3 or None  # of the first HEAD_BYTES; none before 0015
+        data["verified_at"] = _iso(engine.verified_at)
+        data["builder_log"] = engine.builder_log
+    return data
+
+
+_NO_WAITING = object()
+
+
+def job_dict(job: Row, waiting: object = _NO_WAITING) -> dict[str, Any]:
+    """A job as `jobs --json` and `job show --json` print it; `waiting` (when given) says what a
+    QUEUED job no live worker can run is waiting for (a str or None); without it, no `waiting` key."""
+    data: dict[str, Any] = {
+        "id": job.id,
+        "kind": job.kind,
+        "status": job.status,
+        "attempts": job.attempts,
+        "max_attempts": job.max_attempts,
+        "progress": round(job.progress, 4),
+        "phase": job.phase,
+        "worker": job.lease_owner,
+        "runner_pid": job.runner_pid,
+        "requirements": job.requirements,
+        "error": job.error,
+        "log_tail": job.log_tail,
+        "created_at": job.created_at.isoformat(),
+        "started_at": _iso(job.started_at),
+        "finished_at": _iso(job.finished_at),
+        "result_engine_id": job.result_engine_id,
+        "cancel_requested": job.cancel_requested,
+        "payload": job.payload,
+    }
+    if waiting is not _NO_WAITING:
+        data["waiting"] = waiting
+    return data
+
+
+# -- reading -----------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def catalog_rows(app: AppContext) -> Iterator[RowSource]:
+    """A RowSource on the app's catalog for one read: the stdlib reader where it can serve (a plain
+    SQLite file at the head revision), else SQLAlchemy (which creates and migrates a catalog first,
+    and maps an unreachable one to CatalogUnavailableError)."""
+    reader = SqliteReader.open(app.db_url)
+    if reader is not None:
+        try:
+            yield reader
+        finally:
+            reader.close()
+        return
+    from enginecache.db.catalog import ConnectionRows
+
+    with app.catalog.connect() as connection:
+        yield ConnectionRows(connection, batch=STREAM_BATCH)
+
+
+@functools.cache
+def _row_type(names: tuple[str, ...]) -> Any:
+    return collections.namedtuple("CatalogRow", names)
+
+
+def _select(
+    source: RowSource,
+    sql: str,
+    columns: Sequence[Column],
+    params: Mapping[str, Any] | None = None,
+    *,
+    limit: int | None = None,
+    offset: int = 0,
+) -> Iterator[Row]:
+    """Rows of `sql` (which selects `columns`, in order) with the columns as attributes."""
+    make = _row_type(tuple(name for name, _ in columns))._make
+    for values in source.rows(sql, params or {}, columns, limit=limit, offset=offset):
+        yield make(values)
+
+
+def _names(columns: Iterable[Column], alias: str) -> str:
+    return ", ".join(f"{alias}.{name}" for name, _ in columns)
+
+
+# -- lookups ------------------------------------------------------------------------------
+
+
+def resolve_model_id(source: RowSource, ref: str | int) -> int:
+    """A model's id by id, name (the newest source model of that name) or digest (or a unique prefix
+    of 12+ hex characters); NotFoundError or AmbiguousError otherwise."""
+    text = str(ref)
+    id_column = [("id", "")]
+    if text.isdigit():
+        for row in _select(source, "SELECT id FROM models WHERE id = :id", id_column, {"id": int(text)}):
+            return int(row.id)
+    by_name = _select(
+        source,
+        "SELECT id FROM models WHERE name = :name ORDER BY (parent_id IS NOT NULL), created_at DESC",
+        id_column,
+        {"name": text},
+        limit=1,
+    )
+    for row in by_name:
+        return int(row.id)
+    if len(text) >= 12:
+        by_digest = list(
+            _select(source, "SELECT id FROM models WHERE digest LIKE :prefix", id_column, {"prefix": text + "%"})
+        )
+        if len(by_digest) > 1:
+            raise AmbiguousError(f"digest prefix {text!r} matches {len(by_digest)} models")
+        if by_digest:
+            return int(by_digest[0].id)
+    raise NotFoundError(f"no model {text!r} in the catalog (give a name, an id or a digest)")
+
+
+class WaitingReasons:
+    """What a QUEUED job that no live worker can run waits for ('waiting for a worker with ...'), as
+    `service.builds.submit.waiting_reason` says it, with the live workers read once per listing. Routing
+    (which loads the backends) is imported only when a QUEUED job asks."""
+
+    def __init__(self, source: RowSource) -> None:
+        self._source = source
+        self._capabilities: list[Mapping[str, Any]] | None = None
+
+    def reason(self, status: str, requirements: Mapping[str, Any]) -> str | None:
+        if status != QUEUED:
+            return None
+        from enginecache.service.jobs.routing import can_run, describe_requirements
+
+        if any(can_run(requirements, capabilities) for capabilities in self._live()):
+            return None
+        return f"waiting for {describe_requirements(requirements)}"
+
+    def _live(self) -> list[Mapping[str, Any]]:
+        """The capabilities of the workers that are online and beat within WORKER_ALIVE_SECONDS."""
+        if self._capabilities is None:
+            from enginecache.service.jobs.routing import WORKER_ALIVE_SECONDS
+
+            since = datetime.now(UTC) - timedelta(seconds=WORKER_ALIVE_SECONDS)
+            columns = columns_of("workers", ("capabilities", "heartbeat_at"))
+            online = _select(
+                self._source, "SELECT capabilities, heartbeat_at FROM workers WHERE status = 'online'", columns
+            )
+            self._capabilities = [
+                w.capabilities for w in online if w.heartbeat_at is not None and w.heartbeat_at >= since
+            ]
+        return self._capabilities
+
+
+# -- listings -----------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def stream_models(app: AppContext, *, limit: int | None = None, offset: int = 0) -> Iterator[Iterator[dict[str, Any]]]:
+    """Models, newest first, as `model_dict`s."""
+    sql = f"SELECT {_names(MODEL_COLUMNS, 'm')} FROM models AS m ORDER BY m.created_at DESC, m.id DESC"
+    with catalog_rows(app) as source:
+        rows = _select(source, sql, MODEL_COLUMNS, limit=limit, offset=offset)
+        yield (model_dict(row) for row in _started(rows))
+
+
+def show_model(app: AppContext, ref: str | int) -> dict[str, Any]:
+    with catalog_rows(app) as source:
+        model_id = resolve_model_id(source, ref)
+        sql = f"SELECT {_names(MODEL_COLUMNS, 'm')} FROM models AS m WHERE m.id = :id"
+        rows = list(_select(source, sql, MODEL_COLUMNS, {"id": model_id}))
+    if not rows:
+        raise NotFoundError(f"no model {ref!r} in the catalog")
+    return model_dict(rows[0])
+
+
+def _engine_sql(columns: Sequence[Column], where: Sequence[str]) -> str:
+    return (
+        f"SELECT {_names(columns, 'e')}, m.name AS model_name FROM engines AS e "
+        "LEFT OUTER JOIN models AS m ON m.id = e.model_id" + (" WHERE " + " AND ".join(where) if where else "")
+    )
+
+
+@contextlib.contextmanager
+def stream_engines(
+    app: AppContext,
+    *,
+    model: str | None = None,
+    status: str | None = None,
+    limit: int | None = None,
+    offset: int = 0,
+) -> Iterator[Iterator[dict[str, Any]]]:
+    """Engines, newest first, as `engine_dict`s (with their model's name); `model` (name, id or
+    digest) and `status` filter. An unknown model raises NotFoundError on entry."""
+    home = str(app.home)
+    with catalog_rows(app) as source:
+        where: list[str] = []
+        params: dict[str, Any] = {}
+        if model is not None:
+            where.append("e.model_id = :model_id")
+            params["model_id"] = resolve_model_id(source, model)
+        if status is not None:
+            where.append("e.status = :status")
+            params["status"] = status.upper()
+        sql = _engine_sql(ENGINE_LIST_COLUMNS, where) + " ORDER BY e.created_at DESC, e.id DESC"
+        rows = _select(source, sql, [*ENGINE_LIST_COLUMNS, MODEL_NAME], params, limit=limit, offset=offset)
+        yield (engine_dict(home, row, model_name=row.model_name) for row in _started(rows))
+
+
+def show_engine(app: AppContext, engine_id: int) -> dict[str, Any]:
+    """Everything recorded about one engine (`engine_dict` with `detail`)."""
+    with catalog_rows(app) as source:
+        sql = _engine_sql(ENGINE_DETAIL_COLUMNS, ["e.id = :id"])
+        rows = list(_select(source, sql, [*ENGINE_DETAIL_COLUMNS, MODEL_NAME], {"id": engine_id}))
+    if not rows:
+        raise NotFoundError(f"no engine with id {engine_id} in the catalog")
+    return engine_dict(app.home, rows[0], model_name=rows[0].model_name, detail=True)
+
+
+@contextlib.contextmanager
+def stream_jobs(
+    app: AppContext, *, status: str | None = None, limit: int | None = None, offset: int = 0
+) -> Iterator[Iterator[dict[str, Any]]]:
+    """Jobs, newest first (by id), as `job_dict`s with what each QUEUED one waits for."""
+    where = " WHERE j.status = :status" if status is not None else ""
+    sql = f"SELECT {_names(JOB_COLUMNS, 'j')} FROM jobs AS j{where} ORDER BY j.id DESC"
+    params = {"status": status.upper()} if status is not None else {}
+    with catalog_rows(app) as source:
+        waiting = WaitingReasons(source)
+        rows = _select(source, sql, JOB_COLUMNS, params, limit=limit, offset=offset)
+        yield (job_dict(row, waiting.reason(row.status, row.requirements)) for row in _started(rows))
+
+
+def show_job(app: AppContext, job_id: int) -> dict[str, Any]:
+    with catalog_rows(app) as source:
+        sql = f"SELECT {_names(JOB_COLUMNS, 'j')} FROM jobs AS j WHERE j.id = :id"
+        rows = list(_select(source, sql, JOB_COLUMNS, {"id": job_id}))
+        if not rows:
+            raise NotFoundError(f"no job with id {job_id} in the catalog")
+        return job_dict(rows[0], WaitingReasons(source).reason(rows[0].status, rows[0].requirements))
+
+
+def _started(rows: Iterator[Row]) -> Iterator[Row]:
+    """`rows` with its query already run: the first row is fetched now (so a failing query raises
+    before the caller writes anything), then handed out first."""
+    first = next(rows, None)
+    if first is None:
+        return iter(())
+    return _chain_first(first, rows)
+
+
+def _chain_first(first: Row, rest: Iterator[Row]) -> Iterator[Row]:
+    yield first
+    yield from rest

@@ -1,0 +1,316 @@
+"""Loading one engine from the store: header check, verified read, the backend's load.
+
+No catalog here (both `load_or_build` paths use it: the ORM one through `service.serving.loading`, the
+stdlib-sqlite cache hit through `service.serving.hitpath`); what the catalog must do about a corrupt blob
+is the caller's `on_corrupt`.
+
+Order: the runtime's import (a missing library fails before anything is read); then, where the
+catalog records the BLAKE3 of the blob's first ENGINE_HEADER_BYTES (`header_blake3`, written by the
+store in the pass that hashes the whole blob), those bytes alone, read and verified, and the
+backend's validity test on them (`Backend.check_header`: TensorRT-RTX's `get_engine_validity`, the
+ORT-format identifier and version): an engine this host cannot run is INCOMPATIBLE without reading
+or hashing the rest, which may be gigabytes. Then, for a backend whose runtime reads files itself
+(`Backend.reads_files`: ONNX Runtime), the blob is hashed where it lies under a read lease and the
+runtime reads it (`_load_in_place`, `core.filelease`: no copy of ours, the memory of a load by hand);
+otherwise, or where no lease can be had or it broke, one pass that reads the blob into the buffer the
+runtime gets while hashing it (BLAKE3 where recorded, else sha256), then `Backend.load`, which
+starts with the same validity test on the verified bytes and then deserializes them. No byte
+reaches a runtime, not even the header its validity test parses, before it matched a digest the
+catalog records: a damaged header is CORRUPT, a damaged body is CORRUPT wherever the engine could
+run (a host that refuses the header never looks at the body, and says INCOMPATIBLE). An engine
+recorded without `header_blake3` (built before migration 0015) is read whole first, as before,
+until `enginecache verify` records it.
+(Reading on a thread beside the runtime's import was tried twice: on 2 busy cores it was no faster,
+1.00-1.09x. Measured again on 2026-12-02 with the second core free: the import slowed from 160-230 to
+220-300 ms while a 47 MB read and hash beside it took 100-200 ms instead of 30, and the whole start was
+0.96x, within its noise: the copy and the hash contend with the import for the memory system even
+with the GIL released. A runtime's import is not free time on these machines.)
+
+The blob is read from the path its sha256 implies (`core.blobpaths`, a string operation), never from
+the catalog's `blob_path`: an edited row cannot point a load at another file.
+"""
+
+from __future__ import annotations
+
+import os
+
+from enginecache.core.backends.loadtypes import ENGINE_HEADER_BYTES, LoadSpec
+from enginecache.core.backends.registry import get_backend
+from enginecache.core.blobfetch import fetch_if_missing
+from enginecache.core.blobpaths import blob_file
+from enginecache.core.lazyimport import import_backend
+from enginecache.core.valuetype import Frozen
+from enginecache.errors import EngineRejectedError, IncompatibleEngineError, IntegrityCheckError, LoadFailedError
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy treats the name as True)
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from pathlib import Path
+    from typing import Any, TypedDict
+
+    from enginecache.core.backends.base import Backend, EngineSession
+    from enginecache.core.backends.loadtypes import PhaseTimer
+
+    class _DigestArguments(TypedDict, total=False):
+        sha256: str
+        blake3_digest: str
+
+
+class EngineFacts(Frozen):
+    """What loading an engine needs from its catalog row (and what a serving state file records).
+    `home` is the store's, as a string; the blob's path follows from the digest (`blob_file`, and
+    `blob` as a `Path`). A `core.valuetype` value (as the frozen dataclass it was; no `dataclasses`
+    import on a cache hit, and no `pathlib` until `blob` is asked for)."""
+
+    __slots__ = _fields = (
+        "id",
+        "backend",
+        "backend_version",
+        "precision",
+        "targets",
+        "home",
+        "sha256",
+        "blake3",
+        "input_shapes",
+        "header_blake3",
+    )
+
+    id: int
+    backend: str
+    backend_version: str
+    precision: str
+    targets: tuple[str, ...]
+    home: str
+    sha256: str | None
+    blake3: str | None
+    input_shapes: Mapping[str, tuple[int, ...]]
+    header_blake3: str | None
+
+    def __init__(
+        self,
+        id: int,
+        backend: str,
+        backend_version: str,
+        precision: str,
+        targets: tuple[str, ...],
+        home: str | os.PathLike[str],
+        sha256: str | None,
+        blake3: str | None,
+        input_shapes: Mapping[str, tuple[int, ...]] | None = None,
+        header_blake3: str | None = None,
+    ) -> None:
+        init = object.__setattr__
+        init(self, "id", id)
+        init(self, "backend", backend)
+        init(self, "backend_version", backend_version)
+        init(self, "precision", precision)
+        init(self, "targets", targets)
+        init(self, "home", os.fspath(home))
+        init(self, "sha256", sha256)
+        init(self, "blake3", blake3)
+        init(self, "input_shapes", {} if input_shapes is None else input_shapes)
+        init(self, "header_blake3", header_blake3)
+
+    @classmethod
+    def from_row(cls, home: str | os.PathLike[str], row: Mapping[str, Any]) -> EngineFacts:
+        """From an engines row's columns (build_options already decoded from JSON)."""
+        profiles = (row.get("build_options") or {}).get("profiles") or {}
+        return cls(
+            id=int(row["id"]),
+            backend=str(row["backend"]),
+            backend_version=str(row["backend_version"]),
+            precision=str(row.get("precision") or ""),
+            targets=tuple(t for t in str(row.get("targets") or "").split(",") if t),
+            home=home,
+            sha256=row.get("sha256"),
+            blake3=row.get("blake3"),
+            input_shapes={name: tuple(p["opt"]) for name, p in profiles.items()},
+            header_blake3=row.get("header_blake3"),
+        )
+
+    @property
+    def blob_file(self) -> str:
+        """The blob's path in the store, from its sha256 (IntegrityCheckError where none is recorded)."""
+        return blob_file(self.home, self.sha256)
+
+    @property
+    def blob(self) -> Path:
+        """`blob_file` as a `Path`."""
+        from pathlib import Path
+
+        return Path(self.blob_file)
+
+    @property
+    def verified_digest(self) -> dict[str, str]:
+        """The digest a load checks: {"blake3": ...} where recorded, else {"sha256": ...}."""
+        return {"blake3": self.blake3} if self.blake3 else {"sha256": self.sha256 or ""}
+
+    @property
+    def check_arguments(self) -> _DigestArguments:
+        """`core.hashing`'s keyword arguments for the digest a load checks (BLAKE3 where recorded;
+        an engine with no digest at all fails the sha256 check, as a changed one)."""
+        if self.blake3:
+            return {"blake3_digest": self.blake3}
+        return {"sha256": self.sha256 or ""}
+
+    def load_spec(self) -> LoadSpec:
+        return LoadSpec(
+            input_shapes=dict(self.input_shapes),
+            label=f"engine {self.id}",
+            backend_version=self.backend_version,
+            targets=self.targets,
+        )
+
+
+def load_error_note(message: str) -> str:
+    """What an engine's `error` says once a runtime refused it on this host (its status stays:
+    another host may load it)."""
+    import socket  # the rare path pays for its imports
+    from datetime import UTC, datetime
+
+    when = datetime.now(UTC).isoformat(timespec="seconds")
+    return f"{socket.gethostname()} could not load it ({when}): {message}"
+
+
+def _corrupt(facts: EngineFacts, err: BaseException, on_corrupt: Callable[[], None]) -> EngineRejectedError:
+    on_corrupt()
+    return EngineRejectedError(
+        f"engine {facts.id} is CORRUPT and was refused (now marked CORRUPT): {err}",
+        engine_id=facts.id,
+        verdict="CORRUPT",
+    )
+
+
+def _fetch(facts: EngineFacts, on_corrupt: Callable[[], None]) -> None:
+    """A remote store configured and the blob not here yet: fetched and verified (StoreError: the
+    remote is unavailable); the remote's copy missing or not the blob is CORRUPT, as a missing one."""
+    try:
+        fetch_if_missing(facts.home, facts.sha256)
+    except IntegrityCheckError as err:
+        raise _corrupt(facts, err, on_corrupt) from err
+
+
+def read_blob(facts: EngineFacts, timer: PhaseTimer, on_corrupt: Callable[[], None]) -> bytes:
+    """The engine's blob (fetched first where a remote store has it and this host does not),
+    verified in the pass that reads it (phase `read_verify`). A mismatch or a missing blob calls
+    `on_corrupt` and raises EngineRejectedError (verdict CORRUPT)."""
+    _fetch(facts, on_corrupt)
+    return _read_whole(facts, timer, on_corrupt)
+
+
+def _read_whole(facts: EngineFacts, timer: PhaseTimer, on_corrupt: Callable[[], None]) -> bytes:
+    """`read_blob` of a blob that is here."""
+    from enginecache.core.hashing import read_verified
+
+    try:
+        with timer.phase("read_verify"):
+            return read_verified(facts.blob_file, as_bytes=True, **facts.check_arguments)
+    except (IntegrityCheckError, OSError) as err:
+        raise _corrupt(facts, err, on_corrupt) from err
+
+
+def _read_header(facts: EngineFacts, timer: PhaseTimer, on_corrupt: Callable[[], None]) -> bytes:
+    """The first ENGINE_HEADER_BYTES of a blob that is here, verified against `header_blake3` (phase
+    `read_header`). A mismatch, a short file or a missing blob calls `on_corrupt` and raises
+    EngineRejectedError (verdict CORRUPT)."""
+    from enginecache.core.hashing import head_digest
+
+    try:
+        with timer.phase("read_header"):
+            fd = os.open(facts.blob_file, os.O_RDONLY)
+            try:
+                header = os.pread(fd, ENGINE_HEADER_BYTES, 0)
+            finally:
+                os.close(fd)
+            found = head_digest(header)
+            if found != facts.header_blake3:
+                raise IntegrityCheckError(
+                    f"the first {len(header)} bytes of {facts.blob_file} hash to {found}, "
+                    f"the catalog records {facts.header_blake3}"
+                )
+    except (IntegrityCheckError, OSError) as err:
+        raise _corrupt(facts, err, on_corrupt) from err
+    return header
+
+
+def load_engine(facts: EngineFacts, timer: PhaseTimer, *, on_corrupt: Callable[[], None]) -> EngineSession:
+    """The runtime's import (phase `import_runtime`: a missing library fails before anything is read);
+    where the catalog records the header's digest, the backend's header check on the verified header
+    (a refusal reads nothing more); the verified read of the whole blob; then the backend's load of the
+    verified bytes (its header check first).
+
+    Raises EngineRejectedError: CORRUPT (bytes do not match, or the blob is gone; `on_corrupt` ran),
+    INCOMPATIBLE (the backend's validity test) or ERROR (the runtime could not load it).
+    """
+    backend = get_backend(facts.backend)
+    with timer.phase("import_runtime"):
+        import_backend(backend.module)
+    spec = facts.load_spec()
+    _fetch(facts, on_corrupt)
+    if facts.header_blake3:
+        header = _read_header(facts, timer, on_corrupt)
+        try:
+            backend.check_header(header, spec, timer)
+        except LoadFailedError as err:
+            raise _refused(facts, err) from err
+    if backend.reads_files:
+        session = _load_in_place(backend, facts, spec, timer, on_corrupt)
+        if session is not None:
+            return session
+    buffer = _read_whole(facts, timer, on_corrupt)
+    try:
+        return backend.load(buffer, spec, timer)
+    except LoadFailedError as err:  # IncompatibleEngineError included
+        raise _refused(facts, err) from err
+
+
+def _load_in_place(
+    backend: Backend, facts: EngineFacts, spec: LoadSpec, timer: PhaseTimer, on_corrupt: Callable[[], None]
+) -> EngineSession | None:
+    """The runtime reads the store file itself, with the memory of a load by hand: under a read lease
+    (`core.filelease`) taken before the file is hashed where it lies (phase `read_verify`) and checked
+    once the runtime is done with it, so what it read is what was hashed. None where no lease can be
+    had here, or where someone opened the file for writing meanwhile: the caller then reads a
+    verified copy, which decides whether a byte changed. A mismatch under an intact lease calls
+    `on_corrupt` and raises EngineRejectedError (CORRUPT); a refusal raises it as `load_engine` does."""
+    from enginecache.core.filelease import take_read_lease
+    from enginecache.core.hashing import verify_file
+
+    try:
+        lease = take_read_lease(facts.blob_file)
+    except OSError as err:  # missing or unreadable: what the copy's read would have met
+        raise _corrupt(facts, err, on_corrupt) from err
+    if lease is None:
+        return None
+    with lease:
+        try:
+            with timer.phase("read_verify"):
+                verify_file(lease.path, name=facts.blob_file, **facts.check_arguments)
+        except IntegrityCheckError as err:
+            if not lease.intact():
+                return None  # it was being written: the copy's read tells a changed file from a torn one
+            raise _corrupt(facts, err, on_corrupt) from err
+        except OSError as err:
+            raise _corrupt(facts, err, on_corrupt) from err
+        try:
+            session = backend.load_file(lease.path, spec, timer)
+        except LoadFailedError as err:
+            if not lease.intact():
+                return None
+            raise _refused(facts, err) from err
+        if lease.intact():
+            return session
+    session.close()
+    import logging  # the rare path pays for it
+
+    logging.getLogger(__name__).warning(
+        "%s was opened for writing while it loaded: reading a verified copy instead", facts.blob_file
+    )
+    return None
+
+
+def _refused(facts: EngineFacts, err: LoadFailedError) -> EngineRejectedError:
+    """The verdict on a runtime's refusal: INCOMPATIBLE (its validity test) or ERROR (it could not load)."""
+    if isinstance(err, IncompatibleEngineError):
+        return EngineRejectedError(str(err), engine_id=facts.id, verdict="INCOMPATIBLE", details=err.details)
+    return EngineRejectedError(str(err), engine_id=facts.id, verdict="ERROR")

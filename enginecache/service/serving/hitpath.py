@@ -1,0 +1,404 @@
+"""A serving process's cache hit without the ORM: the stdlib's sqlite3 on the SQLite catalog.
+
+A new serving process that finds its engine should cost what loading the engine costs (import the
+runtime, create the session) and little more. The full lookup (`service.serving.loadpath`) imports
+SQLAlchemy, SQLModel, Alembic (its migration check) and onnx (profiles from the model's inputs):
+0.6-1.0 s before any engine byte is read. This module answers a hit with none of them:
+
+1. the catalog file from `home`/`db_url` (SQLite only) at this code's Alembic head
+   (`db.catalogfile.head_revision`, read from the migration files; the full path migrates a catalog that is
+   behind);
+2. the model's digest from the stat cache row for (host, path), trusted by the same rule as
+   `service.serving.statcache` (`service.serving.statrule`: every file's size, mtime, ctime and inode, not racy);
+3. the engine from the memo the full path wrote for this exact request (`service.serving.memo`: digest,
+   spec, backend and tool versions, host facts, code), confirmed still READY and with the model's
+   READY engines unchanged since (a retired, corrupt or newly built engine sends it down the full
+   path), read in one read transaction;
+4. load through `service.serving.engineload` (verified read, then `Backend.load`: header check, deserialize)
+from the path the
+   engine's sha256 implies (`core.blobpaths`; the row's `blob_path` is not read), then one INSERT of
+   the load event. A CORRUPT blob is marked so with one UPDATE and its audit event, one transaction.
+
+Anything it cannot vouch for (a PostgreSQL URL, a calibration file, another schema revision, no
+memo, a stat mismatch, a racy entry, a backend library missing) returns None and the caller takes
+the full path, which stays the reference and writes the memo for next time. Once it has chosen an
+engine its outcomes are final, as the full path's are: a hit, or EngineRejectedError (CORRUPT,
+INCOMPATIBLE, ERROR), each recorded as a load event.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+
+from enginecache.core.backends.loadtypes import PhaseTimer
+from enginecache.core.backends.registry import get_backend
+from enginecache.core.lazyimport import import_backend
+from enginecache.core.pathtext import absolute_text, resolved_text
+from enginecache.db.catalogfile import head_revision, sqlite_file, sqlite_file_uri
+from enginecache.errors import BackendUnavailableError, EngineRejectedError, TargetError
+from enginecache.service.serving.engineload import EngineFacts, load_engine, load_error_note
+from enginecache.service.serving.localhost import local_host
+from enginecache.service.serving.memo import memo_ingredients, memo_key, ready_list
+from enginecache.service.serving.runtimetypes import LoadedEngine, RuntimeSpec
+from enginecache.service.serving.statrule import cached_files_match, stat_entry
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy treats the name as True)
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from pathlib import Path
+    from typing import Any
+
+    from enginecache.core.backends.base import Backend
+    from enginecache.core.fingerprint import HostFingerprint
+    from enginecache.db.models import EngineRecord
+
+
+def _log() -> Any:
+    """This module's logger, on first use: a hit logs nothing, and `logging` costs a new process ~3 ms."""
+    import logging
+
+    return logging.getLogger(__name__)
+
+
+HIT_PATH_ENV = "ENGINECACHE_HIT_PATH"  # "off": always take the full path
+# As service.context and db.catalog set them (not imported: they import SQLAlchemy).
+HOME_ENV = "ENGINECACHE_HOME"
+DB_URL_ENV = "ENGINECACHE_DB_URL"
+DEFAULT_HOME = "engines"
+SQLITE_BUSY_TIMEOUT_S = 30.0
+_LOAD_PHASES = ("validity", "deserialize", "create_context", "allocate_io")
+_ENGINE_COLUMNS = (
+    "id",
+    "model_id",
+    "status",
+    "backend",
+    "backend_version",
+    "precision",
+    "targets",
+    "sha256",
+    "blake3",
+    "header_blake3",
+    "build_options",
+)
+_JSON_COLUMNS = ("key_ingredients", "precision_recipe", "build_options", "target_info", "host", "io", "warnings")
+_TIME_COLUMNS = ("created_at", "finished_at", "verified_at")
+
+
+class CatalogFile:
+    """The store's home and its SQLite catalog file, as strings (a hit builds no `pathlib.Path`:
+    core.pathtext says why). This module's value types are plain classes: a cache hit in a new
+    process pays for every dataclass it creates."""
+
+    __slots__ = ("home", "path")
+
+    def __init__(self, home: str, path: str) -> None:
+        self.home = home
+        self.path = path
+
+
+def enabled() -> bool:
+    return os.environ.get(HIT_PATH_ENV, "").strip().lower() not in ("off", "0", "no", "false")
+
+
+def catalog_file(home: str | Path | None, db_url: str | None) -> CatalogFile | None:
+    """Where `AppContext.from_settings(home, db_url)` would open its catalog, when that is an
+    existing SQLite file; None otherwise (PostgreSQL, in-memory, URL parameters, no catalog yet)."""
+    resolved = resolved_text(home or os.environ.get(HOME_ENV) or DEFAULT_HOME)
+    url = db_url or os.environ.get(DB_URL_ENV) or None
+    file = os.path.join(resolved, "catalog.db") if url is None else sqlite_file(url)
+    if file is None or not os.path.isfile(file):
+        return None
+    return CatalogFile(resolved, file)
+
+
+def _connect(path: str) -> sqlite3.Connection:
+    """Read-write on an existing file (never creates one), autocommit (we BEGIN ourselves), and the
+    catalog's own settings for the one write: synchronous=FULL, foreign keys, the busy timeout."""
+    connection = sqlite3.connect(
+        sqlite_file_uri(path),
+        uri=True,
+        timeout=SQLITE_BUSY_TIMEOUT_S,
+        isolation_level=None,
+        check_same_thread=False,
+    )
+    connection.execute("PRAGMA synchronous=FULL")
+    connection.execute("PRAGMA foreign_keys=ON")
+    return connection
+
+
+class _Found:
+    __slots__ = ("digest", "engine", "model_id", "model_name")
+
+    def __init__(self, digest: str, model_id: int, model_name: str, engine: dict[str, Any]) -> None:
+        self.digest = digest
+        self.model_id = model_id
+        self.model_name = model_name
+        self.engine = engine
+
+
+def _lookup(
+    connection: sqlite3.Connection,
+    path: str,
+    model_stat: list[Any],
+    spec: RuntimeSpec,
+    backend: Backend,
+    backend_version: str,
+    host: HostFingerprint,
+) -> _Found | None:
+    """Steps 1-3 in one read transaction (one snapshot of the catalog): None where it cannot vouch."""
+    connection.execute("BEGIN")
+    try:
+        (revision,) = connection.execute("SELECT version_num FROM alembic_version").fetchone() or (None,)
+        if revision is None or revision != head_revision():
+            _log().debug("hit path: catalog at revision %s, this code's head is %s", revision, head_revision())
+            return None
+        stat_row = connection.execute(
+            "SELECT files, digest, racy FROM onnx_stat_cache WHERE hostname = ? AND path = ?",
+            (host.hostname, path),
+        ).fetchone()
+        if stat_row is None or not cached_files_match(path, model_stat, json.loads(stat_row[0]), bool(stat_row[2])):
+            _log().debug("hit path: no trusted stat cache entry for %s", path)
+            return None
+        digest = str(stat_row[1])
+        key = memo_key(memo_ingredients(digest, spec, backend, backend_version, host))
+        memo = connection.execute(
+            "SELECT model_id, engine_id, ready_engines FROM engine_memos WHERE memo_key = ?", (key,)
+        ).fetchone()
+        if memo is None:
+            _log().debug("hit path: no memo %s for %s", key[:12], path)
+            return None
+        model_id, engine_id, remembered = int(memo[0]), int(memo[1]), str(memo[2])
+        ready = [
+            int(r[0])
+            for r in connection.execute(
+                "SELECT id FROM engines WHERE model_id = ? AND status = 'READY' ORDER BY id", (model_id,)
+            )
+        ]
+        if ready_list(ready) != remembered or engine_id not in ready:
+            _log().debug("hit path: model %s's READY engines are %s, the memo saw %s", model_id, ready, remembered)
+            return None
+        model = connection.execute("SELECT name, digest FROM models WHERE id = ?", (model_id,)).fetchone()
+        row = connection.execute(
+            f"SELECT {', '.join(_ENGINE_COLUMNS)} FROM engines WHERE id = ?", (engine_id,)
+        ).fetchone()
+        if model is None or model[1] != digest or row is None:
+            return None
+        engine = dict(zip(_ENGINE_COLUMNS, row, strict=True))
+        engine["build_options"] = json.loads(engine["build_options"] or "{}")
+        return _Found(digest, model_id, str(model[0]), engine)
+    finally:
+        connection.execute("COMMIT")
+
+
+def _write(connection: sqlite3.Connection, *statements: tuple[str, tuple[Any, ...]]) -> None:
+    """Run `statements` (SQL, values) in one write transaction."""
+    connection.execute("BEGIN IMMEDIATE")
+    try:
+        for sql, values in statements:
+            connection.execute(sql, values)
+    except BaseException:
+        connection.execute("ROLLBACK")
+        raise
+    connection.execute("COMMIT")
+
+
+def _mark_corrupt(connection: sqlite3.Connection, engine_id: int) -> None:
+    """Mark the engine CORRUPT and, where that changed its status, append the audit event
+    `service.access.audit.record` writes on the full path (same action, target and details; the actor is
+    this process's OS user), in one transaction."""
+    from enginecache.service.access import audit  # the rare path pays for its imports
+
+    actor = audit.local_actor()
+    details = json.dumps({"via": "load_or_build"})
+    event = (_sqlite_now(), actor.name, actor.origin, audit.ENGINE_CORRUPT, f"engine {engine_id}")
+    try:
+        _write(
+            connection,
+            ("UPDATE engines SET status = 'CORRUPT' WHERE id = ? AND status != 'CORRUPT'", (engine_id,)),
+            (
+                "INSERT INTO audit_events (at, actor, origin, action, target, details) "
+                "SELECT ?, ?, ?, ?, ?, ? WHERE changes() > 0",  # changes(): rows the UPDATE just changed
+                (*event, details),
+            ),
+        )
+    except sqlite3.Error as err:  # the verdict stands; `enginecache verify` marks it later
+        _log().warning("engine %s not marked CORRUPT: %s", engine_id, err)
+
+
+def _mark_load_error(connection: sqlite3.Connection, engine_id: int, note: str) -> None:
+    try:
+        _write(connection, ("UPDATE engines SET error = ? WHERE id = ?", (note, engine_id)))
+    except sqlite3.Error as err:  # the verdict stands and is raised; only the note is lost
+        _log().warning("engine %s: load error not noted: %s", engine_id, err)
+
+
+def _sqlite_now() -> str:
+    """Now in UTC as SQLAlchemy's SQLite DateTime stores it (db.types.UTCDateTime: naive UTC,
+    `datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")`), from `time`: a cache hit's one
+    timestamp does not import `datetime`."""
+    seconds, nanoseconds = divmod(time.time_ns(), 1_000_000_000)
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(seconds)) + f".{nanoseconds // 1000:06d}"
+
+
+def _record(
+    connection: sqlite3.Connection,
+    event: Mapping[str, Any],
+    outcome: str,
+    reason: str,
+    phases: Mapping[str, float],
+    started: float,
+) -> None:
+    """The load event, as `service.engines.events.record_event` writes it; a refused write is logged, never raised."""
+    row = {
+        **event,
+        "outcome": outcome,
+        "source": "load_or_build",
+        "reason": reason,
+        "lookup_s": phases.get("lookup"),
+        "read_verify_s": phases.get("read_verify"),
+        "load_s": sum(phases.get(p, 0.0) for p in _LOAD_PHASES),
+        "build_s": None,
+        "total_s": time.perf_counter() - started,
+        "stat_cache_hit": 1,
+        "phases": json.dumps(dict(phases)),
+        "created_at": _sqlite_now(),
+    }
+    columns = ", ".join(row)
+    marks = ", ".join("?" for _ in row)
+    try:
+        _write(connection, (f"INSERT INTO load_events ({columns}) VALUES ({marks})", tuple(row.values())))
+    except sqlite3.Error as err:
+        _log().warning("cache event not recorded: %s", err)
+
+
+def engine_record_loader(where: CatalogFile, engine_id: int) -> Callable[[], EngineRecord]:
+    """Reads the engine's whole row as an `EngineRecord` when first asked (imports the ORM then)."""
+
+    def load() -> EngineRecord:
+        from datetime import UTC, datetime
+
+        from enginecache.db.models import EngineRecord
+
+        connection = _connect(where.path)
+        try:
+            connection.row_factory = sqlite3.Row
+            row = connection.execute("SELECT * FROM engines WHERE id = ?", (engine_id,)).fetchone()
+        finally:
+            connection.close()
+        if row is None:
+            raise LookupError(f"engine {engine_id} is no longer in the catalog")
+        columns = set(EngineRecord.__table__.columns.keys())  # type: ignore[attr-defined]
+        fields = {k: v for k, v in dict(row).items() if k in columns}
+        for name in _JSON_COLUMNS:
+            fields[name] = json.loads(fields[name]) if fields.get(name) is not None else None
+        for name in _TIME_COLUMNS:
+            value = fields.get(name)
+            fields[name] = datetime.fromisoformat(value).replace(tzinfo=UTC) if value else None
+        return EngineRecord(**fields)
+
+    return load
+
+
+def try_hit(
+    onnx_path: str | Path,
+    spec: RuntimeSpec,
+    *,
+    home: str | Path | None,
+    db_url: str | None,
+    host: HostFingerprint | None,
+    started: float,
+    imported_s: float | None = None,
+) -> LoadedEngine | None:
+    """The loaded engine for a request this path can vouch for, else None (take the full path).
+    `imported_s`: the seconds the caller spent importing this module (phase `import_hitpath`).
+
+    Raises EngineRejectedError (CORRUPT, INCOMPATIBLE, ERROR) for the engine it chose, after
+    recording the event; any other error there is recorded as 'failed' and raised.
+    """
+    if not enabled() or spec.calibration is not None:
+        return None
+    where = catalog_file(home, db_url)
+    if where is None:
+        return None
+    path = absolute_text(onnx_path)  # the stat cache's key, as service.serving.statcache writes it
+    try:
+        model_stat = stat_entry(path)
+        backend = get_backend(spec.backend)
+    except (OSError, TargetError):
+        return None  # the full path says what is wrong, and records it
+    timer = PhaseTimer()
+    if imported_s is not None:
+        timer.phases["import_hitpath"] = imported_s
+    with timer.phase("fingerprint"):
+        host = host or local_host(probe_gpus=backend.device == "gpu")
+    try:
+        with timer.phase("import_runtime"):
+            # Here, before the lookup, rather than in load_engine (where it is then a no-op): in
+            # new processes started from a shell loop the same import ran 20-25 ms slower after the
+            # lookup, all of it in numpy's typing aliases; bench_start's children showed no such
+            # difference. Measured, not explained (docs/runtime.md).
+            import_backend(backend.module)
+        with timer.phase("lookup"):
+            backend_version = backend.version()
+            connection = _connect(where.path)
+            try:
+                found = _lookup(connection, path, model_stat, spec, backend, backend_version, host)
+            except BaseException:
+                connection.close()
+                raise
+    except (BackendUnavailableError, sqlite3.Error, ValueError, TypeError, KeyError) as err:
+        _log().debug("hit path declined %s: %s", path, err)
+        return None
+    if found is None:
+        connection.close()
+        return None
+    try:
+        return _load(connection, where, found, spec, backend, host, timer, started)
+    finally:
+        connection.close()
+
+
+def _load(
+    connection: sqlite3.Connection,
+    where: CatalogFile,
+    found: _Found,
+    spec: RuntimeSpec,
+    backend: Backend,
+    host: HostFingerprint,
+    timer: PhaseTimer,
+    started: float,
+) -> LoadedEngine:
+    facts = EngineFacts.from_row(where.home, found.engine)
+    event = {
+        "hostname": host.hostname,
+        "model_name": found.model_name,
+        "model_id": found.model_id,
+        "engine_id": facts.id,
+        "backend": spec.backend,
+        "precision": spec.precision,
+        "host_target": backend.host_target(host),
+    }
+    try:
+        session = load_engine(facts, timer, on_corrupt=lambda: _mark_corrupt(connection, facts.id))
+    except EngineRejectedError as err:
+        if err.verdict == "ERROR":
+            _mark_load_error(connection, facts.id, load_error_note(str(err)))
+        _record(connection, event, "rejected", str(err), timer.phases, started)
+        raise
+    except BaseException as err:
+        _record(connection, event, "failed", f"{type(err).__name__}: {err}", timer.phases, started)
+        raise
+    _record(connection, event, "hit", f"engine {facts.id}", timer.phases, started)
+    return LoadedEngine(
+        session,
+        engine_record_loader(where, facts.id),
+        "hit",
+        dict(timer.phases),
+        found.digest,
+        facts=facts,
+        model_name=found.model_name,
+        via="hitpath",
+    )

@@ -1,0 +1,69 @@
+"""Loading a catalog engine here (the ORM path): its facts from the row, then `service.serving.engineload`
+(which reads the blob from the path its digest implies, not the row's `blob_path`).
+
+Whatever refuses the engine is an `EngineRejectedError` with its verdict: CORRUPT (the bytes do not
+match the recorded digest, or the blob is gone; the engine is marked CORRUPT), INCOMPATIBLE (the
+backend's own validity check) or ERROR (the runtime could not load it: the engine keeps its
+status, since another host may load it, and its `error` says which host could not and the
+runtime's words).
+"""
+
+from __future__ import annotations
+
+from enginecache.core.backends.base import EngineSession, PhaseTimer
+from enginecache.db.models import EngineRecord, EngineStatus
+from enginecache.errors import EngineRejectedError
+from enginecache.service.context import AppContext
+from enginecache.service.jobs.refs import engine_targets
+from enginecache.service.serving.engineload import EngineFacts, load_engine, load_error_note, read_blob
+
+
+def engine_facts(app: AppContext, engine: EngineRecord) -> EngineFacts:
+    """What loading `engine` needs, from its row."""
+    profiles = engine.build_options.get("profiles", {})
+    return EngineFacts(
+        id=engine.id or 0,
+        backend=engine.backend,
+        backend_version=engine.backend_version,
+        precision=engine.precision,
+        targets=engine_targets(engine),
+        home=app.home,  # the blob's path follows from its sha256, never from the row's blob_path
+        sha256=engine.sha256,
+        blake3=engine.blake3,
+        input_shapes={name: tuple(p["opt"]) for name, p in profiles.items()},
+        header_blake3=engine.header_blake3,
+    )
+
+
+def read_engine(app: AppContext, engine: EngineRecord, timer: PhaseTimer | None = None) -> bytes:
+    """The engine's blob, verified (BLAKE3 when recorded, else sha256) in the pass that reads it
+    (phase `read_verify`). A mismatch or a missing blob marks the engine CORRUPT and raises
+    EngineRejectedError (verdict CORRUPT)."""
+    return read_blob(engine_facts(app, engine), timer or PhaseTimer(), lambda: mark_corrupt(app, engine.id or 0))
+
+
+def load_engine_record(app: AppContext, engine: EngineRecord, timer: PhaseTimer) -> EngineSession:
+    """The backend's header check, then read and verify the blob in one pass, then load it; CORRUPT
+    marks the engine. Raises EngineRejectedError (CORRUPT, INCOMPATIBLE or ERROR)."""
+    try:
+        return load_engine(engine_facts(app, engine), timer, on_corrupt=lambda: mark_corrupt(app, engine.id or 0))
+    except EngineRejectedError as err:
+        if err.verdict == "ERROR":
+            mark_load_error(app, engine.id or 0, load_error_note(str(err)))
+        raise
+
+
+def mark_load_error(app: AppContext, engine_id: int, note: str) -> None:
+    with app.catalog.write() as session:
+        row = session.get(EngineRecord, engine_id)
+        if row is not None:
+            row.error = note
+            session.add(row)
+
+
+def mark_corrupt(app: AppContext, engine_id: int) -> None:
+    with app.catalog.write() as session:
+        row = session.get(EngineRecord, engine_id)
+        if row is not None:
+            row.status = EngineStatus.CORRUPT
+            session.add(row)
