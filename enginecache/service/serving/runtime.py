@@ -1,8 +1,8 @@
 """`load_or_build()` for serving processes: the engine for this model, spec and host, loaded, in
 milliseconds on a cache hit.
 
-It lives in `service` (not `core.runtime` as DESIGN.md sketches) because it needs the catalog, and
-the layering DESIGN.md sets forbids `core` from importing `db`.
+It lives in `service`, not `core`, because it needs the catalog and `core` never imports `db`
+(docs/design-decisions.md, "Layers and packaging").
 
 Two paths give the same answers. A cache hit in a new process is answered by `service.serving.hitpath`
 with the stdlib's sqlite3 (no SQLAlchemy, SQLModel, Alembic or onnx imported): the stat cache row,
