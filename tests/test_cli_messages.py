@@ -15,7 +15,7 @@ import typer
 
 from enginecache.cli.app import main
 from enginecache.cli.common import job_error
-from enginecache.core import fingerprint as fingerprint_module
+from enginecache.service.fleet import thishost
 from tests.clirunner import CliResult, run_cli
 from tests.modelfactory import make_mlp
 
@@ -92,7 +92,7 @@ def test_an_interrupted_command_says_error_first(
     def interrupted(**_kwargs: object) -> None:
         raise raised
 
-    monkeypatch.setattr(fingerprint_module, "host_fingerprint", interrupted)
+    monkeypatch.setattr(thishost, "host_fingerprint", interrupted)
     result = _cli(capsys, tmp_path, ["fingerprint"])
     assert result.code == code and result.err.startswith(start), (result.code, result.err)
     _same_message_as_json(result, _cli(capsys, tmp_path, ["fingerprint"], "--json"))
@@ -104,7 +104,7 @@ def test_a_bug_says_error_first_then_its_traceback(
     def broken(**_kwargs: object) -> None:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(fingerprint_module, "host_fingerprint", broken)
+    monkeypatch.setattr(thishost, "host_fingerprint", broken)
     monkeypatch.setattr(sys, "argv", ["enginecache", "fingerprint"])
     with pytest.raises(RuntimeError, match="boom"):  # the entry point raises it on: Python prints the traceback
         main()

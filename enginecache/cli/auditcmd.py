@@ -13,7 +13,7 @@ DEFAULT_AUDIT_LIMIT = 100  # as service.access.audit.DEFAULT_LIMIT (not imported
 
 
 def _event_line(r: dict[str, Any]) -> str:
-    from enginecache.core.plaintext import printable
+    from enginecache.service.readmodels.display import printable
 
     details = json.dumps(r["details"], sort_keys=True, default=str) if r["details"] else ""
     fields = (r["at"][:19].replace("T", " "), r["actor"], r["origin"], r["action"], r["target"], details)

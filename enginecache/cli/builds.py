@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 
 from enginecache.cli.common import JsonOption, app_context, emit, job_error, job_progress_printer
-
-if TYPE_CHECKING:
-    from enginecache.db.models import EngineRecord
-    from enginecache.service.context import AppContext
 
 
 def build(
@@ -51,12 +47,12 @@ def build(
             raise typer.BadParameter("give a MODEL or --matrix FILE, not both")
         _build_matrix(ctx, matrix, as_json)
         return
-    from enginecache.db.models import JobStatus
     from enginecache.errors import BuildFailedError
     from enginecache.service.builds.plan import BuildRequest
     from enginecache.service.builds.submit import submit_build, waiting_reason
     from enginecache.service.builds.submitwait import run_and_wait
-    from enginecache.service.engines.records import get_engine
+    from enginecache.service.engines.records import engine_to_dict, get_engine
+    from enginecache.service.readmodels.statuses import JobStatus
 
     request = BuildRequest(
         model=model,
@@ -75,7 +71,8 @@ def build(
         for note in submitted.notes:
             typer.echo(note, err=True)
     if submitted.cache_hit and submitted.engine is not None:
-        _emit_engine(app_ctx, submitted.engine, cache_hit=True, notes=submitted.notes, as_json=as_json)
+        hit = engine_to_dict(app_ctx, submitted.engine, cache_hit=True)
+        _emit_engine(hit, notes=submitted.notes, as_json=as_json)
         return
     assert submitted.job is not None
     job_id = submitted.job.id or 0
@@ -91,13 +88,12 @@ def build(
         succeeded = job.status == JobStatus.SUCCEEDED
         error = "no engine recorded" if succeeded else job_error(job.error, job.result_engine_id)
         raise BuildFailedError(f"job {job_id} {job.status}: {error}", job.result_engine_id)
-    _emit_engine(
-        app_ctx, get_engine(app_ctx, job.result_engine_id), cache_hit=False, notes=submitted.notes, as_json=as_json
-    )
+    built = engine_to_dict(app_ctx, get_engine(app_ctx, job.result_engine_id), cache_hit=False)
+    _emit_engine(built, notes=submitted.notes, as_json=as_json)
 
 
 def _cell_line(r: dict[str, Any]) -> str:
-    from enginecache.core.plaintext import printable
+    from enginecache.service.readmodels.display import printable
 
     cell = f"{r['model']:<24} {r['backend']:<4} {','.join(r['targets']) or '-':<14} {r['precision']:<5}"
     engine = f"engine {r['engine_id']}" if r["engine_id"] is not None else "no engine"
@@ -117,18 +113,14 @@ def _build_matrix(ctx: typer.Context, path: Path, as_json: bool) -> None:
         raise typer.Exit(EXIT_FAILED)
 
 
-def _emit_engine(
-    app_ctx: AppContext, engine: EngineRecord, *, cache_hit: bool, notes: tuple[str, ...], as_json: bool
-) -> None:
-    from enginecache.service.engines.records import engine_to_dict
-
-    data = engine_to_dict(app_ctx, engine, cache_hit=cache_hit)
+def _emit_engine(data: dict[str, Any], *, notes: tuple[str, ...], as_json: bool) -> None:
+    """The engine a build found or built (`engine_to_dict` with `cache_hit`), with the build's notes."""
     data["notes"] = list(notes)
-    verb = "cache hit" if cache_hit else f"built in {engine.build_seconds or 0:.2f} s"
+    verb = "cache hit" if data["cache_hit"] else f"built in {data['build_seconds'] or 0:.2f} s"
     emit(
         data,
         as_json,
-        f"engine {engine.id}: {verb}, {engine.size_bytes or 0:,d} B, sha256 {engine.sha256}\n{data['path']}",
+        f"engine {data['id']}: {verb}, {data['size_bytes'] or 0:,d} B, sha256 {data['sha256']}\n{data['path']}",
     )
 
 

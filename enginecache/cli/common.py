@@ -24,8 +24,8 @@ import typer
 from enginecache.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_UNAVAILABLE
 
 if TYPE_CHECKING:
-    from enginecache.db.models import JobRecord
     from enginecache.service.context import AppContext
+    from enginecache.service.readmodels.statuses import JobProgress
 
 __all__ = [
     "EXIT_BAD_INPUT",
@@ -177,7 +177,7 @@ def emit(data: Any, as_json: bool, text: str) -> None:
 def inline(value: Any) -> str:
     """A JSON value on one line, for the text views: `name fp32, profiles (input (min 1x16, max 8x16))`,
     a list of integers as a shape (`1x16`), yes/no, `-` for nothing; null and empty fields of an
-    object are left out. Not made printable: the caller does (`core.plaintext.printable`)."""
+    object are left out. Not made printable: the caller does (`service.readmodels.display.printable`)."""
     if value is None:
         return "-"
     if isinstance(value, bool):
@@ -282,14 +282,14 @@ def fail(message: str, code: int) -> NoReturn:
     raise typer.Exit(code)
 
 
-def job_progress_printer(as_json: bool) -> Callable[[JobRecord], None] | None:
+def job_progress_printer(as_json: bool) -> Callable[[JobProgress], None] | None:
     """A one-line progress bar on stderr for a waiting command, when stderr is a terminal and the
     output is not JSON."""
     if as_json or not sys.stderr.isatty():
         return None
-    from enginecache.db.models import TERMINAL_JOB_STATUSES
+    from enginecache.service.readmodels.statuses import TERMINAL_JOB_STATUSES
 
-    def show(job: JobRecord) -> None:
+    def show(job: JobProgress) -> None:
         width = 30
         filled = int(job.progress * width)
         bar = "#" * filled + "-" * (width - filled)

@@ -56,9 +56,8 @@ def _engine_text(data: dict[str, Any]) -> str:
     """`engine show` for people: what the engine is, its blob, its cache key's ingredients, its IO,
     the host that built it, warnings, the error and the builder log; --json has every field. Text
     from the catalog is shown with its control characters escaped (no forged lines)."""
-    from enginecache.core.hashing import HEAD_BYTES
-    from enginecache.core.plaintext import printable
-    from enginecache.core.shapetext import shape_text
+    from enginecache.service.engines.views import HEAD_BYTES
+    from enginecache.service.readmodels.display import printable, shape_text
 
     model = f"model {printable(data['model'] or '?')} (id {data['model_id']})"
     if data.get("variant_model_id"):
@@ -133,10 +132,10 @@ def verify(
     --json: one array, the models' results (`"kind": "model"`) then the engines' (`"kind": "engine"`)."""
     if not engine_ids and not all_engines and not models:
         fail("name engine ids or --model, or pass --all", EXIT_BAD_INPUT)
-    from enginecache.core.plaintext import printable
     from enginecache.service.engines.records import verify_engines
     from enginecache.service.models.register import get_model
     from enginecache.service.models.verify import verify_models
+    from enginecache.service.readmodels.display import printable
 
     app = app_context(ctx)
     model_results = []

@@ -19,7 +19,7 @@ PrecisionOption = Annotated[
 
 
 def _profile_line(p: dict[str, Any]) -> str:
-    from enginecache.core.plaintext import printable
+    from enginecache.service.readmodels.display import printable
 
     mark = "*" if p["selected"] else " "
     engine = f"{p['engine_id']:>5}  {p['backend']:<4} {p['precision']:<5} {','.join(p['targets']):<24}"
@@ -48,8 +48,8 @@ def pull(
     as_json: JsonOption = False,
 ) -> None:
     """Copy the engine that fits this host into DIR, verified, with a manifest; resumable and idempotent."""
-    from enginecache.core.plaintext import printable
     from enginecache.service.fleet.pull import pull as pull_engine
+    from enginecache.service.readmodels.display import printable
 
     result = pull_engine(app_context(ctx), model, dest, precision=precision)
     done = "up to date" if result.up_to_date else f"pulled {result.copied_bytes} bytes"

@@ -9,9 +9,9 @@ from enginecache.cli.common import JsonOption, emit
 
 def fingerprint(as_json: JsonOption = False) -> None:
     """This host: OS, CPU and ISA, GPUs (NVML), driver, CUDA runtime, library versions."""
-    from enginecache.core.fingerprint import host_fingerprint
+    from enginecache.service.fleet.thishost import this_host
 
-    fp = host_fingerprint(probe_cuda_runtime=True)
+    fp = this_host()
     data = fp.to_dict()
     gpus = "\n".join(
         f"  GPU {g.index}: {g.name} {g.compute_capability.upper()} {g.memory_total_bytes // 2**20} MiB ({g.uuid})"

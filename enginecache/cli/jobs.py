@@ -20,7 +20,7 @@ from enginecache.cli.common import (
 )
 
 DEFAULT_JOBS_LIMIT = 200
-# db.models.ACTIVE_JOB_STATUSES, without importing the SQLModel tables: a job's recorded phase is
+# service.readmodels.statuses.ACTIVE_JOB_STATUSES, without importing the SQLModel tables: a job's recorded phase is
 # where it is only while it is in one of these; a finished job keeps its last one (--json has it).
 PHASED_STATUSES = ("QUEUED", "RUNNING")
 
@@ -91,7 +91,7 @@ def _job_text(data: dict[str, Any]) -> str:
     worker, what it needs and was asked for, times, what it waits for, the error and the log tail;
     --json has every field. Text from the catalog is shown with its control characters escaped (no
     forged lines)."""
-    from enginecache.core.plaintext import printable
+    from enginecache.service.readmodels.display import printable
 
     engine = f", engine {data['result_engine_id']}" if data.get("result_engine_id") is not None else ""
     phase = _current_phase(data)

@@ -23,8 +23,8 @@ def model_add(
     as_json: JsonOption = False,
 ) -> None:
     """Inspect, hash and store an ONNX model; the same bytes twice return the existing model."""
-    from enginecache.core.plaintext import printable
     from enginecache.service.models.register import model_to_dict, register_model
+    from enginecache.service.readmodels.display import printable
 
     result = register_model(app_context(ctx), path, name=name, new_version=new_version)
     data = {**model_to_dict(result.model), "created": result.created}
@@ -34,7 +34,7 @@ def model_add(
 
 
 def _model_line(m: dict[str, Any]) -> str:
-    from enginecache.core.plaintext import printable
+    from enginecache.service.readmodels.display import printable
 
     return f"{m['id']:>4}  {printable(m['name']):<32} {m['size_bytes']:>12,d} B  {m['digest'][:16]}"
 
@@ -62,8 +62,7 @@ def _model_text(data: dict[str, Any]) -> str:
     """`model show` for people: the interface with readable shapes (the declared dims beside),
     what the graph is, and where its bytes are; --json has every field. Every string that came
     from the uploaded file is shown with its control characters escaped (no forged lines)."""
-    from enginecache.core.plaintext import printable
-    from enginecache.core.shapetext import shape_text
+    from enginecache.service.readmodels.display import printable, shape_text
 
     def text(key: str) -> str:
         return printable(str(data.get(key) or ""))

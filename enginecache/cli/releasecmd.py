@@ -18,7 +18,7 @@ GpuOption = Annotated[
 
 
 def _target_line(t: dict[str, Any]) -> str:
-    from enginecache.core.plaintext import printable
+    from enginecache.service.readmodels.display import printable
 
     scope = f" for {t['gpu_class']}" if t["gpu_class"] else ""
     return printable(f"{t['name']}@{t['alias']}{scope} -> version {t['version']} (model {t['model_id']})")

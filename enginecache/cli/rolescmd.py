@@ -15,7 +15,7 @@ SubjectArgument = Annotated[
 
 
 def _role_line(r: dict[str, Any]) -> str:
-    from enginecache.core.plaintext import printable
+    from enginecache.service.readmodels.display import printable
 
     return printable(
         f"{r['subject']:<40} {r['role']:<9} by {r['granted_by']} at {r['granted_at'][:19].replace('T', ' ')}"
@@ -37,8 +37,8 @@ def role_set(
 
 def role_remove(ctx: typer.Context, subject: SubjectArgument, as_json: JsonOption = False) -> None:
     """Take a user's role away: they are denied everything from their next request on."""
-    from enginecache.core.plaintext import printable
     from enginecache.service.access.roles import remove_role, role_dict
+    from enginecache.service.readmodels.display import printable
 
     data = role_dict(remove_role(app_context(ctx), subject))
     emit({**data, "removed": True}, as_json, printable(f"removed: {data['subject']} (was {data['role']})"))

@@ -17,13 +17,13 @@ from enginecache.cli.common import (
     fail,
     job_progress_printer,
 )
-from enginecache.db.models import JobStatus
 from enginecache.errors import JobWaitError
 from enginecache.service.builds.submit import waiting_reason
 from enginecache.service.builds.submitwait import run_and_wait
 from enginecache.service.builds.testload import TestLoadOptions, run_test_load, submit_test_load
 from enginecache.service.engines.loadruns import list_load_runs, load_run_to_dict
 from enginecache.service.fleet.exports import export_model
+from enginecache.service.readmodels.statuses import JobStatus
 from enginecache.service.serving.readiness import check_ready
 from enginecache.service.serving.runtimetypes import RuntimeSpec
 from enginecache.service.serving.servestate import check_state
