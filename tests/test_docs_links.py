@@ -108,6 +108,29 @@ def test_every_cited_path_and_module_exists(kind: str) -> None:
     assert missing == [], "the docs cite what the repository does not hold:\n" + "\n".join(missing)
 
 
+# A section of a doc cited by its title: `docs/runtime.md, "Exports"` or `docs/performance.md ("Verified read"`.
+_SECTION = re.compile(r'(docs/[\w-]+\.md),? \(?"([^"]+)"')
+
+
+def section_titles(doc: Path) -> list[str]:
+    """A doc's headings and the bold words that open its paragraphs and items, lower case, no backticks."""
+    text = doc.read_text(encoding="utf-8")
+    titles = re.findall(r"^#+ (.+)$", text, re.MULTILINE) + re.findall(r"\*\*(.+?)\*\*", text)
+    return [title.replace("`", "").lower() for title in titles]
+
+
+def test_every_cited_section_exists() -> None:
+    sources = [*DOCS, *sorted((ROOT / "enginecache").rglob("*.py")), *sorted((ROOT / "bench").glob("*.py"))]
+    missing = []
+    for source in sources:
+        for doc, title in _SECTION.findall(source.read_text(encoding="utf-8")):
+            titles = section_titles(ROOT / doc) if (ROOT / doc).is_file() else []
+            title = " ".join(title.split())  # a title may wrap onto the next line
+            if not any(title.lower() in candidate for candidate in titles):
+                missing.append(f"{source.relative_to(ROOT)}: {doc}, {title!r}")
+    assert missing == [], "no such section:\n" + "\n".join(missing)
+
+
 def test_no_design_citation_points_outside_the_repository() -> None:
     sources = [*DOCS, *sorted((ROOT / "enginecache").rglob("*.py"))]
     citing = [str(path.relative_to(ROOT)) for path in sources if "DESIGN.md" in path.read_text(encoding="utf-8")]
