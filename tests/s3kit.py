@@ -35,21 +35,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from enginecache.core.processes import die_with_parent
 from tests.conftest import skip_or_fail
 
 BUCKET = "enginecache-test"
 REGION = "us-east-1"
 READY_SECONDS = 90.0
 ALLOW_ALL = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
-
-
-def _die_with_parent() -> None:
-    """In the server's process before it starts: SIGKILL when the test process dies, so a test run
-    that is killed leaves no server behind."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -92,7 +84,7 @@ class S3Server:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env={**os.environ, "MOTO_PORT": str(self.port)},
-                preexec_fn=_die_with_parent,
+                preexec_fn=die_with_parent,  # a test run that is killed leaves no server behind
             )
         finally:
             log.close()

@@ -11,7 +11,6 @@ hands the job back to the queue), then exit. If either child exits, the other is
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import logging
 import os
 import signal
@@ -27,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 
+from enginecache.core.processes import die_with_parent
 from enginecache.errors import ServeError
 from enginecache.service.context import DB_URL_ENV, HOME_ENV, AppContext
 
@@ -38,7 +38,6 @@ APP_PATH = Path(__file__).resolve().parents[2] / "dashboard" / "app.py"
 DEFAULT_PORT = 8501
 DEFAULT_MAX_UPLOAD_MB = 2048
 HEALTH_PATH = "/_stcore/health"
-PR_SET_PDEATHSIG = 1
 
 
 @dataclass(frozen=True)
@@ -113,10 +112,8 @@ def check_port_free(port: int, address: str | None = None) -> None:
 def _child_setup() -> None:
     """In the child before exec: own session, and die when the supervisor dies."""
     os.setsid()
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError, AttributeError):
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    with contextlib.suppress(OSError):  # the child runs on, as it would where the OS has no such request
+        die_with_parent(signal.SIGTERM)
 
 
 def start_child(command: list[str], env: dict[str, str], cwd: Path | None = None) -> subprocess.Popen[bytes]:

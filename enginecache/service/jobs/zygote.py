@@ -34,17 +34,17 @@ from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection, Pipe
 from typing import Any
 
+from enginecache.core.processes import die_with_parent
+
 logger = logging.getLogger(__name__)
 
 
 def _die_with_parent(parent: int) -> None:
-    """SIGKILL this process when its parent exits (Linux); exit now where the parent is gone already."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        pr_set_pdeathsig = 1
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+    """SIGKILL this process when its parent exits; exit now where the parent is gone already."""
+    try:
+        die_with_parent()
+    except OSError as err:
+        logger.warning("zygote %s: %s", os.getpid(), err)
     if os.getppid() != parent:
         os._exit(0)
 
