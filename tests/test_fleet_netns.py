@@ -4,15 +4,15 @@ advertising a different GPU class and 2 serving hosts. The GPU classes are a TES
 override (tests/fakehost/sitecustomize.py): no machine here has four GPU classes. Each host has a
 home of its own (no shared folder): model bundles and engines travel through the bucket.
 
-200 real TensorRT-RTX builds (50 tiny models x 4 GPU classes) go through the pool. The first job is
-a `held_build` (a test-only job kind: a real build that waits between building and publishing on its
-first attempt); the host that holds it is cut off (its link down at the bridge). Its lease expires,
-another host takes the job over and publishes it; the cut-off host, its link back, is refused: no
-job is lost or run twice, no blob is published twice (the bucket holds exactly the blobs of the READY
-engines and of the models), no engine row is left PENDING. Then each serving host pulls the engine
-of its GPU class (the alias `prod`) and starts from it: one with the catalog and the store cut off
-(it pulled before), one with them reachable (its load event is recorded). The GPU side of the
-serving start is a test-only fake runtime (nothing here runs a TensorRT engine); the read, the
+200 real TensorRT-RTX builds (50 tiny models x 4 GPU classes) go through the pool. The first job is a
+`held_build` (a test-only job kind of tests/jobkinds_for_tests.py: a real build that waits between
+building and publishing on its first attempt); the host that holds it is cut off (its link down at the
+bridge). Its lease expires, another host takes the job over and publishes it; the cut-off host, its link
+back, is refused: no job is lost or run twice, no blob is published twice (the bucket holds exactly the
+blobs of the READY engines and of the models), no engine row is left PENDING. Then each serving host
+pulls the engine of its GPU class (the alias `prod`) and starts from it: one with the catalog and the
+store cut off (it pulled before), one with them reachable (its load event is recorded). The GPU side of
+the serving start is a test-only fake runtime (nothing here runs a TensorRT engine); the read, the
 verification against the manifest and the readiness state are the product's.
 
 The test prints the pool's throughput and the takeover time; with ENGINECACHE_FLEET_REPORT=FILE it
@@ -40,10 +40,11 @@ from enginecache.db import queue
 from enginecache.db.models import EngineRecord, EngineStatus, JobRecord, JobStatus
 from enginecache.service.builds.plan import BuildRequest
 from enginecache.service.builds.submit import request_payload, submit_build
-from enginecache.service.builds.testkinds import HELD_PHASE
 from enginecache.service.context import AppContext
 from enginecache.service.models.register import register_model
 from enginecache.service.models.releases import promote
+from tests.jobkinds_for_tests import ENV as TEST_JOB_KINDS
+from tests.jobkinds_for_tests import HELD_PHASE
 from tests.modelfactory import make_mlp
 from tests.netnskit import Network
 from tests.s3kit import GatedProxy, S3Server, wait_for
@@ -117,7 +118,7 @@ class Fleet:
             self.workers[host] = self.network.popen(
                 host,
                 argv,
-                env=self.env(host, ENGINECACHE_TEST_JOB_KINDS="1"),
+                env=self.env(host, **TEST_JOB_KINDS),
                 cwd=ROOT,
                 stdout=log,
                 stderr=subprocess.STDOUT,

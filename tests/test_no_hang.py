@@ -22,13 +22,13 @@ import pytest
 
 from enginecache.db import queue
 from enginecache.db.models import JobRecord, JobStatus
-from enginecache.service.builds import testkinds
 from enginecache.service.builds.plan import BuildRequest
 from enginecache.service.builds.submit import capable_workers, live_workers, submit_build
 from enginecache.service.builds.submitwait import run_and_wait
 from enginecache.service.context import AppContext
 from enginecache.service.jobs.routing import WORKER_ALIVE_SECONDS, takes_queued_jobs, worker_capabilities
 from enginecache.service.models.register import register_model
+from tests import jobkinds_for_tests
 from tests.conftest import FakeClock, wait_for
 from tests.modelfactory import make_mlp
 
@@ -66,7 +66,7 @@ TAKEOVER_LEASE_SECONDS = "1"
 
 
 def _env(**extra: str) -> dict[str, str]:
-    return {**os.environ, testkinds.ENABLE_ENV: "1", **extra}
+    return jobkinds_for_tests.env(**extra)
 
 
 def _waiter_argv(app: AppContext, job_id: int) -> list[str]:

@@ -20,12 +20,13 @@ from enginecache.db.models import JobStatus
 from enginecache.errors import (
     JobWaitError,
 )
-from enginecache.service.builds import testkinds
 from enginecache.service.builds.submitwait import run_and_wait
 from enginecache.service.context import AppContext
 from enginecache.service.jobs import worker as worker_module
+from enginecache.service.jobs.kinds import JOB_KINDS_ENV
 from enginecache.service.jobs.worker import Worker
 from enginecache.service.jobs.zygote import Zygote
+from tests import jobkinds_for_tests
 from tests.nocatalog import NOBODY
 
 ANY_WORKER = {"backend": "ort"}  # requirements this host meets (ONNX Runtime is a base dependency)
@@ -33,8 +34,8 @@ ANY_WORKER = {"backend": "ort"}  # requirements this host meets (ONNX Runtime is
 
 @pytest.fixture
 def test_kinds(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The test-only job kinds (sleep, crash) for the children forked from this process."""
-    monkeypatch.setenv(testkinds.ENABLE_ENV, "1")
+    """The test-only job kinds (sleep, crash) for the workers this process makes."""
+    monkeypatch.setenv(JOB_KINDS_ENV, jobkinds_for_tests.ENTRY)
 
 
 @pytest.fixture
@@ -152,17 +153,17 @@ def test_with_other_threads_running_the_one_shot_worker_uses_the_fork_server(
 
 
 @pytest.mark.slow
-def test_the_worker_not_its_fork_server_decides_whether_a_child_may_run_the_test_kinds(
+def test_the_worker_not_its_fork_server_decides_which_added_job_kinds_a_child_runs(
     app_ctx: AppContext, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The fork server is one per process and keeps the environment it started under: one started
-    by an earlier job without ENGINECACHE_TEST_JOB_KINDS must not make a later worker's test kind
+    by an earlier job without ENGINECACHE_JOB_KINDS must not make a later worker's added kind
     "unknown" (the order-dependent failure this guards against), nor the reverse."""
     import multiprocessing.forkserver
 
     multiprocessing.forkserver._forkserver._stop()  # type: ignore[attr-defined]
     monkeypatch.setattr(worker_module, "_child_context", lambda: multiprocessing.get_context("forkserver"))
-    monkeypatch.delenv(testkinds.ENABLE_ENV, raising=False)
+    monkeypatch.delenv(JOB_KINDS_ENV, raising=False)
     refused = queue.enqueue(
         app_ctx.catalog, kind="sleep", payload={"seconds": 0}, requirements=ANY_WORKER, max_attempts=1
     ).job
@@ -170,7 +171,7 @@ def test_the_worker_not_its_fork_server_decides_whether_a_child_may_run_the_test
     assert queue.get_job(app_ctx.catalog, refused.id or 0).status in (JobStatus.FAILED, JobStatus.DEAD)
     assert multiprocessing.forkserver._forkserver._forkserver_pid is not None, "the fork server is running"  # type: ignore[attr-defined]
 
-    monkeypatch.setenv(testkinds.ENABLE_ENV, "1")  # the same fork server, started without it
+    monkeypatch.setenv(JOB_KINDS_ENV, jobkinds_for_tests.ENTRY)  # the same fork server, started without it
     job = queue.enqueue(app_ctx.catalog, kind="sleep", payload={"seconds": 0}, requirements=ANY_WORKER).job
     Worker(app_ctx, worker_module.WorkerConfig(name="test-kinds", job_id=job.id)).run()
     done = queue.get_job(app_ctx.catalog, job.id or 0)
@@ -228,8 +229,8 @@ def test_a_job_child_whose_worker_is_already_gone_exits_without_running_the_job(
     import multiprocessing
 
     from enginecache.core.fingerprint import host_fingerprint
-    from enginecache.service.jobs.attempt import EXIT_LEASE_LOST, ChildSpec
-    from enginecache.service.jobs.child import run_child
+    from enginecache.service.jobs.child import EXIT_LEASE_LOST, run_child
+    from enginecache.service.jobs.kinds import ChildSpec
 
     gone = subprocess.Popen(["true"])
     gone.wait()  # reaped: its pid names no process
@@ -246,7 +247,7 @@ def test_a_job_child_whose_worker_is_already_gone_exits_without_running_the_job(
         kind="sleep",
         payload=job.payload,
         host=host_fingerprint(),
-        test_kinds=True,
+        job_kinds=(jobkinds_for_tests.ENTRY,),
         worker_pid=gone.pid,
     )
     child = multiprocessing.get_context("spawn").Process(target=run_child, args=(spec,))

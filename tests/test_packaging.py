@@ -1,9 +1,10 @@
-"""The installed distribution is one import name, `enginecache`, and lives beside a user's own
-`service` and `core` packages (common names in serving code) without colliding."""
+"""The installed distribution is one import name, `enginecache`, holds no test code, and lives beside a
+user's own `service` and `core` packages (common names in serving code) without colliding."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+TEST_KIND_NAMES = (b"held_build", b"run_sleep", b"run_crash", b"jobkinds_for_tests")
 
 
 @pytest.fixture(scope="module")
@@ -50,6 +52,19 @@ def test_the_wheel_holds_one_top_level_package_and_its_metadata(wheel: Path) -> 
         assert f"enginecache/{package}/__init__.py" in names
     assert "enginecache/db/migrations/env.py" in names  # Alembic's files travel with the package
     assert any(n.startswith("enginecache/db/migrations/versions/0001") for n in names)
+
+
+@pytest.mark.slow
+def test_the_wheel_holds_no_test_job_kinds_and_no_test_switch(wheel: Path) -> None:
+    """Test-only job kinds live in tests/ (tests/jobkinds_for_tests.py), named to a worker as any added
+    kinds are (ENGINECACHE_JOB_KINDS): no module of them and no ENGINECACHE_TEST_* switch ships."""
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        switches = [name for name in names if b"ENGINECACHE_TEST_" in archive.read(name)]
+        test_kinds = [name for name in names if any(k in archive.read(name) for k in TEST_KIND_NAMES)]
+    assert [name for name in names if re.search(r"test_?kinds|for_tests", name)] == []
+    assert switches == []
+    assert test_kinds == [], "the test kinds' names appear in the product"
 
 
 @pytest.mark.slow

@@ -1,12 +1,12 @@
 """A build host whose job was taken over publishes nothing: the lease is checked between the build and
 the publish (`ProgressWriter.fence`, `run_build(before_publish=...)`).
 
-Two worker processes with homes of their own share a PostgreSQL catalog and an S3 server. Worker A
-runs a `held_build` (a test-only job kind: a real build that waits before publishing on its first
-attempt) and is frozen (SIGSTOP) there, so its heartbeat stops and the lease runs out; worker B takes
-the job over and publishes. A's child, released while A is still frozen (so A's own heartbeat cannot
-stop it first), reaches the publish with a stale lease: refused, before a byte goes to its store or
-the bucket. Without the fence A's blob would be in its own store.
+Two worker processes with homes of their own share a PostgreSQL catalog and an S3 server. Worker A runs
+a `held_build` (a test-only job kind of tests/jobkinds_for_tests.py: a real build that waits before
+publishing on its first attempt) and is frozen (SIGSTOP) there, so its heartbeat stops and the lease
+runs out; worker B takes the job over and publishes. A's child, released while A is still frozen (so A's
+own heartbeat cannot stop it first), reaches the publish with a stale lease: refused, before a byte goes
+to its store or the bucket. Without the fence A's blob would be in its own store.
 """
 
 from __future__ import annotations
@@ -26,11 +26,11 @@ from sqlmodel import col, select
 from enginecache.core.objectstore import blob_key
 from enginecache.db import queue
 from enginecache.db.models import EngineRecord, EngineStatus, JobStatus, utcnow
-from enginecache.service.builds import testkinds
 from enginecache.service.builds.plan import BuildRequest
 from enginecache.service.builds.submit import request_payload
 from enginecache.service.context import AppContext
 from enginecache.service.models.register import register_model
+from tests import jobkinds_for_tests
 from tests.conftest import files_under, wait_for
 from tests.modelfactory import make_mlp
 from tests.s3kit import S3Server, running_server
@@ -83,11 +83,12 @@ def test_a_host_whose_job_was_taken_over_publishes_nothing(
     payload = {**request_payload(BuildRequest(model="mlp", backend="ort"), model.id or 0), "release_file": str(release)}
     job_id = queue.enqueue(app.catalog, kind="held_build", payload=payload, requirements={"backend": "ort"}).job.id
     assert job_id is not None
-    env = {**os.environ, **store_env, testkinds.ENABLE_ENV: "1"}
+    env = jobkinds_for_tests.env(**store_env)
     homes = {name: tmp_path / name for name in ("host-a", "host-b")}
     a = _worker(homes["host-a"], pg_url, env, "host-a", "--lease-seconds", "2")
     try:
-        wait_for(lambda: queue.get_job(app.catalog, job_id).phase == testkinds.HELD_PHASE, 120, "A to hold the build")
+        held = jobkinds_for_tests.HELD_PHASE
+        wait_for(lambda: queue.get_job(app.catalog, job_id).phase == held, 120, "A to hold the build")
         _freeze_outside_transactions(app, a.pid, job_id)  # the worker, not its child: its heartbeat stops
         wait_for(lambda: (queue.get_job(app.catalog, job_id).lease_expires_at or utcnow()) < utcnow(), 60, "lapse")
         b = _worker(homes["host-b"], pg_url, env, "host-b", "--once")

@@ -276,20 +276,24 @@ def test_shared_model_reduced_precision_verdicts(
 # -- the job-kind table ---------------------------------------------------------------------
 
 
-def test_job_kinds_table_and_the_test_kinds_switch(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_job_kinds_table(monkeypatch: pytest.MonkeyPatch) -> None:
     from enginecache.service.builds.testloadjob import run_test_load_job
     from enginecache.service.jobs import kinds as jobkinds
+    from tests.jobkinds_for_tests import run_crash, run_sleep
 
+    monkeypatch.setattr(jobkinds, "JOB_RUNNERS", {})
     assert jobkinds.job_runner("test_load") is run_test_load_job
-    monkeypatch.delenv(jobkinds.TEST_KINDS_ENV, raising=False)
-    assert jobkinds.job_runner("sleep") is None, "test kinds are unknown unless enabled"
-    monkeypatch.setenv(jobkinds.TEST_KINDS_ENV, "1")
-    sleep = jobkinds.job_runner("sleep")
-    assert sleep is not None and sleep.__module__ == jobkinds.TEST_KINDS_MODULE
-    assert "sleep" not in jobkinds.JOB_RUNNERS, "enabling them does not change the table"
-    jobkinds.register_job_kind("test_load", run_test_load_job)  # the same runner again: a no-op
+    assert jobkinds.job_runner("sleep") is None, "a kind nobody added is unknown"
+    jobkinds.register_job_kind("sleep", run_sleep)
+    assert jobkinds.job_runner("sleep") is run_sleep
+    jobkinds.register_job_kind("sleep", run_sleep)  # the same runner again: a no-op
     with pytest.raises(ValueError, match="already registered"):
-        jobkinds.register_job_kind("test_load", sleep)
+        jobkinds.register_job_kind("sleep", run_crash)
+    with pytest.raises(ValueError, match="already registered"):
+        jobkinds.register_job_kind("test_load", run_sleep)
+    monkeypatch.setattr(jobkinds, "JOB_RUNNERS", {})
+    with pytest.raises(ValueError, match="is the product's"):
+        jobkinds.register_job_kind("build", run_sleep)  # not yet resolved, still the product's
 
 
 def test_inputs_that_do_not_fit_are_refused_at_submit_by_the_cli_too(

@@ -1,9 +1,9 @@
 """Workers as real processes: crash recovery, cancel, lease takeover after SIGSTOP, clean shutdown,
 the attempt's timeout.
 
-The jobs are the test-only kinds of `enginecache.service.builds.testkinds` (`sleep`, `crash`): the worker
-processes here have ENGINECACHE_TEST_JOB_KINDS=1 in their environment, and the queue's and the
-worker's mechanics need no real build. One test keeps a real build (tiny_llama fp16: ModelOpt
+The jobs are the test-only kinds of `tests.jobkinds_for_tests` (`sleep`, `crash`): the worker
+processes here name them in ENGINECACHE_JOB_KINDS, as any added job kinds are named, and the
+queue's and the worker's mechanics need no real build. One test keeps a real build (tiny_llama fp16: ModelOpt
 AutoCast, then a TensorRT-RTX build, seconds in the child), where the build is the point: a child
 killed mid-build publishes nothing. Sleeps here wait on real processes only; each wait polls for
 the state it needs.
@@ -28,13 +28,15 @@ import pytest
 from enginecache.db import queue
 from enginecache.db.catalog import Catalog
 from enginecache.db.models import EngineStatus, JobRecord, JobStatus, utcnow
-from enginecache.service.builds import testkinds
+from enginecache.errors import BuildOptionError
 from enginecache.service.builds.plan import BuildRequest
 from enginecache.service.builds.submit import submit_build
 from enginecache.service.context import AppContext
 from enginecache.service.engines.records import list_engines
+from enginecache.service.jobs import kinds
 from enginecache.service.jobs.worker import Worker, WorkerConfig
 from enginecache.service.models.register import register_model
+from tests import jobkinds_for_tests
 from tests.conftest import files_under, shared_model, wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,10 +49,8 @@ def _cli(app: AppContext, *args: str) -> list[str]:
 
 
 def _worker_env(*, test_kinds: bool = True) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != testkinds.ENABLE_ENV}
-    if test_kinds:
-        env[testkinds.ENABLE_ENV] = "1"
-    return env
+    env = {k: v for k, v in os.environ.items() if k != kinds.JOB_KINDS_ENV}
+    return {**env, **jobkinds_for_tests.ENV} if test_kinds else env
 
 
 @dataclass
@@ -154,18 +154,43 @@ def _stop_outside_transactions(app: AppContext, pids: list[int]) -> None:
 # -- the test kinds themselves ----------------------------------------------------------------
 
 
-def test_test_kinds_are_enabled_only_by_the_environment_switch(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(testkinds.ENABLE_ENV, raising=False)
-    assert not testkinds.enabled()
-    monkeypatch.setenv(testkinds.ENABLE_ENV, "0")
-    assert not testkinds.enabled()
-    monkeypatch.setenv(testkinds.ENABLE_ENV, "1")
-    assert testkinds.enabled()
-    assert sorted(testkinds.TEST_JOB_RUNNERS) == ["crash", "held_build", "sleep"]
+def test_added_job_kinds_are_named_by_the_worker_setting(monkeypatch: pytest.MonkeyPatch, app_ctx: AppContext) -> None:
+    monkeypatch.setattr(kinds, "JOB_RUNNERS", {})  # this process's table, as a fresh worker has it
+    monkeypatch.delenv(kinds.JOB_KINDS_ENV, raising=False)
+    assert WorkerConfig(name="plain").job_kinds == ()
+    Worker(app_ctx, WorkerConfig(name="plain"), children=object())
+    assert kinds.job_runner("sleep") is None, "not named: unknown"
+    monkeypatch.setenv(kinds.JOB_KINDS_ENV, f" {jobkinds_for_tests.ENTRY} ,")
+    config = WorkerConfig(name="with-test-kinds")
+    assert config.job_kinds == (jobkinds_for_tests.ENTRY,)
+    Worker(app_ctx, config, children=object())
+    assert {name: kinds.job_runner(name) for name in ("sleep", "crash", "held_build")} == jobkinds_for_tests.JOB_KINDS
+    kinds.load_job_kinds(config.job_kinds)  # again (as each child of the worker does): a no-op
+
+
+@pytest.mark.parametrize(
+    ("entry", "says"),
+    [
+        ("tests.no_such_module:JOB_KINDS", "names no job kinds"),
+        ("tests.jobkinds_for_tests:NO_SUCH", "names no job kinds"),
+        ("tests.jobkinds_for_tests", "is not module:attribute"),
+        ("tests.jobkinds_for_tests:ENTRY", "is not module:attribute"),
+        ("tests.test_worker_processes:PRODUCT_NAME_TAKEN", "is the product's"),
+    ],
+)
+def test_a_worker_whose_added_job_kinds_are_wrong_refuses_to_start(
+    monkeypatch: pytest.MonkeyPatch, app_ctx: AppContext, entry: str, says: str
+) -> None:
+    monkeypatch.setattr(kinds, "JOB_RUNNERS", {})
+    with pytest.raises(BuildOptionError, match=f"ENGINECACHE_JOB_KINDS: .*{says}"):
+        Worker(app_ctx, WorkerConfig(name="w", job_kinds=(entry,)), children=object())
+
+
+PRODUCT_NAME_TAKEN = {"build": jobkinds_for_tests.run_sleep}  # a product kind's name: refused
 
 
 @pytest.mark.slow
-def test_without_the_switch_a_test_kind_is_an_unknown_job_kind(app_ctx: AppContext) -> None:
+def test_a_worker_not_naming_the_test_kinds_finds_them_unknown(app_ctx: AppContext) -> None:
     job_id = _enqueue(app_ctx, "sleep", {"seconds": 0})
     worker = _start_worker(app_ctx, "plain", "--once", test_kinds=False)
     worker.process.wait(timeout=120)

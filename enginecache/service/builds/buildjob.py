@@ -44,7 +44,7 @@ from enginecache.errors import (
 from enginecache.service.builds.plan import BuildResult, find_ready_engine, plan_build, run_build
 from enginecache.service.builds.submit import request_from_payload
 from enginecache.service.context import AppContext
-from enginecache.service.jobs.attempt import EXIT_RECORDED, ChildSpec
+from enginecache.service.jobs.kinds import EXIT_RECORDED, ChildSpec, JobRunner
 from enginecache.service.models.register import model_path
 from enginecache.service.models.verify import ensure_bundle_here
 
@@ -131,12 +131,28 @@ class ProgressWriter:
         )
 
 
-def run_build_job(app: AppContext, spec: ChildSpec, *, hold: Callable[[], None] | None = None) -> int:
-    """JOB_RUNNERS entry for `build`. The plan is made again here: a worker whose host would give
+# Called in the child between a build and its publish: it may approve, wait or refuse (raise).
+BeforePublish = Callable[[AppContext, ChildSpec], None]
+
+
+def build_job_runner(before_publish: BeforePublish) -> JobRunner:
+    """A runner for a job kind of your own (`service.jobs.kinds`) that builds as `build` does and
+    calls `before_publish(app, spec)` once the engine is built, before the lease is checked again
+    and the engine published. An EngineCacheError it raises fails the attempt as a build error
+    does; it runs in the job's child, so it may take its time (the worker renews the lease)."""
+
+    def run(app: AppContext, spec: ChildSpec) -> int:
+        return run_build_job(app, spec, before_publish=before_publish)
+
+    return run
+
+
+def run_build_job(app: AppContext, spec: ChildSpec, *, before_publish: BeforePublish | None = None) -> int:
+    """The `build` kind's runner. The plan is made again here: a worker whose host would give
     another cache key than the one submitted fails the job rather than build a different engine.
     A failure ends the job FAILED on this attempt unless it is transient (module docstring). The
     lease is checked once more between the build and the publish (`ProgressWriter.fence`), after
-    `hold()` where given (a test-only job kind waits there: `service.builds.testkinds`)."""
+    `before_publish` where given (`build_job_runner`)."""
     request = request_from_payload(spec.payload)
     try:
         plan = plan_build(app, request, host=spec.host)
@@ -160,8 +176,8 @@ def run_build_job(app: AppContext, spec: ChildSpec, *, hold: Callable[[], None] 
     writer = ProgressWriter(app, spec)
 
     def fence() -> None:
-        if hold is not None:
-            hold()
+        if before_publish is not None:
+            before_publish(app, spec)
         writer.fence()
 
     def finalize(engine_id: int, mutate: Callable[[Session], None]) -> None:

@@ -21,7 +21,7 @@ from enginecache.db.models import JobStatus, LoadRunRecord
 from enginecache.errors import EngineCacheError, StaleLeaseError, UnavailableError
 from enginecache.service.builds.testload import DEFAULT_ITERATIONS, TestLoadOptions, run_test_load
 from enginecache.service.context import AppContext
-from enginecache.service.jobs.attempt import EXIT_RECORDED, ChildSpec
+from enginecache.service.jobs.kinds import EXIT_RECORDED, ChildSpec
 
 
 def run_test_load_job(app: AppContext, spec: ChildSpec) -> int:

@@ -1,8 +1,9 @@
 """The child process that runs one job attempt: isolated, in its own process group and
 working directory, writing progress and its result under the job's lease token.
 
-What it runs is its kind's runner (`service.jobs.kinds`); what it is handed and answers with is
-`service.jobs.attempt`.
+What it runs is its kind's runner (`service.jobs.kinds`); it answers the worker with its exit code
+(`EXIT_RECORDED`, `EXIT_TRANSIENT`, `EXIT_LEASE_LOST`) and, after an unexpected error, the
+traceback in `CHILD_ERROR_FILE` in its working directory.
 """
 
 from __future__ import annotations
@@ -10,45 +11,40 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import sys
 import traceback
 
-from enginecache.core.processes import pid_alive
+from enginecache.core.processes import die_with_parent, pid_alive
 from enginecache.db.models import JobStatus
 from enginecache.errors import StaleLeaseError
 from enginecache.service.context import AppContext
-from enginecache.service.jobs.attempt import CHILD_ERROR_FILE, EXIT_LEASE_LOST, EXIT_RECORDED, EXIT_TRANSIENT, ChildSpec
-from enginecache.service.jobs.kinds import job_runner
+from enginecache.service.jobs.kinds import EXIT_RECORDED, ChildSpec, job_runner, load_job_kinds
 
 logger = logging.getLogger(__name__)
 
-
-def _die_with_parent() -> None:
-    """On Linux, get SIGKILL when the fork server that made us exits (it exits with its worker), so
-    a worker killed outright (SIGKILL, OOM) leaves no build running on its own."""
-    if not sys.platform.startswith("linux"):
-        return
-    import ctypes
-
-    pr_set_pdeathsig = 1
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0) != 0:
-        logger.warning("prctl(PR_SET_PDEATHSIG) failed: errno %s", ctypes.get_errno())
+EXIT_TRANSIENT = 3  # an unexpected error: the parent counts the attempt and retries
+EXIT_LEASE_LOST = 4  # the lease was taken over: nothing of ours was written
+CHILD_ERROR_FILE = "child-error.txt"  # an unexpected error's traceback, for the parent to record
 
 
 def run_child(spec: ChildSpec) -> None:
-    """Entry point of the child process (multiprocessing target); exits with a code of `jobattempt`."""
+    """Entry point of the child process (multiprocessing target); exits with one of the codes above."""
     os.setsid()  # own process group: cancel and timeout kill the whole group
-    _die_with_parent()
+    try:
+        # A worker killed outright (SIGKILL, OOM) leaves no build running on its own: the process
+        # that forked us (the fork server or the zygote) exits with the worker, and we with it.
+        die_with_parent()
+    except OSError as err:
+        logger.warning("job %s: %s", spec.job_id, err)
     if spec.worker_pid is not None and not pid_alive(spec.worker_pid):
-        # The worker died before the request above took effect (a fork server exits with its
-        # worker, and a fork clears the death signal): no build may run on alone, unsupervised.
+        # The worker died before the request above took effect (a fork clears the death signal):
+        # no build may run on alone, unsupervised.
         os._exit(EXIT_LEASE_LOST)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the worker decides; a terminal ^C must not reach us
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    os.chdir(spec.work_dir)
     app = AppContext(home=spec.home, db_url=spec.db_url, tmp_dir=spec.work_dir)
     try:
+        load_job_kinds(spec.job_kinds)  # before the chdir: an entry may be found from the worker's directory
+        os.chdir(spec.work_dir)
         code = _run(app, spec)
     except StaleLeaseError as err:
         logger.warning("job %s attempt %s: %s", spec.job_id, spec.attempt, err)
@@ -63,7 +59,7 @@ def run_child(spec: ChildSpec) -> None:
 
 
 def _run(app: AppContext, spec: ChildSpec) -> int:
-    runner = job_runner(spec.kind, test_kinds=spec.test_kinds)
+    runner = job_runner(spec.kind)
     if runner is None:
         spec.finish(app, JobStatus.FAILED, error=f"unknown job kind {spec.kind!r}")
         return EXIT_RECORDED

@@ -1,26 +1,99 @@
-"""Job kinds: the table from a job's `kind` to the runner its child process calls.
+"""Job kinds: what a kind's runner is handed and answers with, and the table from a job's `kind`
+to the runner its child process calls.
 
-The product's kinds are `build` and `test_load`. Another kind is added with `register_job_kind`
-(in the child, before the job runs: the child looks its kind up here, `job_runner`). Test-only
-kinds live in `enginecache.service.builds.testkinds` and are found only while `ENGINECACHE_TEST_JOB_KINDS=1`
-is set in the worker's environment (`jobattempt.test_kinds_enabled`; the worker passes that
-decision to each job's child in its spec): that module defines `JOB_KINDS: dict[str, JobRunner]`
-and imports `service.jobs.attempt` only (never this module or `service.jobs.child`), so there is no
-import cycle and no test code is imported in production.
+A runner (`JobRunner`) runs one attempt in the child: it takes the attempt's `ChildSpec`, records
+the job's terminal state under the lease (`ChildSpec.finish`) and returns `EXIT_RECORDED`.
+`StaleLeaseError` means the lease was lost; any other exception is transient (the worker records
+the traceback and retries).
+
+The product's kinds are `build` and `test_load`. More kinds are added without changing the product:
+
+- `ENGINECACHE_JOB_KINDS=module:attribute,...` in a worker's environment (`WorkerConfig.job_kinds`),
+  each attribute a mapping from kind name to runner. The worker loads them when it starts (a bad
+  entry stops it there, `BuildOptionError`) and hands the list to each attempt's child
+  (`ChildSpec.job_kinds`), which loads them again: the fork server the child came from may predate
+  the worker's environment;
+- `register_job_kind(name, runner)`, in a process whose children are forked from it.
+
+A product kind's name cannot be taken. The product's kinds are named here by "module:function", so
+this module imports no kind (the kinds import this module).
 """
 
 from __future__ import annotations
 
 import importlib
+import os
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
-from enginecache.service.jobs.attempt import TEST_KINDS_ENV, JobRunner, test_kinds_enabled
+from sqlmodel import Session
 
-__all__ = ["JOB_RUNNERS", "TEST_KINDS_ENV", "job_runner", "register_job_kind", "test_kinds_enabled"]
+from enginecache.core.fingerprint import HostFingerprint
+from enginecache.db import queue
+from enginecache.errors import BuildOptionError
+from enginecache.service.context import AppContext
 
-TEST_KINDS_MODULE = "enginecache.service.builds.testkinds"
+__all__ = [
+    "EXIT_RECORDED",
+    "JOB_KINDS_ENV",
+    "ChildSpec",
+    "JobRunner",
+    "job_kinds_from_env",
+    "job_runner",
+    "load_job_kinds",
+    "register_job_kind",
+]
 
-# The product's kinds, named by "module:function" so the job machinery imports no job kind (the
-# kinds import the machinery); resolved in the child that runs one.
+EXIT_RECORDED = 0  # the runner wrote the job's terminal state
+JOB_KINDS_ENV = "ENGINECACHE_JOB_KINDS"
+
+
+@dataclass(frozen=True)
+class ChildSpec:
+    """One attempt of a job, as the worker hands it to the child that runs it."""
+
+    home: Path
+    db_url: str
+    work_dir: Path
+    job_id: int
+    token: str
+    attempt: int
+    kind: str
+    payload: dict[str, Any]
+    host: HostFingerprint
+    job_key: str | None = None  # the cache key the job was submitted under
+    # The worker's added kinds ("module:attribute" entries, `load_job_kinds`).
+    job_kinds: tuple[str, ...] = ()
+    # The worker that supervises the attempt: a child that finds it gone right after asking to die
+    # with its parent (the fork server may have exited between the fork and that request) exits.
+    worker_pid: int | None = None
+
+    def finish(
+        self,
+        app: AppContext,
+        status: str,
+        *,
+        error: str | None = None,
+        result_engine_id: int | None = None,
+        on_commit: Callable[[Session], None] | None = None,
+    ) -> None:
+        """Record this attempt's outcome under its lease (StaleLeaseError once the lease is lost)."""
+        queue.complete(
+            app.catalog,
+            self.job_id,
+            self.token,
+            status=status,
+            error=error,
+            result_engine_id=result_engine_id,
+            on_commit=on_commit,
+        )
+
+
+JobRunner = Callable[[AppContext, ChildSpec], int]
+
+# The product's kinds, resolved in the child that runs one.
 PRODUCT_KINDS: dict[str, str] = {
     "build": "enginecache.service.builds.buildjob:run_build_job",
     "test_load": "enginecache.service.builds.testloadjob:run_test_load_job",
@@ -31,29 +104,43 @@ JOB_RUNNERS: dict[str, JobRunner] = {}
 
 
 def register_job_kind(name: str, runner: JobRunner) -> None:
-    """Add a job kind; registering the same runner again is a no-op, another runner under a taken
-    name is a programming error (ValueError), so no kind is replaced by accident."""
+    """Add a job kind; registering the same runner again is a no-op. A product kind's name, or
+    another runner under a taken name, is a programming error (ValueError): no kind is replaced."""
     current = JOB_RUNNERS.get(name)
+    if current is None and name in PRODUCT_KINDS:
+        raise ValueError(f"job kind {name!r} is the product's ({PRODUCT_KINDS[name]})")
     if current is not None and current is not runner:
         raise ValueError(f"job kind {name!r} is already registered to {current.__module__}.{current.__qualname__}")
     JOB_RUNNERS[name] = runner
 
 
-def job_runner(kind: str, *, test_kinds: bool | None = None) -> JobRunner | None:
-    """The runner for `kind`; None for a kind nobody registered. The test kinds are looked up only
-    where `test_kinds` says so (by default: while `ENGINECACHE_TEST_JOB_KINDS=1` here); they are
-    never added to the table, so they never outlive it. A job's child passes the flag its worker
-    decided (`ChildSpec.test_kinds`): the fork server it came from may predate that environment."""
+def job_runner(kind: str) -> JobRunner | None:
+    """The runner for `kind`; None for a kind nobody registered."""
     runner = JOB_RUNNERS.get(kind)
     if runner is None and kind in PRODUCT_KINDS:
         module, _, function = PRODUCT_KINDS[kind].partition(":")
         runner = JOB_RUNNERS.setdefault(kind, getattr(importlib.import_module(module), function))
-    if runner is None and (test_kinds_enabled() if test_kinds is None else test_kinds):
-        runner = _test_kinds().get(kind)
     return runner
 
 
-def _test_kinds() -> dict[str, JobRunner]:
-    """The test-only kinds (a missing module is an error where they were asked for)."""
-    module = importlib.import_module(TEST_KINDS_MODULE)
-    return dict(module.JOB_KINDS)
+def job_kinds_from_env() -> tuple[str, ...]:
+    """The "module:attribute" entries of $ENGINECACHE_JOB_KINDS (comma-separated; none when unset)."""
+    return tuple(entry.strip() for entry in os.environ.get(JOB_KINDS_ENV, "").split(",") if entry.strip())
+
+
+def load_job_kinds(entries: Iterable[str]) -> None:
+    """Register the kinds of each "module:attribute" entry, whose attribute maps kind names to
+    runners. BuildOptionError names an entry that is no such mapping or takes a name already taken."""
+    for entry in entries:
+        module_name, _, attribute = entry.partition(":")
+        try:
+            kinds = getattr(importlib.import_module(module_name), attribute) if module_name and attribute else None
+        except (ImportError, AttributeError) as err:
+            raise BuildOptionError(f"{JOB_KINDS_ENV}: {entry!r} names no job kinds: {err}") from err
+        if not isinstance(kinds, Mapping) or not all(isinstance(k, str) and callable(r) for k, r in kinds.items()):
+            raise BuildOptionError(f"{JOB_KINDS_ENV}: {entry!r} is not module:attribute of a mapping kind -> runner")
+        for name, runner in kinds.items():
+            try:
+                register_job_kind(name, runner)
+            except ValueError as err:
+                raise BuildOptionError(f"{JOB_KINDS_ENV}: {entry!r}: {err}") from err

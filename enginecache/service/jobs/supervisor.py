@@ -30,9 +30,8 @@ from enginecache.db.models import EngineRecord, EngineStatus, JobRecord, JobStat
 from enginecache.db.queue import Clock
 from enginecache.errors import StaleLeaseError
 from enginecache.service.context import AppContext
-from enginecache.service.jobs.attempt import CHILD_ERROR_FILE, EXIT_LEASE_LOST, EXIT_RECORDED, ChildSpec
-from enginecache.service.jobs.child import run_child
-from enginecache.service.jobs.kinds import test_kinds_enabled
+from enginecache.service.jobs.child import CHILD_ERROR_FILE, EXIT_LEASE_LOST, run_child
+from enginecache.service.jobs.kinds import EXIT_RECORDED, ChildSpec
 
 logger = logging.getLogger("enginecache.service.jobs.worker")  # the worker's log: its lines keep their logger name
 
@@ -53,6 +52,9 @@ class AttemptSettings(Protocol):
 
     @property
     def backoff_max_seconds(self) -> float: ...
+
+    @property
+    def job_kinds(self) -> tuple[str, ...]: ...
 
 
 def _kill_group(pid: int) -> None:
@@ -118,7 +120,7 @@ class AttemptSupervisor:
             payload=job.payload,
             host=self.host,
             job_key=job.idempotency_key if job.kind == "build" else None,
-            test_kinds=test_kinds_enabled(),
+            job_kinds=self.settings.job_kinds,
             worker_pid=os.getpid(),
         )
         process = self.children.Process(target=run_child, args=(spec,), name=f"job-{job_id}")

@@ -20,7 +20,7 @@ import signal
 import socket
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import sqlalchemy as sa
@@ -31,6 +31,7 @@ from enginecache.db.models import TERMINAL_JOB_STATUSES, utcnow
 from enginecache.db.queue import Clock
 from enginecache.errors import BuildOptionError
 from enginecache.service.context import AppContext
+from enginecache.service.jobs.kinds import job_kinds_from_env, load_job_kinds
 from enginecache.service.jobs.routing import SCOPE_JOB, SCOPE_QUEUE, can_run, worker_capabilities
 from enginecache.service.jobs.supervisor import AttemptDeadline, AttemptSupervisor, child_error
 
@@ -82,6 +83,9 @@ class WorkerConfig:
     job_id: int | None = None  # claim only this job (the CLI's one-shot local worker)
     backoff_base_seconds: float = 2.0
     backoff_max_seconds: float = 60.0
+    # Job kinds beyond the product's: "module:attribute" entries (`service.jobs.kinds`), by default
+    # those of $ENGINECACHE_JOB_KINDS.
+    job_kinds: tuple[str, ...] = field(default_factory=job_kinds_from_env)
 
     @property
     def heartbeat_seconds(self) -> float:
@@ -111,7 +115,9 @@ class Worker:
         children: Any = None,
     ) -> None:
         """`children` starts each attempt's child process (a multiprocessing context, or anything with
-        its `Process(target, args, name)`); default: the warm fork server (`WARM_MODULES`)."""
+        its `Process(target, args, name)`); default: the warm fork server (`WARM_MODULES`).
+        BuildOptionError where `config.job_kinds` names no job kinds (checked here, before any claim)."""
+        load_job_kinds(config.job_kinds)
         self.app = app
         self.config = config
         self.clock = clock  # the queue's clock: leases, the attempt's start, backoff

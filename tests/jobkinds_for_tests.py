@@ -1,4 +1,4 @@
-"""Test-only job kinds: jobs whose child does nothing but take time or crash, so tests of the
+"""Job kinds for tests only: jobs whose child does nothing but take time or crash, so tests of the
 queue and the worker (crash recovery, cancel, lease takeover, shutdown, timeout) need no real build.
 
 - `sleep`, payload `{"seconds": N}`: sleeps N seconds in the child, reporting progress (phase
@@ -8,17 +8,13 @@ queue and the worker (crash recovery, cancel, lease takeover, shutdown, timeout)
   `attempts` only on the first K attempts and records SUCCEEDED on later ones.
 - `held_build`, a `build` job's payload plus `{"release_file": PATH, "hold_attempts": K}`: a real
   build whose first K attempts (default 1) stop between the build and the publish, say so (phase
-  "held before publishing"), and wait there until PATH exists (at most `hold_max_seconds`, default
-  300, then the attempt fails: it never waits forever); then the lease is checked and the engine
-  published as any build's. The fleet simulation cuts a host's link while its job is held there.
+  `HELD_PHASE`), and wait there until PATH exists (at most `hold_max_seconds`, default 300, then the
+  attempt fails: it never waits forever); then the lease is checked and the engine published as any
+  build's. Made with the product's `build_job_runner`.
 
-They exist only where the environment has ``ENGINECACHE_TEST_JOB_KINDS=1``: set it in a worker's
-environment (its fork server and job children inherit it) to let that worker run them. Without
-it they are unknown, and a job of either kind fails with "unknown job kind" like any other
-unregistered kind. The job-kind table adds `TEST_JOB_RUNNERS` only when `enabled()`.
-
-This module imports `service.jobs.attempt` (the spec and exit codes) and, inside `run_held_build`,
-`service.builds.buildjob`; never the job-kind table or `service.jobs.child`, which import it: no import cycle.
+A worker runs them where its environment names them as any added job kinds are named:
+`ENGINECACHE_JOB_KINDS=tests.jobkinds_for_tests:JOB_KINDS` (`ENV`, `env()`), with the repository's
+root on its import path. Elsewhere they are unknown job kinds.
 """
 
 from __future__ import annotations
@@ -31,14 +27,20 @@ from pathlib import Path
 from enginecache.db import queue
 from enginecache.db.models import JobStatus
 from enginecache.errors import BuildFailedError
+from enginecache.service.builds.buildjob import build_job_runner
 from enginecache.service.context import AppContext
-from enginecache.service.jobs.attempt import EXIT_RECORDED, ChildSpec, JobRunner
-from enginecache.service.jobs.attempt import TEST_KINDS_ENV as ENABLE_ENV
-from enginecache.service.jobs.attempt import test_kinds_enabled as enabled
-
-__all__ = ["ENABLE_ENV", "JOB_KINDS", "TEST_JOB_RUNNERS", "enabled", "run_crash", "run_held_build", "run_sleep"]
+from enginecache.service.jobs.kinds import EXIT_RECORDED, JOB_KINDS_ENV, ChildSpec, JobRunner
 
 PROGRESS_SECONDS = 0.5
+HOLD_POLL_SECONDS = 0.05
+HELD_PHASE = "held before publishing"
+ENTRY = f"{__name__}:JOB_KINDS"
+ENV = {JOB_KINDS_ENV: ENTRY}  # the environment that lets a worker run these kinds
+
+
+def env(**extra: str) -> dict[str, str]:
+    """This process's environment, these kinds named in it, and `extra`."""
+    return {**os.environ, **ENV, **extra}
 
 
 def run_sleep(app: AppContext, spec: ChildSpec) -> int:
@@ -85,30 +87,22 @@ def run_crash(app: AppContext, spec: ChildSpec) -> int:
     return EXIT_RECORDED
 
 
-HOLD_POLL_SECONDS = 0.05
-HELD_PHASE = "held before publishing"
-
-
-def run_held_build(app: AppContext, spec: ChildSpec) -> int:
-    """A real build that waits before publishing on its first attempts (module docstring)."""
-    from enginecache.service.builds.buildjob import run_build_job  # here: the kinds table imports buildjob too
-
+def hold_until_released(app: AppContext, spec: ChildSpec) -> None:
+    """On the first `hold_attempts` attempts: say so, then wait until `release_file` exists."""
+    if spec.attempt > int(spec.payload.get("hold_attempts", 1)):
+        return
     release = Path(str(spec.payload["release_file"]))
     limit = float(spec.payload.get("hold_max_seconds", 300.0))
-
-    def hold() -> None:
-        if spec.attempt > int(spec.payload.get("hold_attempts", 1)):
-            return
-        queue.report_progress(app.catalog, spec.job_id, spec.token, phase=HELD_PHASE)
-        deadline = time.monotonic() + limit
-        while not release.exists():
-            if time.monotonic() > deadline:
-                raise BuildFailedError(f"held build: {release} did not appear within {limit:g} s")
-            time.sleep(HOLD_POLL_SECONDS)
-
-    return run_build_job(app, spec, hold=hold)
+    queue.report_progress(app.catalog, spec.job_id, spec.token, phase=HELD_PHASE)
+    deadline = time.monotonic() + limit
+    while not release.exists():
+        if time.monotonic() > deadline:
+            raise BuildFailedError(f"held build: {release} did not appear within {limit:g} s")
+        time.sleep(HOLD_POLL_SECONDS)
 
 
-# Job kind -> runner, added to the job-kind table only where `enabled()`.
-TEST_JOB_RUNNERS: dict[str, JobRunner] = {"sleep": run_sleep, "crash": run_crash, "held_build": run_held_build}
-JOB_KINDS = TEST_JOB_RUNNERS  # the name `service.jobs.kinds` reads
+JOB_KINDS: dict[str, JobRunner] = {
+    "sleep": run_sleep,
+    "crash": run_crash,
+    "held_build": build_job_runner(hold_until_released),
+}
