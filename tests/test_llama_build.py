@@ -12,11 +12,12 @@ import onnx
 import onnxruntime as ort
 import pytest
 
+from enginecache.core.precision.native import computes_in
 from enginecache.db.models import EngineStatus
 from enginecache.service.builds.plan import BuildRequest, build_engine
 from enginecache.service.builds.testload import run_test_load
 from enginecache.service.context import AppContext
-from enginecache.service.models.register import register_model
+from enginecache.service.models.register import get_model, model_path, register_model
 from tests.llamamodel import PRESETS, LlamaConfig, parameter_count, write_llama
 
 CONFIG = PRESETS["tiny"]
@@ -90,6 +91,20 @@ def test_rtx_fp16_engine_builds_ready(app: AppContext) -> None:
     outputs = [t["name"] for t in engine.io if t["mode"] == "output"]
     assert inputs[:2] == ["input_ids", "position_ids"] and "past_key_values.1.value" in inputs
     assert outputs[0] == "logits" and "present.1.value" in outputs
+
+
+def test_a_model_already_in_fp16_builds_at_fp16_without_a_conversion(app: AppContext, tmp_path: Path) -> None:
+    """Weights and activations exported in fp16: an fp16 build takes the graph as exported (no
+    converter runs, no variant is stored) and says so."""
+    half = write_llama(tmp_path / "half" / "llama16.onnx", "tiny", "fp16")
+    assert computes_in(half, "fp16") and not computes_in(half, "bf16")
+    assert not computes_in(model_path(app, get_model(app, "llama")), "fp16")
+    register_model(app, half, name="llama16")
+    result = build_engine(app, BuildRequest(model="llama16", backend="rtx", targets=("sm89",), precision="fp16"))
+    engine = result.engine
+    assert engine.status == EngineStatus.READY, engine.error
+    assert engine.precision == "fp16" and engine.variant_model_id is None
+    assert any("already computes in fp16" in w for w in engine.warnings), engine.warnings
 
 
 @pytest.fixture(scope="module")

@@ -17,10 +17,11 @@ from sqlmodel import col, select
 
 from enginecache.core.cachekey import canonical_digest
 from enginecache.core.precision import PrecisionSpec, convert_precision
+from enginecache.core.precision.native import computes_in
 from enginecache.db.models import ModelRecord, ModelStatus
 from enginecache.errors import IntegrityCheckError
 from enginecache.service.context import AppContext
-from enginecache.service.models.register import register_model
+from enginecache.service.models.register import model_path, register_model
 from enginecache.service.models.verify import stage_bundle
 
 logger = logging.getLogger(__name__)
@@ -39,12 +40,16 @@ def precision_variant(
     work: Path,
 ) -> tuple[ModelRecord, Path, tuple[str, ...]]:
     """The model to build from and a verified private copy of its bundle under `work`
-    (`stage_bundle`): the source for fp32, else its stored converted variant. A source that does not
+    (`stage_bundle`): the source for fp32 or for a precision its graph already computes in
+    (`core.precision.native.computes_in`), else its stored converted variant. A source that does not
     hash to its digest is marked CORRUPT and fails the build (IntegrityCheckError); a CORRUPT variant is
     converted again from the (verified) source: the same bytes repair it in place (`register_model`),
     other bytes become a new variant of the recipe."""
     if not precision.precision or precision.precision == "fp32":
         return model, stage_bundle(app, model, work / "source"), ()
+    if computes_in(model_path(app, model), precision.precision):  # the graph alone; the build reads it verified
+        note = f"{model.name} already computes in {precision.precision}: built as exported, no conversion"
+        return model, stage_bundle(app, model, work / "source"), (note,)
     key = recipe_key(model.digest, recipe)
     query = select(ModelRecord).where(ModelRecord.recipe_key == key)
     ok_first = (col(ModelRecord.status) != ModelStatus.OK, col(ModelRecord.id))  # then the oldest
