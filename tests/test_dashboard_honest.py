@@ -9,9 +9,9 @@ import re
 from sqlmodel import select
 from streamlit.testing.v1 import AppTest
 
-from enginecache.dashboard.views.engineactions import download_name
 from enginecache.db.models import EngineRecord, EngineStatus, JobRecord, JobStatus, utcnow
 from enginecache.service.builds.testload import submit_test_load
+from enginecache.service.engines.views import download_name
 from tests.conftest import corrupt_blob
 from tests.dashboardkit import Seeded, engine_view, texts
 

@@ -36,10 +36,10 @@ if _ROOT not in sys.path:
 
 import streamlit as st  # noqa: E402
 
-from enginecache.core.plaintext import markdown_literal  # noqa: E402
 from enginecache.service.access.audit import Actor, acting_as, use_actor_source  # noqa: E402
 from enginecache.service.access.exposure import has_login_provider  # noqa: E402
 from enginecache.service.access.roles import Role  # noqa: E402
+from enginecache.service.readmodels.display import markdown_literal  # noqa: E402
 
 logger = logging.getLogger(__name__)
 

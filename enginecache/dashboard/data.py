@@ -14,13 +14,13 @@ from typing import Any, TypeVar
 
 import streamlit as st
 
-from enginecache.core.plaintext import markdown_literal
 from enginecache.errors import EngineCacheError
 from enginecache.service.access import audit
 from enginecache.service.access.roles import Role, allowed, role_of
 from enginecache.service.context import DB_URL_ENV, HOME_ENV, AppContext
 from enginecache.service.engines import loadruns
 from enginecache.service.readmodels import engines, hosts, models, overview, timings
+from enginecache.service.readmodels.display import markdown_literal
 
 logger = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from urllib.parse import urlencode
 
 import streamlit as st
 
-from enginecache.core.plaintext import markdown_literal
+from enginecache.service.readmodels.display import markdown_literal
 
 REFRESH_SECONDS = 2.0
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from enginecache.core.plaintext import markdown_literal
+from enginecache.service.readmodels.display import markdown_literal
 
 _GREEN, _BLUE, _RED, _DARK_RED, _GREY = (
     ("#c8e6c9", "#1b5e20"),

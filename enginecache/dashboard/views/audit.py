@@ -1,7 +1,7 @@
 """Audit: every change (models registered or repaired, builds and test-loads submitted, jobs
 cancelled, engines retired, anything marked CORRUPT), newest first, with who made it, when and from
 where; filtered by action. Every string in it came from someone: shown in tables (plain text) or
-escaped inside Markdown (`core.plaintext.markdown_literal`)."""
+escaped inside Markdown (`service.readmodels.display.markdown_literal`)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from enginecache.core.plaintext import markdown_literal
 from enginecache.dashboard import data
 from enginecache.service.access import audit
+from enginecache.service.readmodels.display import markdown_literal
 
 ANY = "(any)"
 PAGE_SIZES = (100, 500, 1000)

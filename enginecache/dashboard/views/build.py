@@ -17,23 +17,18 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from enginecache.core.backends.base import Backend
-from enginecache.core.backends.registry import all_backends
-from enginecache.core.plaintext import markdown_literal
-from enginecache.core.precision.spec import PRECISIONS, QUANTIZED
-from enginecache.core.profiles import resolve_profile
-from enginecache.core.shapetext import shape_text
 from enginecache.dashboard import data
 from enginecache.dashboard.live import link, live_section
 from enginecache.dashboard.views.buildjobs import jobs_section
-from enginecache.db.models import JobStatus
 from enginecache.service.builds.plan import BuildRequest, find_ready_engine, plan_build
 from enginecache.service.builds.submit import submit_build
+from enginecache.service.builds.views import PRECISIONS, QUANTIZED, BackendChoice, backend_choices, default_profile
 from enginecache.service.context import AppContext
-from enginecache.service.models.register import get_model, model_inputs
+from enginecache.service.readmodels.display import markdown_literal
 from enginecache.service.readmodels.hosts import HostRow
 from enginecache.service.readmodels.jobs import active_job_count, active_jobs_by_key, failed_builds_by_key
 from enginecache.service.readmodels.models import default_precisions
+from enginecache.service.readmodels.statuses import JobStatus
 
 BUILD_ROLE_CAPTION = "operators and admins can build"  # shown under the disabled submit to a viewer
 
@@ -64,8 +59,8 @@ def target_options(hosts: list[HostRow]) -> list[Target]:
     compute capabilities), or, for a backend that builds for the hardware it runs on, the GPUs or
     CPUs of the known workers that have it."""
     options: list[Target] = []
-    for backend in all_backends():
-        known = backend.known_targets()
+    for backend in backend_choices():
+        known = backend.known_targets
         if known:
             options += [Target(backend.name, target, f"{backend.label} {target}") for target in known]
         else:
@@ -73,7 +68,7 @@ def target_options(hosts: list[HostRow]) -> list[Target]:
     return options
 
 
-def _worker_targets(backend: Backend, hosts: list[HostRow]) -> list[Target]:
+def _worker_targets(backend: BackendChoice, hosts: list[HostRow]) -> list[Target]:
     """The GPUs (a GPU backend) or CPU targets of workers advertising `backend`. A CPU backend no
     worker has advertised yet is offered as "this server's CPU" (its default target)."""
     where: dict[str, str] = {}
@@ -94,22 +89,7 @@ def _worker_targets(backend: Backend, hosts: list[HostRow]) -> list[Target]:
 
 def default_profile_frame(app: AppContext, model_id: int) -> pd.DataFrame:
     """One row per input: its shape with dynamic dims named, and the default min/opt/max."""
-    model = get_model(app, model_id)
-    inputs = model_inputs(model)
-    profile = resolve_profile(inputs, {})
-    shapes = {t.name: t.shape for t in inputs}
-    return pd.DataFrame(
-        [
-            {
-                "input": p.name,
-                "shape": shape_text(shapes.get(p.name, ())),
-                "min": "x".join(str(d) for d in p.min),
-                "opt": "x".join(str(d) for d in p.opt),
-                "max": "x".join(str(d) for d in p.max),
-            }
-            for p in profile.inputs
-        ]
-    )
+    return pd.DataFrame(default_profile(app, model_id))
 
 
 def profile_args(edited: pd.DataFrame, defaults: pd.DataFrame) -> tuple[str, ...]:

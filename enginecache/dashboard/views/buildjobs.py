@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import streamlit as st
 
-from enginecache.core.plaintext import markdown_literal
 from enginecache.dashboard import data
 from enginecache.dashboard.live import link, live_section
-from enginecache.db.models import JobStatus
 from enginecache.service.builds.submit import cancel_job
+from enginecache.service.readmodels.display import markdown_literal
 from enginecache.service.readmodels.jobs import JobView, active_job_count, recent_jobs
+from enginecache.service.readmodels.statuses import JobStatus
 
 SHOWN_CHOICES = (10, 20, 50)
 KINDS = {"build": "builds", "test_load": "test-loads"}

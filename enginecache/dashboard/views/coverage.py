@@ -18,16 +18,15 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from enginecache.core.backends.registry import all_backends, backend_label
-from enginecache.core.plaintext import markdown_literal
-from enginecache.core.precision.spec import PRECISIONS, QUANTIZED
 from enginecache.dashboard import data
 from enginecache.dashboard.live import link, live_section
 from enginecache.dashboard.urlstate import from_url, to_url
 from enginecache.dashboard.views.build import calibration_file
 from enginecache.service.builds.plan import BuildRequest
 from enginecache.service.builds.submit import submit_build
+from enginecache.service.builds.views import PRECISIONS, QUANTIZED, backend_choices, backend_label
 from enginecache.service.fleet import coverage as cov
+from enginecache.service.readmodels.display import markdown_literal
 from enginecache.service.readmodels.jobs import active_job_count
 
 DEFAULT_PRECISIONS: tuple[str, ...] = ("fp32", "fp16")
@@ -99,7 +98,7 @@ def render() -> None:
         st.info("No models yet: add one under Models, then build it; this matrix shows where its engines are.")
         return
     names = {r.id: r.name for r in sources}
-    backends = {b.name: b.label for b in all_backends()}
+    backends = {b.name: b.label for b in backend_choices()}
     cols = st.columns([3, 2, 2])
     with cols[0]:
         model_ids = _multi(

@@ -24,28 +24,21 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from enginecache.core.backends.registry import get_backend
-from enginecache.core.plaintext import markdown_literal
 from enginecache.dashboard import data
-from enginecache.db.models import EngineRecord, EngineStatus, JobStatus
 from enginecache.service.builds.submit import cancel_job
 from enginecache.service.builds.testinputs import InputsCheck, check_engine_inputs, engine_expected_inputs
 from enginecache.service.builds.testload import submit_test_load
 from enginecache.service.context import AppContext
 from enginecache.service.engines import records as engines
 from enginecache.service.engines.records import verify_engines
+from enginecache.service.engines.views import EngineFacts, download_name
+from enginecache.service.readmodels.display import markdown_literal
 from enginecache.service.readmodels.jobs import JobView
+from enginecache.service.readmodels.statuses import EngineStatus, JobStatus
 
 RESULT = "engines_result"  # st.session_state: (engine id, [(ok, line)]) of the last action
 CONFIRM = "engines_retire_confirm"  # st.session_state: the engine whose retirement awaits confirmation
 HAS_BLOB = (EngineStatus.READY, EngineStatus.CORRUPT)
-
-
-def download_name(engine: EngineRecord, model: str) -> str:
-    """`convnet.fp32.sm86.plan`, `convnet.fp32.x86_64-avx2.ort`: the suffix is the backend's own."""
-    suffix = get_backend(engine.backend).triton.file_suffix
-    targets = engine.targets.replace(",", "-") or "any"
-    return f"{model}.{engine.precision}.{targets}{suffix}"
 
 
 def _done(engine_id: int, lines: list[tuple[bool, str]]) -> None:
@@ -55,7 +48,7 @@ def _done(engine_id: int, lines: list[tuple[bool, str]]) -> None:
     st.rerun()
 
 
-def actions(app: AppContext, engine: EngineRecord, info: dict[str, Any], test_loads: list[JobView]) -> None:
+def actions(app: AppContext, engine: EngineFacts, info: dict[str, Any], test_loads: list[JobView]) -> None:
     engine_id = engine.id or 0
     status = engine.status
     cols = st.columns(5)

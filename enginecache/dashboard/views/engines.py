@@ -12,11 +12,6 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from enginecache.core.backends.registry import backend_label
-from enginecache.core.cachekey import diff_ingredients
-from enginecache.core.plaintext import markdown_literal
-from enginecache.core.precision.spec import PRECISIONS
-from enginecache.core.shapetext import shape_text
 from enginecache.dashboard import data
 from enginecache.dashboard.live import link, live_section
 from enginecache.dashboard.statuscolours import status_style
@@ -24,16 +19,18 @@ from enginecache.dashboard.urlstate import from_url, to_url, url_int, url_text
 from enginecache.dashboard.views.build import make_request, target_options
 from enginecache.dashboard.views.engineactions import actions
 from enginecache.dashboard.views.enginetestloads import load_runs
-from enginecache.db.models import EngineStatus, JobStatus
 from enginecache.service.builds.plan import plan_build
+from enginecache.service.builds.views import PRECISIONS, backend_label, diff_ingredients
 from enginecache.service.context import AppContext
 from enginecache.service.engines.loadruns import list_load_runs
 from enginecache.service.engines.records import engine_to_dict, get_engine
 from enginecache.service.models.register import get_model
 from enginecache.service.models.releases import aliases_of_model, version_of
+from enginecache.service.readmodels.display import markdown_literal, shape_text
 from enginecache.service.readmodels.engines import EngineFilter, ingredient_rows
 from enginecache.service.readmodels.jobs import engine_test_loads, jobs_by_id
 from enginecache.service.readmodels.models import model_lineage
+from enginecache.service.readmodels.statuses import EngineStatus, JobStatus
 
 PAGE_SIZE = 50
 ANY = "(any)"

@@ -10,8 +10,7 @@ import pandas as pd
 import plotly.express as px
 import streamlit as st
 
-from enginecache.core.plaintext import markdown_literal
-from enginecache.core.shapetext import shape_text
+from enginecache.service.readmodels.display import markdown_literal, shape_text
 from enginecache.service.readmodels.jobs import JobView
 
 LOAD_PHASE_LABELS = {

@@ -7,9 +7,9 @@ from datetime import UTC, datetime
 import pandas as pd
 import streamlit as st
 
-from enginecache.core.plaintext import markdown_literal
 from enginecache.dashboard import data
 from enginecache.service.fleet.hostcoverage import HostCoverage, hosts_coverage
+from enginecache.service.readmodels.display import markdown_literal
 
 
 def render() -> None:

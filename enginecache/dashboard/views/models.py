@@ -11,7 +11,7 @@ here quotes a file's bytes. Only admins see the form (and `register_server_path`
 again); operators see the upload, viewers neither.
 
 Names, producers, file names and every error message (which may quote them) come from uploaded
-files: they are shown as plain text (`core.plaintext.markdown_literal` inside Markdown), so a
+files: they are shown as plain text (`service.readmodels.display.markdown_literal` inside Markdown), so a
 producer named ``![x](http://evil/i.png)`` shows those characters and no image is fetched.
 """
 
@@ -29,8 +29,6 @@ import pandas as pd
 import plotly.express as px
 import streamlit as st
 
-from enginecache.core.plaintext import markdown_literal
-from enginecache.core.shapetext import shape_text
 from enginecache.dashboard import data
 from enginecache.dashboard.uploads import UploadedFile, remove_tree, stage_upload
 from enginecache.dashboard.urlstate import from_url, to_url, url_int
@@ -39,6 +37,7 @@ from enginecache.errors import BadInputError, EngineCacheError, StoreError, Unav
 from enginecache.service.access import roles as access
 from enginecache.service.context import AppContext
 from enginecache.service.models.register import RegisterResult, get_model, model_to_dict, register_model
+from enginecache.service.readmodels.display import markdown_literal, shape_text
 from enginecache.service.readmodels.models import grouped, model_lineage
 
 logger = logging.getLogger(__name__)
@@ -311,7 +310,7 @@ def _detail(app: AppContext, model_id: int) -> None:
             st.plotly_chart(fig, key="models_ops_chart")
 
     if model.parent_id is None:  # a source model has versions and aliases; a converted variant has neither
-        release_panel(app, model)
+        release_panel(app, model_id, model.name)
     lineage = _attempt("cannot read the lineage", model_lineage, app, model_id)
     if lineage is None:
         return

@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING
 
 import streamlit as st
 
-from enginecache.core.plaintext import markdown_literal
 from enginecache.dashboard import data
 from enginecache.dashboard.live import link
 from enginecache.dashboard.statuscolours import status_badge
-from enginecache.db.models import EngineStatus, JobStatus
+from enginecache.service.readmodels.display import markdown_literal
 from enginecache.service.readmodels.overview import CacheDay, Failure
+from enginecache.service.readmodels.statuses import EngineStatus, JobStatus
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go

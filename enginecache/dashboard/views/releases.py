@@ -11,30 +11,30 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from enginecache.core.plaintext import markdown_literal
 from enginecache.dashboard import data
-from enginecache.db.models import ModelRecord
 from enginecache.service.context import AppContext
 from enginecache.service.models.releases import ALIAS_PATTERN_HELP, aliases, promote, rollback, versions
+from enginecache.service.readmodels.display import markdown_literal
 
 EVERY_HOST = "every host"
 DONE_KEY = "models_release_done"  # a roll back's outcome, shown after the rerun that redraws the table
 
 
-def release_panel(app: AppContext, model: ModelRecord) -> None:
-    """Versions and aliases of `model.name`, with the promote form and a roll-back button per alias."""
-    known = data.attempt("cannot read the versions", versions, app, model.name)
+def release_panel(app: AppContext, model_id: int, name: str) -> None:
+    """Versions and aliases of `name`, model `model_id` one of its versions, with the promote form
+    and a roll-back button per alias."""
+    known = data.attempt("cannot read the versions", versions, app, name)
     if not known:
         return
-    this = next((n for n, m in enumerate(known, start=1) if m.id == model.id), len(known))
-    st.markdown(f"**Releases** of {markdown_literal(model.name)}: version {this} of {len(known)}")
+    this = next((n for n, m in enumerate(known, start=1) if m.id == model_id), len(known))
+    st.markdown(f"**Releases** of {markdown_literal(name)}: version {this} of {len(known)}")
     done = st.session_state.pop(DONE_KEY, None)
     if done:
         st.success(markdown_literal(str(done)))
     allowed = data.may("release")
     why = None if allowed else "your role may not release (operators and admins may)"
-    moved = _promote_form(app, model.name, len(known), this, allowed, why)
-    current = data.attempt("cannot read the aliases", aliases, app, model.name) or []
+    moved = _promote_form(app, name, len(known), this, allowed, why)
+    current = data.attempt("cannot read the aliases", aliases, app, name) or []
     if current:
         st.dataframe(
             pd.DataFrame(
@@ -44,7 +44,7 @@ def release_panel(app: AppContext, model: ModelRecord) -> None:
                         "for": a.gpu_class or EVERY_HOST,
                         "version": a.version,
                         "model id": a.model_id,
-                        "this version": "yes" if a.model_id == model.id else "",
+                        "this version": "yes" if a.model_id == model_id else "",
                     }
                     for a in current
                 ]
@@ -57,10 +57,10 @@ def release_panel(app: AppContext, model: ModelRecord) -> None:
             key = f"models_rollback_{a.alias}_{a.gpu_class}"
             if st.button(f"Roll back {shown}", key=key, disabled=not allowed, help=why):
                 gpu = a.gpu_class or None
-                target = data.attempt(f"cannot roll back {shown}", rollback, app, model.name, a.alias, gpu_class=gpu)
+                target = data.attempt(f"cannot roll back {shown}", rollback, app, name, a.alias, gpu_class=gpu)
                 if target is not None:
                     data.clear_caches()
-                    st.session_state[DONE_KEY] = f"{model.name}@{shown} now points at version {target.version}"
+                    st.session_state[DONE_KEY] = f"{name}@{shown} now points at version {target.version}"
                     st.rerun()
     else:
         st.caption("No aliases yet: promote a version (`prod`, `canary`); pull and load_or_build resolve NAME@ALIAS.")
