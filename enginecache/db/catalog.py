@@ -22,7 +22,9 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 from sqlalchemy import event
 
+from enginecache.db.catalogfile import REVISION_SQL, is_head
 from enginecache.db.reader import Column, RowSource, head_revision, sqlite_url
+from enginecache.db.sqlexec import AlchemyExecutor
 from enginecache.db.types import UTCDateTime
 from enginecache.errors import CatalogUnavailableError, EngineCacheError
 
@@ -160,19 +162,18 @@ class Catalog:
     def _at_head(self) -> bool:
         """Whether the schema is at the head revision, asked without Alembic: one `alembic_version`
         query (an empty database has no such table: not at head)."""
-        head = head_revision()
-        if head is None:
+        if head_revision() is None:
             return False
         try:
             with self.engine.connect() as connection:
-                versions = {row[0] for row in connection.exec_driver_sql("SELECT version_num FROM alembic_version")}
+                versions = [row[0] for row in connection.exec_driver_sql(REVISION_SQL)]
         except (sa.exc.OperationalError, sa.exc.InterfaceError) as err:
             if _is_connect_failure(err):
                 raise self._unavailable(err) from err
             return False  # no alembic_version table yet (SQLite)
         except sa.exc.ProgrammingError:
             return False  # no alembic_version table yet (PostgreSQL)
-        return versions == {head}
+        return is_head(versions)
 
     def _upgrade(self) -> None:
         from alembic import command  # only to migrate: Alembic's import costs more than the rest of an open
@@ -226,6 +227,13 @@ class Catalog:
         with Session(self._writer, expire_on_commit=False) as session, session.begin():
             self._connect(session)
             yield session
+
+    @contextlib.contextmanager
+    def changes(self) -> Iterator[AlchemyExecutor]:
+        """A `db.sqlexec` executor in one write transaction (as `write()`'s): what `db.engines`' changes
+        run on outside a session of the caller's own."""
+        with self.write() as session:
+            yield AlchemyExecutor(session.connection())
 
     @contextlib.contextmanager
     def connect(self) -> Iterator[sa.Connection]:

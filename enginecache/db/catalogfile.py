@@ -1,7 +1,16 @@
-"""Which SQLite file a catalog URL names (and the stdlib URI that opens it), and the schema revision
-this code expects: what a serving process's cache hit must know before it reads the catalog
-(`service.serving.hitpath`), without the rest of `db.reader` (its row decoding, ~1 ms of a new process) or
-Alembic.
+"""Where the catalog is and at which schema revision, for both ways of opening it: the SQLAlchemy
+`db.catalog.Catalog` (any database; it migrates) and the stdlib `sqlite3` of a cache hit
+(`service.serving.hitpath`) and the CLI's reads (`db.reader`), neither of which imports Alembic.
+
+- `locate(home, db_url)`: the store's home and, where the catalog is an existing SQLite file, that
+  file, resolved as `service.context.AppContext.from_settings` resolves them (`HOME_ENV`, `DB_URL_ENV`,
+  `DEFAULT_HOME`).
+- `head_revision()`: the newest migration, read from the files in migrations/versions with `str`
+  methods (tests/test_catalog_open.py checks it against Alembic's ScriptDirectory); `is_head(versions)`:
+  whether a catalog's `alembic_version` rows (`REVISION_SQL`) are exactly that revision.
+- The SQLite URL helpers: `sqlite_url`, `sqlite_file`, `sqlite_file_uri`.
+
+Imports nothing but `os` and `functools` (a cache hit's new process pays for every module).
 """
 
 from __future__ import annotations
@@ -9,7 +18,39 @@ from __future__ import annotations
 import functools
 import os
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy treats the name as True)
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
 VERSIONS_DIR = os.path.join(os.path.dirname(os.path.realpath(__file__)), "migrations", "versions")  # a str: no pathlib
+HOME_ENV = "ENGINECACHE_HOME"
+DB_URL_ENV = "ENGINECACHE_DB_URL"
+DEFAULT_HOME = "engines"
+CATALOG_FILE = "catalog.db"  # in the home, where no URL names another catalog
+REVISION_SQL = "SELECT version_num FROM alembic_version"
+
+
+class CatalogFile:
+    """The store's home and its SQLite catalog file, as strings (a cache hit builds no `pathlib.Path`:
+    `core.pathtext` says why)."""
+
+    __slots__ = ("home", "path")
+
+    def __init__(self, home: str, path: str) -> None:
+        self.home = home
+        self.path = path
+
+
+def locate(home: str | os.PathLike[str] | None, db_url: str | None) -> CatalogFile | None:
+    """Where `AppContext.from_settings(home, db_url)` opens its catalog, when that is an existing SQLite
+    file; None otherwise (PostgreSQL, in-memory, URL parameters, no catalog yet)."""
+    # `Path(home).expanduser().resolve()`, as a str (core.pathtext.resolved_text; db imports no core)
+    resolved = os.path.realpath(os.path.expanduser(os.fspath(home or os.environ.get(HOME_ENV) or DEFAULT_HOME)))
+    url = db_url or os.environ.get(DB_URL_ENV) or None
+    file = os.path.join(resolved, CATALOG_FILE) if url is None else sqlite_file(url)
+    if file is None or not os.path.isfile(file):
+        return None
+    return CatalogFile(resolved, file)
 
 
 # -- the schema's revision ---------------------------------------------------------------
@@ -71,6 +112,13 @@ def head_revision() -> str | None:
         parents.update(_quoted(down))
     heads = revisions - parents
     return next(iter(heads)) if len(heads) == 1 and parents <= revisions else None
+
+
+def is_head(versions: Iterable[str]) -> bool:
+    """Whether a catalog whose `alembic_version` rows are `versions` is at this code's head revision
+    (False where the head cannot be read without Alembic)."""
+    head = head_revision()
+    return head is not None and set(versions) == {head}
 
 
 # -- SQLite URLs ----------------------------------------------------------------------------

@@ -10,98 +10,30 @@ SQLite and PostgreSQL share) and the kind of each selected column, answering tup
   caller takes the SQLAlchemy path (`db.catalog.Catalog`), which creates, migrates and maps errors.
 - `db.catalog.Catalog.rows` is the other (any database, with SQLAlchemy's own types).
 
-`head_revision` (the newest migration, read from the files) and the SQLite URL helpers live in
-`db.catalogfile`, re-exported here: neither path imports Alembic to learn whether the schema is current,
-and a cache hit, which needs only those, does not load this module. `COLUMN_KINDS` names the columns
-read this way and how each decodes; tests/test_catalog_open.py checks it against the SQLModel tables.
+Where the catalog is and whether its schema is current is `db.catalogfile`'s answer (`head_revision`
+and the SQLite URL helpers are re-exported here); how each column decodes is `db.columns.COLUMN_KINDS`.
 """
 
 from __future__ import annotations
 
 import abc
-import json
 import os
 import sqlite3
 
+from enginecache.db.catalogfile import REVISION_SQL, is_head
 from enginecache.db.catalogfile import head_revision as head_revision  # re-exported, as the two below
 from enginecache.db.catalogfile import sqlite_file as sqlite_file
 from enginecache.db.catalogfile import sqlite_url as sqlite_url
+from enginecache.db.columns import COLUMN_KINDS as COLUMN_KINDS  # re-exported: the kinds rows decode by
+from enginecache.db.columns import DECODERS
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy treats the name as True)
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Mapping, Sequence
-    from datetime import datetime
+    from collections.abc import Iterator, Mapping, Sequence
     from typing import Any
 
 SQLITE_TIMEOUT_SECONDS = 30.0  # as db.catalog's busy timeout
 FETCH_ROWS = 1000  # rows fetched from the cursor at a time
-
-# table -> column -> kind: "json" (decoded JSON), "time" (an aware UTC datetime), "bool", "" (as stored).
-COLUMN_KINDS: dict[str, dict[str, str]] = {
-    "models": {
-        "id": "",
-        "name": "",
-        "digest": "",
-        "filename": "",
-        "store_path": "",
-        "size_bytes": "",
-        "info": "json",
-        "parent_id": "",
-        "recipe": "json",
-        "created_at": "time",
-    },
-    "engines": {
-        "id": "",
-        "model_id": "",
-        "variant_model_id": "",
-        "backend": "",
-        "backend_version": "",
-        "precision": "",
-        "targets": "",
-        "cache_key": "",
-        "status": "",
-        "key_ingredients": "json",
-        "precision_recipe": "json",
-        "build_options": "json",
-        "target_info": "json",
-        "os": "",
-        "host": "json",
-        "io": "json",
-        "warnings": "json",
-        "sha256": "",
-        "blake3": "",
-        "header_blake3": "",
-        "size_bytes": "",
-        "blob_path": "",
-        "build_seconds": "",
-        "builder_log": "",
-        "error": "",
-        "created_at": "time",
-        "finished_at": "time",
-        "verified_at": "time",
-    },
-    "jobs": {
-        "id": "",
-        "kind": "",
-        "status": "",
-        "payload": "json",
-        "requirements": "json",
-        "attempts": "",
-        "max_attempts": "",
-        "lease_owner": "",
-        "runner_pid": "",
-        "cancel_requested": "bool",
-        "progress": "",
-        "phase": "",
-        "log_tail": "",
-        "error": "",
-        "result_engine_id": "",
-        "created_at": "time",
-        "started_at": "time",
-        "finished_at": "time",
-    },
-    "workers": {"name": "", "status": "", "capabilities": "json", "heartbeat_at": "time"},
-}
 
 # One selected column: its name in the result and its kind (a COLUMN_KINDS value).
 Column = tuple[str, str]
@@ -154,26 +86,6 @@ def columns_of(table: str, names: Sequence[str] | None = None, *, prefix: str = 
 # -- SQLite with the stdlib -----------------------------------------------------------------
 
 
-def _time(value: Any) -> datetime | None:
-    if value is None:
-        return None
-    from datetime import UTC, datetime  # where a timestamp is read: a cache hit reads none
-
-    parsed = value if isinstance(value, datetime) else datetime.fromisoformat(value)
-    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
-
-
-def _json(value: Any) -> Any:
-    return json.loads(value) if isinstance(value, (str, bytes)) else value
-
-
-def _bool(value: Any) -> bool | None:
-    return None if value is None else bool(value)
-
-
-_DECODERS: dict[str, Callable[[Any], Any]] = {"json": _json, "time": _time, "bool": _bool}
-
-
 class SqliteReader(RowSource):
     """A read connection to a SQLite catalog file with the stdlib alone; every statement of one reader
     reads one snapshot (one deferred transaction, rolled back on close)."""
@@ -186,8 +98,7 @@ class SqliteReader(RowSource):
         """A reader where `url` is a plain SQLite URL of an existing file whose schema is at the head
         revision; None otherwise (the caller opens the catalog with SQLAlchemy, which migrates)."""
         path = sqlite_file(url)
-        head = head_revision()
-        if path is None or head is None or not os.path.isfile(path):
+        if path is None or head_revision() is None or not os.path.isfile(path):
             return None
         try:
             connection = sqlite3.connect(path, timeout=SQLITE_TIMEOUT_SECONDS, isolation_level=None)
@@ -195,18 +106,18 @@ class SqliteReader(RowSource):
             return None
         try:
             connection.execute("BEGIN")
-            versions = {row[0] for row in connection.execute("SELECT version_num FROM alembic_version")}
+            current = is_head(row[0] for row in connection.execute(REVISION_SQL))
         except sqlite3.Error:
             connection.close()
             return None
-        if versions != {head}:
+        if not current:
             connection.close()
             return None
         return cls(connection)
 
     def _select(self, sql: str, params: Mapping[str, Any], columns: Sequence[Column]) -> Iterator[tuple[Any, ...]]:
         cursor = self._connection.execute(sql, dict(params))
-        decoders = [(i, _DECODERS[kind]) for i, (_, kind) in enumerate(columns) if kind]
+        decoders = [(i, DECODERS[kind]) for i, (_, kind) in enumerate(columns) if kind]
         while batch := cursor.fetchmany(FETCH_ROWS):
             if not decoders:
                 yield from batch

@@ -1,0 +1,279 @@
+"""The engine lifecycle: the only code that changes an engine row's `status` (and the facts that change
+with it), and the one writer of a load event.
+
+Every function runs its statements through a `db.sqlexec.Executor`, in the transaction the caller
+holds (`Catalog.changes()`, a session's `AlchemyExecutor(session.connection())`, or a stdlib
+connection's `SqliteWrite`), so a change and its audit row commit together or not at all. The SQL is
+the subset SQLite and PostgreSQL share; this module imports only the stdlib (a cache hit calls it).
+
+Transitions (`was` is read in the caller's transaction; the UPDATE is conditional on it, so a
+concurrent change on PostgreSQL is read again rather than overwritten):
+
+- `mark_ready`: a build published its blob (PENDING -> READY, with the blob's facts).
+- `mark_failed`: a build, or the attempt that ran it, ended without publishing (-> FAILED, with `error`);
+  `only_pending` leaves a row that is no longer PENDING as it is.
+- `mark_corrupt`: the blob does not match its digest (-> CORRUPT).
+- `mark_verified`: the blob matched its digest in full: `verified_at`, `blob_path` and `header_blake3`
+  stamped, and a CORRUPT engine READY again.
+- `retire`: no lookup returns it again (-> RETIRED, `retired_at`).
+- `note_load_error`: a runtime could not load it on some host (`error`; the status stays).
+
+One audit rule, the same on every path: a change of status that `AUDITED` names writes one
+`audit_events` row (action, `engine <id>`, details `{"by", "was", "reason"?, ...}`, the actor given)
+in the same transaction; a call that changes nothing writes nothing. A build's own outcome (PENDING ->
+READY or FAILED) is not audited here: the build request and the job record it.
+"""
+
+from __future__ import annotations
+
+from enginecache.db.sqlexec import json_text
+from enginecache.errors import EngineCacheError
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy treats the name as True)
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from datetime import datetime
+    from typing import Any, Protocol
+
+    from enginecache.db.sqlexec import Executor
+
+    class Actor(Protocol):
+        """Who makes a change (`service.access.audit.Actor`)."""
+
+        @property
+        def name(self) -> str: ...
+
+        @property
+        def origin(self) -> str: ...
+
+
+# `db.models.EngineStatus`'s values (tests/test_engine_gateway.py checks they are the same).
+PENDING, READY, FAILED, CORRUPT, RETIRED = "PENDING", "READY", "FAILED", "CORRUPT", "RETIRED"
+
+# Audit actions of status changes (`service.access.audit` re-exports them).
+ENGINE_CORRUPT = "engine.corrupt"  # verify, check, a test-load or a serving load found the blob changed
+ENGINE_READY = "engine.ready"  # verify found a CORRUPT engine's blob whole again
+ENGINE_RETIRE = "engine.retire"
+
+
+def audited_action(was: str, status: str) -> str | None:
+    """The audit action of a change of status from `was` to `status` (None: not audited)."""
+    if status == CORRUPT:
+        return ENGINE_CORRUPT
+    if status == RETIRED:
+        return ENGINE_RETIRE
+    if status == READY and was == CORRUPT:
+        return ENGINE_READY
+    return None
+
+
+# The columns a transition may set beside `status`, and how each is stored (`db.columns`' kinds).
+FIELD_KINDS = {
+    "error": "",
+    "builder_log": "",
+    "variant_model_id": "",
+    "sha256": "",
+    "blake3": "",
+    "header_blake3": "",
+    "size_bytes": "",
+    "blob_path": "",
+    "build_seconds": "",
+    "io": "json",
+    "warnings": "json",
+    "finished_at": "time",
+    "verified_at": "time",
+    "retired_at": "time",
+}
+LOAD_PHASES = ("validity", "deserialize", "create_context", "allocate_io")  # a load event's `load_s`
+CHANGE_TRIES = 8  # reads of `was` before a status that keeps changing under us is an error
+
+
+def _status(ex: Executor, engine_id: int) -> str | None:
+    found = ex.rows("SELECT status FROM engines WHERE id = :id", {"id": engine_id})
+    return str(found[0][0]) if found else None
+
+
+def _bind(ex: Executor, fields: Mapping[str, Any]) -> dict[str, Any]:
+    bound: dict[str, Any] = {}
+    for name, value in fields.items():
+        kind = FIELD_KINDS[name]  # a KeyError: a column no transition sets
+        if value is None or not kind:
+            bound[name] = value
+        else:
+            bound[name] = json_text(value) if kind == "json" else ex.timestamp(value)
+    return bound
+
+
+def _change(
+    ex: Executor,
+    engine_id: int,
+    status: Callable[[str], str | None],
+    fields: Mapping[str, Any],
+    *,
+    actor: Actor | None,
+    by: str,
+    reason: str = "",
+    details: Mapping[str, Any] | None = None,
+) -> str | None:
+    """Set the engine's status to `status(was)` (None: leave the row as it is) with `fields`, and
+    audit the change where `audited_action` says so; the status it had (None: no such engine)."""
+    for _ in range(CHANGE_TRIES):
+        was = _status(ex, engine_id)
+        if was is None:
+            return None
+        new = status(was)
+        if new is None or (new == was and not fields):
+            return was
+        sets = ", ".join(f"{name} = :{name}" for name in ("status", *fields))
+        values = {**_bind(ex, fields), "status": new, "id": engine_id, "was": was}
+        if ex.run(f"UPDATE engines SET {sets} WHERE id = :id AND status = :was", values):
+            action = audited_action(was, new) if new != was else None
+            if action is not None:
+                if actor is None:
+                    raise ValueError(f"engine {engine_id}: {was} -> {new} is audited, and no actor was given")
+                event = {"by": by, "was": was, **({"reason": reason} if reason else {}), **(details or {})}
+                _audit(ex, actor, action, f"engine {engine_id}", event)
+            return was
+    raise EngineCacheError(f"engine {engine_id}'s status changed {CHANGE_TRIES} times while it was being set")
+
+
+def _audit(ex: Executor, actor: Actor, action: str, target: str, details: Mapping[str, Any]) -> None:
+    ex.run(
+        "INSERT INTO audit_events (at, actor, origin, action, target, details) "
+        "VALUES (:at, :actor, :origin, :action, :target, :details)",
+        {
+            "at": ex.timestamp(),
+            "actor": actor.name,
+            "origin": actor.origin,
+            "action": action,
+            "target": target,
+            "details": json_text(dict(details)),
+        },
+    )
+
+
+def _to(status: str) -> Callable[[str], str]:
+    return lambda _was: status
+
+
+# -- the transitions ----------------------------------------------------------------------------
+
+
+def mark_ready(ex: Executor, engine_id: int, facts: Mapping[str, Any]) -> str | None:
+    """A build published the blob: READY with `facts` (sha256, blake3, size, blob_path, io, ...)."""
+    return _change(ex, engine_id, _to(READY), facts, actor=None, by="build")
+
+
+def mark_failed(
+    ex: Executor, engine_id: int, error: str, *, at: datetime, only_pending: bool = False, builder_log: str = ""
+) -> str | None:
+    """FAILED with `error` (and `builder_log` where given), finished `at`; `only_pending`: only a row
+    still PENDING (a build that finished meanwhile keeps its status). The status it had."""
+
+    def failed(was: str) -> str | None:
+        return FAILED if was == PENDING or not only_pending else None
+
+    fields: dict[str, Any] = {"error": error, "finished_at": at}
+    if builder_log:
+        fields["builder_log"] = builder_log
+    return _change(ex, engine_id, failed, fields, actor=None, by="build")
+
+
+def mark_corrupt(
+    ex: Executor,
+    engine_id: int,
+    *,
+    actor: Actor,
+    by: str,
+    reason: str,
+    details: Mapping[str, Any] | None = None,
+) -> str | None:
+    """CORRUPT (audited once: an engine CORRUPT already is left as it is). The status it had."""
+    return _change(ex, engine_id, _to(CORRUPT), {}, actor=actor, by=by, reason=reason, details=details)
+
+
+def mark_verified(
+    ex: Executor,
+    engine_id: int,
+    *,
+    at: datetime,
+    blob_path: str,
+    header_blake3: str | None,
+    actor: Actor,
+    by: str,
+    reason: str,
+) -> str | None:
+    """Its blob matched its digest in full at `at`: `verified_at`, `blob_path` and `header_blake3` set,
+    and a CORRUPT engine READY again (audited). The status it had."""
+
+    def verified(was: str) -> str:
+        return READY if was == CORRUPT else was
+
+    fields = {"verified_at": at, "blob_path": blob_path, "header_blake3": header_blake3}
+    return _change(ex, engine_id, verified, fields, actor=actor, by=by, reason=reason)
+
+
+def retire(
+    ex: Executor, engine_id: int, *, at: datetime, actor: Actor, by: str, details: Mapping[str, Any] | None = None
+) -> str | None:
+    """RETIRED at `at` (audited once: a RETIRED engine is left as it is). The status it had."""
+
+    def retired(was: str) -> str | None:
+        return None if was == RETIRED else RETIRED
+
+    return _change(ex, engine_id, retired, {"retired_at": at}, actor=actor, by=by, details=details)
+
+
+def note_load_error(ex: Executor, engine_id: int, note: str) -> None:
+    """A runtime could not load the engine on some host: `error` says so; its status stays."""
+    ex.run("UPDATE engines SET error = :error WHERE id = :id", {"error": note, "id": engine_id})
+
+
+# -- load events --------------------------------------------------------------------------------
+
+LOAD_EVENT_COLUMNS = (
+    "hostname",
+    "model_name",
+    "model_id",
+    "engine_id",
+    "backend",
+    "precision",
+    "host_target",
+    "outcome",
+    "source",
+    "reason",
+    "lookup_s",
+    "read_verify_s",
+    "load_s",
+    "build_s",
+    "total_s",
+    "stat_cache_hit",
+    "phases",
+    "created_at",
+)
+_INSERT_LOAD_EVENT = (
+    f"INSERT INTO load_events ({', '.join(LOAD_EVENT_COLUMNS)}) "
+    f"VALUES ({', '.join(':' + name for name in LOAD_EVENT_COLUMNS)})"
+)
+
+
+def phase_seconds(phases: Mapping[str, float]) -> dict[str, float | None]:
+    """A load event's seconds per step, from its phases: lookup, read_verify, load (`LOAD_PHASES`), build."""
+    return {
+        "lookup_s": phases.get("lookup"),
+        "read_verify_s": phases.get("read_verify"),
+        "load_s": sum(phases.get(p, 0.0) for p in LOAD_PHASES),
+        "build_s": phases.get("build"),
+    }
+
+
+def record_load_event(ex: Executor, event: Mapping[str, Any]) -> None:
+    """Append one load event (`db.models.LoadEventRecord`'s columns; `source` "load_or_build", `reason`
+    "", `total_s` 0 and `phases` {} where not given; `created_at` now where not given)."""
+    row = {name: event.get(name) for name in LOAD_EVENT_COLUMNS}
+    row["source"] = row["source"] or "load_or_build"
+    row["reason"] = row["reason"] or ""
+    row["total_s"] = row["total_s"] or 0.0
+    row["phases"] = json_text(dict(row["phases"] or {}))
+    row["created_at"] = ex.timestamp(row["created_at"])
+    ex.run(_INSERT_LOAD_EVENT, row)
