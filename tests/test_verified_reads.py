@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from enginecache.core.backends.base import BuildSpec
-from enginecache.core.backends.ort import ORT_BACKEND
+from enginecache.core.backends.ort.backend import ORT_BACKEND
 from enginecache.core.blobpaths import blob_path, model_file
 from enginecache.db.models import EngineStatus, ModelStatus
 from enginecache.errors import EngineRejectedError
@@ -120,7 +120,9 @@ def test_a_damaged_header_is_corrupt_and_never_reaches_the_runtime(
     assert rejected.value.verdict == "CORRUPT"
     assert get_engine(app_ctx, served.engine.id or 0).status == EngineStatus.CORRUPT
     [event] = audit.list_audit(app_ctx, action=audit.ENGINE_CORRUPT)
-    assert event.target == f"engine {served.engine.id}" and event.details == {"via": "load_or_build"}
+    assert event.target == f"engine {served.engine.id}"
+    assert {k: event.details[k] for k in ("by", "was")} == {"by": "load_or_build", "was": "READY"}
+    assert event.details["reason"], "the audit row says what did not match"
     assert event.actor == audit.local_actor().name and event.origin.startswith("cli ")
 
 

@@ -25,9 +25,10 @@ import sqlalchemy as sa
 from sqlmodel import col, select
 
 from enginecache.core.fingerprint import HostFingerprint
-from enginecache.db import queue
+from enginecache.db import engines, queue
 from enginecache.db.models import EngineRecord, EngineStatus, JobRecord, JobStatus
 from enginecache.db.queue import Clock
+from enginecache.db.sqlexec import AlchemyExecutor
 from enginecache.errors import StaleLeaseError
 from enginecache.service.context import AppContext
 from enginecache.service.jobs.child import CHILD_ERROR_FILE, EXIT_LEASE_LOST, run_child
@@ -225,19 +226,18 @@ class AttemptSupervisor:
             logger.warning("job %s: unpublished engine rows of attempt %s not marked: %s", job_id, attempt, err.orig)
 
     def _fail_pending_engines(self, job_id: int, attempt: int, reason: str) -> None:
+        error = f"attempt {attempt} of job {job_id} ended without publishing: {reason}"
         with self.app.catalog.write() as session:
-            rows = session.exec(
-                select(EngineRecord).where(
+            engine_ids = session.exec(
+                select(EngineRecord.id).where(
                     EngineRecord.job_id == job_id,
                     EngineRecord.job_attempt == attempt,
                     col(EngineRecord.status) == EngineStatus.PENDING,
                 )
             ).all()
-            for row in rows:
-                row.status = EngineStatus.FAILED
-                row.error = f"attempt {attempt} of job {job_id} ended without publishing: {reason}"
-                row.finished_at = self.clock()
-                session.add(row)
+            ex = AlchemyExecutor(session.connection())
+            for engine_id in engine_ids:
+                engines.mark_failed(ex, engine_id or 0, error, at=self.clock(), only_pending=True)
 
 
 def child_error(work_dir: Path) -> str | None:
