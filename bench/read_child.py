@@ -94,7 +94,7 @@ def ort_from_file(ort: Any, mode: str, path: str, digest: str) -> object:
         return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
     sys.path.insert(0, ROOT)
     from enginecache.core.backends.loadtypes import LoadSpec
-    from enginecache.core.backends.ort import ORT_BACKEND
+    from enginecache.core.backends.ort.backend import ORT_BACKEND
     from enginecache.core.filelease import take_read_lease
     from enginecache.core.hashing import verify_file
 

@@ -18,7 +18,7 @@ from enginecache.core.accuracy import (
     split_parts,
     tolerances_for,
 )
-from enginecache.core.backends.ort import ORT_BACKEND
+from enginecache.core.backends.ort.backend import ORT_BACKEND
 from enginecache.core.lazyimport import import_backend
 from enginecache.core.validate import FAIL, PASS, TestLoadSpec, validate_engine
 from enginecache.errors import TestInputError

@@ -18,7 +18,7 @@ import onnxruntime as ort
 import pytest
 
 from enginecache.core import hashing
-from enginecache.core.backends.ort import ORT_BACKEND
+from enginecache.core.backends.ort.backend import ORT_BACKEND
 from enginecache.db.models import EngineStatus
 from enginecache.errors import EngineRejectedError
 from enginecache.service.context import AppContext

@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config
 
-from enginecache.core.backends.ort import ORT_BACKEND
+from enginecache.core.backends.ort.backend import ORT_BACKEND
 from enginecache.core.blobpaths import blob_path, model_dir, model_file
 from enginecache.core.store import ArtifactStore
 from enginecache.db.catalog import MIGRATIONS_DIR, Catalog

@@ -12,7 +12,7 @@ import numpy as np
 import onnxruntime as ort
 
 from enginecache.core.backends.loadtypes import LoadSpec
-from enginecache.core.backends.ort import ORT_BACKEND
+from enginecache.core.backends.ort.backend import ORT_BACKEND
 from tests.modelfactory import make_mlp
 
 

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from enginecache.core.backends.base import BuildSpec, LoadSpec, PhaseTimer, TensorIO
-from enginecache.core.backends.ort import ORT_BACKEND
-from enginecache.core.backends.trt import RTX_BACKEND
+from enginecache.core.backends.ort.backend import ORT_BACKEND
 from enginecache.core.backends.trt import cuda as core_cuda
+from enginecache.core.backends.trt.backend import RTX_BACKEND
 from enginecache.core.backends.trt.session import TensorRTEngineSession
 from enginecache.core.hashing import hash_file
 from enginecache.core.onnx_info import inspect_model

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from enginecache.core.backends.base import Feeds
+from enginecache.core.backends.registry import declarations
 from enginecache.core.lazyimport import import_backend
 from enginecache.core.tolerances import Tolerances
 from enginecache.core.tolerances import tolerances_for as tolerances_for  # re-exported
@@ -59,14 +60,15 @@ _SCORE_NAME = re.compile(r"logit|score|prob|cls|class|conf", re.IGNORECASE)
 
 REFERENCE_PATH = "ONNX Runtime CPU, graph optimizations disabled (ORT_DISABLE_ALL)"
 
-# Libraries whose own exception classes (ONNX Runtime's derive from Exception only) mean "the
-# backend refused this", not a bug of ours.
-_LIBRARY_ROOTS = frozenset({"onnxruntime", "tensorrt", "tensorrt_rtx", "tensorrt_bindings", "cuda", "pycuda"})
-
 
 def is_library_error(err: BaseException) -> bool:
-    """An error raised by a backend library (its own classes, or RuntimeError/ValueError)."""
-    return isinstance(err, RuntimeError | ValueError) or type(err).__module__.split(".")[0] in _LIBRARY_ROOTS
+    """An error raised by a backend library (RuntimeError/ValueError, or a class of the library or of
+    a module its backend declares as its own: ONNX Runtime's derive from Exception only), which
+    means "the backend refused this", not a bug of ours."""
+    if isinstance(err, RuntimeError | ValueError):
+        return True
+    root = type(err).__module__.split(".")[0]
+    return any(root == d.library or root in d.error_modules for d in declarations())
 
 
 # -- parts of an output --------------------------------------------------------------------

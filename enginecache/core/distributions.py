@@ -14,11 +14,9 @@ import os
 import stat
 import sys
 
-# Distribution names whose versions matter to engine compatibility, keyed by the name we report.
+# Distribution names whose versions the host fingerprint reports beside its backends' libraries
+# (each backend declares its own: `core.backends.declaration`), keyed by the name reported.
 REPORTED_PACKAGES: dict[str, tuple[str, ...]] = {
-    "tensorrt": ("tensorrt", "tensorrt-cu13", "tensorrt-cu12", "tensorrt_cu13_libs", "tensorrt_cu12_libs"),
-    "tensorrt_rtx": ("tensorrt-rtx", "tensorrt_rtx_cu13", "tensorrt_rtx_cu12"),
-    "onnxruntime": ("onnxruntime", "onnxruntime-gpu"),
     "onnx": ("onnx",),
     "cuda_python": ("cuda-python", "cuda-bindings"),
     "nvidia_ml_py": ("nvidia-ml-py",),
@@ -27,14 +25,21 @@ REPORTED_PACKAGES: dict[str, tuple[str, ...]] = {
 PathIndex = tuple[list[tuple[str, dict[str, tuple[str, ...]]]], bool]
 
 
-def package_version(name: str, *, index: PathIndex | None = None) -> str | None:
-    """The installed version of a backend library, by its reported name, without importing it."""
+def first_version(distributions: tuple[str, ...], *, index: PathIndex | None = None) -> str | None:
+    """The version of the first of `distributions` installed (a library several distributions
+    install: "tensorrt-rtx", "tensorrt_rtx_cu13" ...), without importing it; None where none is."""
     index = index or path_index()
-    for dist in REPORTED_PACKAGES.get(name, (name,)):
+    for dist in distributions:
         version = distribution_version(dist, index=index)
         if version is not None:
             return version
     return None
+
+
+def package_version(name: str, *, index: PathIndex | None = None) -> str | None:
+    """The installed version of a `REPORTED_PACKAGES` library by its reported name (any other name
+    as a distribution name), without importing it."""
+    return first_version(REPORTED_PACKAGES.get(name, (name,)), index=index)
 
 
 _SEPARATORS = str.maketrans("-.", "__")

@@ -1,8 +1,8 @@
 """The one place GPU and backend libraries are imported: lazily, with a typed install hint.
 
 Backends, the CUDA helpers and the validation harness all import their libraries through
-`import_backend`, so a missing library is always a `BackendUnavailableError` saying how to install it;
-`importable` says whether one could be, without importing it.
+`import_backend`, so a missing library is always a `BackendUnavailableError` saying how to install it
+(a backend's hint is its declaration's); `importable` says whether one could be, without importing it.
 
 Neither imports `importlib`: a cache hit's new process calls both, and `importlib.util` costs it
 2.5-5 ms (`importlib` itself ~0.5), which neither tensorrt_rtx nor onnxruntime imports.
@@ -15,25 +15,20 @@ from types import ModuleType
 
 from enginecache.errors import BackendUnavailableError
 
+# Install hints of the libraries no backend declares (a backend passes its own: `BackendDeclaration`).
 INSTALL_HINTS: dict[str, str] = {
-    "tensorrt": (
-        "TensorRT is not installed on this host: install it from NVIDIA's package index "
-        "(pip install 'enginecache[tensorrt]' --extra-index-url https://pypi.nvidia.com) or use an "
-        "NGC TensorRT container; it needs an NVIDIA GPU to build"
-    ),
-    "tensorrt_rtx": "TensorRT for RTX is not installed: pip install tensorrt-rtx",
-    "onnxruntime": "ONNX Runtime is not installed: pip install onnxruntime",
     "pynvml": "NVML bindings are not installed: pip install 'enginecache[gpu]'",
     "cuda.bindings": "cuda-python is not installed: pip install 'enginecache[gpu]'",
 }
 
 
-def import_backend(module: str) -> ModuleType:
-    """Import a backend library or raise BackendUnavailableError saying how to install it."""
+def import_backend(module: str, hint: str | None = None) -> ModuleType:
+    """Import a backend library or raise BackendUnavailableError saying how to install it (`hint`,
+    else `INSTALL_HINTS`' for the module)."""
     try:
         __import__(module)  # importlib.import_module's work: for "a.b" it returns "a", so take sys.modules'
     except ImportError as err:
-        hint = INSTALL_HINTS.get(module, f"{module} is not installed")
+        hint = hint or INSTALL_HINTS.get(module, f"{module} is not installed")
         raise BackendUnavailableError(f"{hint} ({err})") from err
     return sys.modules[module]
 

@@ -6,9 +6,11 @@ that says whether a host can load one of its engines and why not, and what a wor
 build or to load one. Service and dashboard code ask the backend through this interface; they never
 switch on backend names.
 
-A session is made from the engine bytes already read (and verified) into memory, never from a
-path, so the bytes that were hashed are the bytes that run. Each load phase (validity check,
-deserialize, execution context, I/O allocation) is timed into a `PhaseTimer`.
+A session runs the bytes that were hashed: `load` makes it from the engine bytes already read (and
+verified) into memory; `load_file`, for a backend whose runtime reads files itself (`reads_files`),
+from a store file whose bytes were verified where they lie and cannot change while the runtime reads
+them (a read lease, `core.filelease`). Each load phase (validity check, deserialize, execution
+context, I/O allocation) is timed into a `PhaseTimer`.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ from enginecache.errors import TargetError
 if TYPE_CHECKING:  # numpy and the profiles (which import onnx) stay out of a serving process's cache hit
     import numpy as np
 
-    from enginecache.core.fingerprint import HostFingerprint
+    from enginecache.core.backends.declaration import BackendDeclaration
+    from enginecache.core.hostfingerprint import HostFingerprint
     from enginecache.core.profiles import ProfileResult
 
 Feeds = Mapping[str, "np.ndarray"]
@@ -121,7 +124,8 @@ class Backend(Protocol):
 
     name: str
     label: str  # "TensorRT-RTX"
-    module: str  # the Python module of its library ("tensorrt_rtx")
+    declaration: BackendDeclaration  # what its package declares (`core.backends.registry` lists it)
+    module: str  # the Python module of its library ("tensorrt_rtx"): `declaration.library`
     device: str  # "gpu" | "cpu": what its engines run on
     precision_family: str  # "tensorrt" | "ort": which int8/fp8 recipe its graphs need (core.precision)
     # Whether its runtime reads an engine file itself, so `load_file` costs no copy of ours (ONNX

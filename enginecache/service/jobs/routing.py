@@ -12,7 +12,7 @@ import importlib.util
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from enginecache.core.backends.registry import all_backends, backend_label, get_backend
+from enginecache.core.backends.registry import all_backends, backend_label, declarations, get_backend
 from enginecache.core.fingerprint import HostFingerprint
 from enginecache.service.jobs.refs import engine_targets
 
@@ -44,6 +44,11 @@ def worker_capabilities(host: HostFingerprint) -> dict[str, Any]:
         "cpu_target": host.cpu_target,
         "os": host.os,
     }
+
+
+def warm_libraries() -> tuple[str, ...]:
+    """The backend libraries a worker imports before its first job: those their declarations mark warm."""
+    return tuple(d.library for d in declarations() if d.warm)
 
 
 def build_requirements(

@@ -32,7 +32,7 @@ from enginecache.db.queue import Clock
 from enginecache.errors import BuildOptionError
 from enginecache.service.context import AppContext
 from enginecache.service.jobs.kinds import job_kinds_from_env, load_job_kinds
-from enginecache.service.jobs.routing import SCOPE_JOB, SCOPE_QUEUE, can_run, worker_capabilities
+from enginecache.service.jobs.routing import SCOPE_JOB, SCOPE_QUEUE, can_run, warm_libraries, worker_capabilities
 from enginecache.service.jobs.supervisor import AttemptDeadline, AttemptSupervisor, child_error
 
 logger = logging.getLogger(__name__)
@@ -50,8 +50,9 @@ STOP_POLL_SECONDS = 0.1  # how soon the worker's row says "stopping" after a sto
 SIGNAL_POLL_SECONDS = 0.2  # how soon the main thread runs a signal handler another thread received
 OFFLINE_ATTEMPTS = 5  # tries to record "offline" as the worker ends
 # Modules the fork server imports once, so each job's child starts warm (no GPU context is
-# created by importing them; CUDA initializes in the child when a build needs it).
-WARM_MODULES = ("enginecache.service.jobs.child", "onnx", "onnxruntime", "tensorrt_rtx", "onnxconverter_common")
+# created by importing them; CUDA initializes in the child when a build needs it); the backends'
+# libraries are those their declarations mark warm.
+WARM_MODULES = ("enginecache.service.jobs.child", "onnx", *warm_libraries(), "onnxconverter_common")
 
 
 LEASE_SECONDS_ENV = "ENGINECACHE_LEASE_SECONDS"

@@ -1,5 +1,15 @@
-"""The ONNX Runtime (CPU) backend: builder, session, targets and compatibility rule."""
+"""The ONNX Runtime (CPU) backend: builder, session, targets and compatibility rule.
 
-from enginecache.core.backends.ort.backend import ORT_BACKEND, OnnxRuntimeBackend
+This `__init__` holds the backend's declaration only (`core.backends.registry` reads it without
+importing the backend); the backend is `ort.backend`'s `ORT_BACKEND`.
+"""
 
-__all__ = ["ORT_BACKEND", "OnnxRuntimeBackend"]
+from enginecache.core.backends.declaration import BackendDeclaration
+
+ORT = BackendDeclaration(
+    backend="enginecache.core.backends.ort.backend:ORT_BACKEND",
+    library="onnxruntime",
+    distributions=("onnxruntime", "onnxruntime-gpu"),
+    install_hint="ONNX Runtime is not installed: pip install onnxruntime",
+    warm=True,
+)

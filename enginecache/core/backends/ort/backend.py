@@ -9,9 +9,10 @@ from __future__ import annotations
 import os
 
 from enginecache.core.backends.loadtypes import ENGINE_HEADER_BYTES, PhaseTimer, TritonInfo
+from enginecache.core.backends.ort import ORT
 from enginecache.core.backends.ort.dtypes import ort_dtype
 from enginecache.core.backends.ort.errors import ort_errors
-from enginecache.core.distributions import package_version
+from enginecache.core.distributions import first_version
 from enginecache.core.lazyimport import import_backend
 from enginecache.errors import BuildFailedError, IncompatibleEngineError
 
@@ -33,7 +34,7 @@ if TYPE_CHECKING:  # the contract (`base`: dataclasses, typing) is imported wher
         ProgressCallback,
         Requirements,
     )
-    from enginecache.core.fingerprint import HostFingerprint
+    from enginecache.core.hostfingerprint import HostFingerprint
 
 # An ORT-format model is a flatbuffer whose file identifier (bytes 4..8) is "ORTM".
 ORT_FORMAT_IDENTIFIER = b"ORTM"
@@ -42,7 +43,8 @@ ORT_FORMAT_IDENTIFIER = b"ORTM"
 class OnnxRuntimeBackend:
     name = "ort"
     label = "ONNX Runtime"
-    module = "onnxruntime"
+    declaration = ORT
+    module = ORT.library
     device = "cpu"
     precision_family = "ort"  # int8/fp8 through onnxruntime.quantization
     reads_files = True  # InferenceSession(path): the memory of a load by hand (docs/runtime.md)
@@ -57,10 +59,10 @@ class OnnxRuntimeBackend:
     )
 
     def _ort(self) -> ModuleType:
-        return import_backend("onnxruntime")
+        return import_backend(ORT.library, ORT.install_hint)
 
     def version(self) -> str:
-        return package_version("onnxruntime") or str(self._ort().__version__)
+        return first_version(ORT.distributions) or str(self._ort().__version__)
 
     def default_targets(self, host: HostFingerprint) -> tuple[str, ...]:
         return (host.cpu_target,)

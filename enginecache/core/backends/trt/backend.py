@@ -17,6 +17,7 @@ run is in `build`), so no FP16/INT8 builder flags are used (TensorRT 11 removed 
 from __future__ import annotations
 
 from enginecache.core.backends.loadtypes import PhaseTimer, TritonInfo
+from enginecache.core.backends.trt import RTX, TRT
 from enginecache.core.backends.trt.dtypes import dtype_name
 from enginecache.core.backends.trt.targets import (
     RTX_COMPUTE_CAPABILITIES,
@@ -26,7 +27,7 @@ from enginecache.core.backends.trt.targets import (
     sm_to_capability,
 )
 from enginecache.core.backends.trt.trtlog import captured, capturing_logger
-from enginecache.core.distributions import package_version
+from enginecache.core.distributions import first_version
 from enginecache.core.lazyimport import import_backend
 from enginecache.errors import BackendUnavailableError, IncompatibleEngineError, TargetError
 
@@ -48,7 +49,8 @@ if TYPE_CHECKING:  # the contract (`base`: dataclasses, typing) is imported wher
         ProgressCallback,
         Requirements,
     )
-    from enginecache.core.fingerprint import HostFingerprint
+    from enginecache.core.backends.declaration import BackendDeclaration
+    from enginecache.core.hostfingerprint import HostFingerprint
 
 # EngineInvalidityDiagnostics bits, with the words we report for each.
 _DIAGNOSTICS = {
@@ -73,9 +75,10 @@ class TensorRTBackend:
     precision_family = "tensorrt"  # strongly typed: int8/fp8 Q/DQ through NVIDIA ModelOpt's ONNX PTQ
     reads_files = False  # `deserialize_cuda_engine` takes the bytes: a load hands `load` the verified copy
 
-    def __init__(self, name: str, module: str, label: str) -> None:
+    def __init__(self, name: str, declared: BackendDeclaration, label: str) -> None:
         self.name = name
-        self.module = module
+        self.declaration = declared
+        self.module = declared.library
         self.label = label
         # Both make TensorRT plans. Triton's TensorRT backend runs full TensorRT plans (first choice);
         # TensorRT-RTX plans need a TensorRT-RTX runtime (docs/runtime.md).
@@ -89,10 +92,10 @@ class TensorRTBackend:
         )
 
     def _trt(self) -> ModuleType:
-        return import_backend(self.module)
+        return import_backend(self.module, self.declaration.install_hint)
 
     def version(self) -> str:
-        installed = package_version(self.module)
+        installed = first_version(self.declaration.distributions)
         if installed is not None:
             return installed
         return str(self._trt().__version__)
@@ -345,5 +348,5 @@ RTX_TRITON_WARNING = (
     "is built against TensorRT-RTX, or export the ONNX Runtime engine (--backend ort)"
 )
 
-RTX_BACKEND = TensorRTBackend("rtx", "tensorrt_rtx", "TensorRT-RTX")
-TRT_BACKEND = TensorRTBackend("trt", "tensorrt", "TensorRT")
+RTX_BACKEND = TensorRTBackend("rtx", RTX, "TensorRT-RTX")
+TRT_BACKEND = TensorRTBackend("trt", TRT, "TensorRT")

@@ -1,0 +1,54 @@
+"""What a backend declares before anything of it is imported: where its Backend object is, and the
+names of its library that modules outside its package need.
+
+A backend's package defines one `BackendDeclaration` per backend in its `__init__` (which imports
+nothing else of the backend), and `core.backends.registry` lists where each declaration is: the one
+line a backend adds. The host fingerprint (which library versions it reports), `import_backend`'s
+install hint, the accuracy check's "the library refused this", a worker's fork server preload and
+its capabilities all ask the registry for these, so none of them names a backend's library.
+"""
+
+from __future__ import annotations
+
+from enginecache.core.valuetype import Frozen
+
+
+class BackendDeclaration(Frozen):
+    """A backend's declaration (a `core.valuetype` value: the serving hit's fingerprint reads it).
+
+    - `backend`: "module:attribute" of its Backend object, imported on first `get_backend`.
+    - `library`: the import name of its library ("tensorrt_rtx"); the key of its version in
+      `HostFingerprint.packages` and `Backend.module`.
+    - `distributions`: the distribution names that install the library, the first installed one
+      giving its version ("tensorrt-rtx", "tensorrt_rtx_cu13", ...).
+    - `install_hint`: what `import_backend` says where the library is missing.
+    - `error_modules`: further top-level modules whose exceptions mean "the library refused this"
+      (its bindings, the CUDA Python packages its sessions use), beside `library`.
+    - `warm`: whether a worker's fork server imports the library before its first job.
+    """
+
+    __slots__ = _fields = ("backend", "library", "distributions", "install_hint", "error_modules", "warm")
+
+    backend: str
+    library: str
+    distributions: tuple[str, ...]
+    install_hint: str
+    error_modules: tuple[str, ...]
+    warm: bool
+
+    def __init__(
+        self,
+        backend: str,
+        library: str,
+        distributions: tuple[str, ...],
+        install_hint: str,
+        error_modules: tuple[str, ...] = (),
+        warm: bool = False,
+    ) -> None:
+        init = object.__setattr__
+        init(self, "backend", backend)
+        init(self, "library", library)
+        init(self, "distributions", distributions)
+        init(self, "install_hint", install_hint)
+        init(self, "error_modules", error_modules)
+        init(self, "warm", warm)
