@@ -165,4 +165,6 @@ def test_an_in_process_build_and_a_corrupt_engine_met_by_load_or_build_are_audit
     with pytest.raises(EngineRejectedError, match="CORRUPT"):
         load_or_build(onnx_path, spec=RuntimeSpec(backend="ort"), app=app, on_miss="fail")
     (marked,) = list_audit(app, action=audit.ENGINE_CORRUPT)
-    assert marked.target == f"engine {engine_id}" and marked.details == {"via": "load_or_build"}
+    assert marked.target == f"engine {engine_id}"
+    assert {k: marked.details[k] for k in ("by", "was")} == {"by": "load_or_build", "was": "READY"}
+    assert marked.details["reason"], "the audit row says what did not match"

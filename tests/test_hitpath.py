@@ -14,6 +14,7 @@ from sqlmodel import delete, select
 
 from enginecache.core.backends.ort.backend import ORT_BACKEND
 from enginecache.core.blobpaths import blob_path
+from enginecache.db import catalogfile
 from enginecache.db.catalog import MIGRATIONS_DIR
 from enginecache.db.models import EngineMemoRecord, EngineStatus
 from enginecache.db.reader import head_revision
@@ -215,12 +216,12 @@ def test_what_the_hit_path_leaves_to_the_full_path(
     served: Served, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     home = served.app.home
-    assert hitpath.catalog_file(home, None) is not None
-    assert hitpath.catalog_file(home, f"sqlite:///{home / 'catalog.db'}") is not None
-    assert hitpath.catalog_file(home, "postgresql+psycopg://u@db/enginecache") is None
-    assert hitpath.catalog_file(home, "sqlite:///:memory:") is None
-    assert hitpath.catalog_file(home, f"sqlite:///{home / 'catalog.db'}?timeout=5") is None
-    assert hitpath.catalog_file(tmp_path / "nowhere", None) is None
+    assert catalogfile.locate(home, None) is not None
+    assert catalogfile.locate(home, f"sqlite:///{home / 'catalog.db'}") is not None
+    assert catalogfile.locate(home, "postgresql+psycopg://u@db/enginecache") is None
+    assert catalogfile.locate(home, "sqlite:///:memory:") is None
+    assert catalogfile.locate(home, f"sqlite:///{home / 'catalog.db'}?timeout=5") is None
+    assert catalogfile.locate(tmp_path / "nowhere", None) is None
     calibration = tmp_path / "calib.npz"
     calibration.write_bytes(b"")
     assert _try(served, RuntimeSpec(backend="ort", calibration=calibration)) is None
@@ -269,12 +270,12 @@ def test_the_hit_path_finds_the_catalog_where_the_full_path_opens_it(
     from enginecache.service import context
 
     theirs = (context.HOME_ENV, context.DB_URL_ENV, str(context.DEFAULT_HOME))
-    assert theirs == (hitpath.HOME_ENV, hitpath.DB_URL_ENV, hitpath.DEFAULT_HOME)
+    assert theirs == (catalogfile.HOME_ENV, catalogfile.DB_URL_ENV, catalogfile.DEFAULT_HOME)
     monkeypatch.setenv(context.HOME_ENV, str(tmp_path / "home"))
     monkeypatch.delenv(context.DB_URL_ENV, raising=False)
     app = AppContext.from_settings()
-    assert hitpath.catalog_file(None, None) is None, "no catalog yet: the full path creates it"
+    assert catalogfile.locate(None, None) is None, "no catalog yet: the full path creates it"
     app.catalog.migrate()
-    found = hitpath.catalog_file(None, None)
+    found = catalogfile.locate(None, None)
     assert found is not None and found.home == str(app.home) and app.db_url == f"sqlite:///{found.path}"
     app.close()

@@ -3,7 +3,9 @@
 Each use case that changes the catalog or the store calls `record` right after the change succeeded,
 in a short write transaction of its own (an audit row never holds the change's transaction open, and
 a change that failed is never recorded). A failure to write the row raises: the change stands, and
-the caller learns that its record is missing.
+the caller learns that its record is missing. Changes of an engine's status are the exception: the
+engine-lifecycle gateway (`db.engines`) writes their row in the change's own transaction, as the
+actor the caller names (`current_actor()`).
 
 Who acts is the `Actor` in effect (`acting_as`), a context variable, so each thread, asyncio task and
 Streamlit script run has its own:
@@ -14,8 +16,8 @@ Streamlit script run has its own:
   them through `use_actor_source` too: a Streamlit fragment's own reruns run in a new thread without
   the script that set the variable.
 
-Imports nothing beyond the stdlib at module level (the dashboard's router imports it on every run);
-the table is imported by the functions that read or write it.
+Imports nothing beyond the stdlib and `db.engines` (stdlib alone) at module level (the dashboard's
+router imports it on every run); the table is imported by the functions that read or write it.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from enginecache.db import engines
 from enginecache.service.context import AppContext
 
 if TYPE_CHECKING:
@@ -43,10 +46,11 @@ BUILD_SUBMIT = "build.submit"  # a build job enqueued (not a cache hit, not a jo
 BUILD_RUN = "build.run"  # an engine built in the calling process (build_engine; load_or_build on a miss)
 JOB_CANCEL = "job.cancel"
 TEST_LOAD_SUBMIT = "test_load.submit"
-ENGINE_RETIRE = "engine.retire"
+# A change of an engine's status is audited by `db.engines`, in the change's own transaction.
+ENGINE_RETIRE = engines.ENGINE_RETIRE
+ENGINE_CORRUPT = engines.ENGINE_CORRUPT  # verify, check, a test-load or a serving load found the blob changed
+ENGINE_READY = engines.ENGINE_READY  # verify found a CORRUPT engine's blob whole again: READY
 ENGINE_DELETE = "engine.delete"  # retired and its blob removed now (where nothing else needs it)
-ENGINE_CORRUPT = "engine.corrupt"  # verify, check or a test-load found the blob changed: marked CORRUPT
-ENGINE_READY = "engine.ready"  # verify found a CORRUPT engine's blob whole again: READY
 GC_APPLY = "gc.apply"  # `gc --apply` removed what the catalog no longer needs
 CATALOG_BACKUP = "catalog.backup"
 CATALOG_RESTORE = "catalog.restore"  # recorded in the restored catalog

@@ -36,8 +36,9 @@ from enginecache.core.calibration import load_calibration, read_model_inputs
 from enginecache.core.fingerprint import HostFingerprint, host_fingerprint
 from enginecache.core.precision import PrecisionSpec, plan_recipe
 from enginecache.core.profiles import ProfileResult, parse_profile_args, resolve_profile
-from enginecache.db import queue
+from enginecache.db import engines, queue
 from enginecache.db.models import EngineRecord, EngineStatus, ModelRecord, utcnow
+from enginecache.db.sqlexec import AlchemyExecutor
 from enginecache.errors import (
     BackendUnavailableError,
     BuildFailedError,
@@ -238,8 +239,7 @@ def create_pending_engine(
         backend_version=plan.backend_version,
         precision=plan.precision.precision,
         targets=",".join(plan.targets),
-        cache_key=plan.cache_key,
-        status=EngineStatus.PENDING,
+        cache_key=plan.cache_key,  # status: PENDING, the column's default
         onnx_digest=plan.model.digest,
         key_ingredients=plan.ingredients,
         precision_recipe=plan.recipe,
@@ -310,22 +310,23 @@ def run_build(
     ready: list[EngineRecord] = []
 
     def mark_ready(session: Session) -> None:
-        row = session.get(EngineRecord, engine_id)
+        facts = {
+            "variant_model_id": variant.id if variant.id != plan.model.id else None,
+            "sha256": blob.sha256,
+            "blake3": blob.blake3,
+            "header_blake3": blob.head_blake3 or None,
+            "size_bytes": blob.size,
+            "blob_path": app.store.relative(blob.path),
+            "build_seconds": seconds,
+            "builder_log": f"{output.log}\n{proof}" if output.log else proof,
+            "io": [t.to_dict() for t in output.io],
+            "warnings": [*plan.notes, *warnings, *output.warnings],
+            "finished_at": utcnow(),
+        }
+        engines.mark_ready(AlchemyExecutor(session.connection()), engine_id, facts)
+        row = session.get(EngineRecord, engine_id, populate_existing=True)
         if row is None:
             raise BuildFailedError(f"engine row {engine_id} vanished", engine_id)
-        row.status = EngineStatus.READY
-        row.variant_model_id = variant.id if variant.id != plan.model.id else None
-        row.sha256 = blob.sha256
-        row.blake3 = blob.blake3
-        row.header_blake3 = blob.head_blake3 or None
-        row.size_bytes = blob.size
-        row.blob_path = app.store.relative(blob.path)
-        row.build_seconds = seconds
-        row.builder_log = f"{output.log}\n{proof}" if output.log else proof
-        row.io = [t.to_dict() for t in output.io]
-        row.warnings = [*plan.notes, *warnings, *output.warnings]
-        row.finished_at = utcnow()
-        session.add(row)
         ready.append(row)
 
     try:
@@ -369,12 +370,5 @@ def _plain_write(app: AppContext) -> Finalizer:
 
 
 def _mark_failed(app: AppContext, engine_id: int, error: str, log: str) -> None:
-    with app.catalog.write() as session:
-        row = session.get(EngineRecord, engine_id)
-        if row is None:
-            return
-        row.status = EngineStatus.FAILED
-        row.error = error
-        row.builder_log = log or row.builder_log
-        row.finished_at = utcnow()
-        session.add(row)
+    with app.catalog.changes() as ex:
+        engines.mark_failed(ex, engine_id, error, at=utcnow(), builder_log=log)

@@ -28,8 +28,9 @@ from enginecache.core.backends.registry import get_backend
 from enginecache.core.blobpaths import blob_path
 from enginecache.core.fingerprint import HostFingerprint, host_fingerprint
 from enginecache.core.validate import CORRUPT, ERROR, TestLoadResult, TestLoadSpec, tolerances_for, validate_engine
-from enginecache.db import queue
+from enginecache.db import engines, queue
 from enginecache.db.models import EngineRecord, EngineStatus, JobRecord, LoadRunRecord, ModelRecord
+from enginecache.db.sqlexec import AlchemyExecutor
 from enginecache.errors import EngineCacheError, StaleLeaseError, TestInputError, UnavailableError
 from enginecache.service.access import audit
 from enginecache.service.access import roles as access
@@ -161,13 +162,14 @@ def run_test_load(
         result = TestLoadResult(verdict=ERROR, reason=str(err), details={"error_type": type(err).__name__})
     record = _load_run_record(engine, result, host, job_id)
 
+    actor = audit.current_actor()
+
     def write(session: Session) -> None:
         session.add(record)
         if result.verdict == CORRUPT:
-            row = session.get(EngineRecord, engine_id)
-            if row is not None:
-                row.status = EngineStatus.CORRUPT
-                session.add(row)
+            details = {"job_id": job_id}
+            ex = AlchemyExecutor(session.connection())
+            engines.mark_corrupt(ex, engine_id, actor=actor, by="test-load", reason=result.reason, details=details)
 
     if commit is not None:
         commit(write, record)
@@ -175,9 +177,6 @@ def run_test_load(
         with app.catalog.write() as session:
             write(session)
     logger.info("test-load of engine %s: %s (%s)", engine_id, result.verdict, result.reason)
-    if result.verdict == CORRUPT and engine.status != EngineStatus.CORRUPT:
-        details = {"by": "test-load", "was": engine.status, "job_id": job_id, "reason": result.reason}
-        audit.record(app, audit.ENGINE_CORRUPT, f"engine {engine_id}", details)
     return record
 
 

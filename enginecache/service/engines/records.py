@@ -25,6 +25,7 @@ from enginecache.core.backends.registry import get_backend
 from enginecache.core.blobpaths import blob_path
 from enginecache.core.fingerprint import HostFingerprint, host_fingerprint
 from enginecache.core.hashing import DigestResult, hash_file
+from enginecache.db import engines
 from enginecache.db.models import EngineRecord, EngineStatus, ModelRecord, utcnow
 from enginecache.errors import IntegrityCheckError, NotFoundError
 from enginecache.service.access import audit
@@ -104,11 +105,11 @@ def verify_engines(app: AppContext, engine_ids: list[int] | None = None) -> list
     one without the digest of its header (built before migration 0015), or with another, gets the
     header's, from the same pass: its loads check the header first from then on."""
     if engine_ids:
-        engines = [get_engine(app, engine_id) for engine_id in engine_ids]
+        found = [get_engine(app, engine_id) for engine_id in engine_ids]
     else:
-        engines = list_engines(app, status=EngineStatus.READY) + list_engines(app, status=EngineStatus.CORRUPT)
+        found = list_engines(app, status=EngineStatus.READY) + list_engines(app, status=EngineStatus.CORRUPT)
     results = []
-    for engine in engines:
+    for engine in found:
         if engine.sha256 is None:
             results.append(
                 VerifyResult(engine.id or 0, False, engine.status, f"engine {engine.id} has no blob ({engine.status})")
@@ -120,12 +121,9 @@ def verify_engines(app: AppContext, engine_ids: list[int] | None = None) -> list
                 raise IntegrityCheckError(f"blob {engine.sha256} is missing from {path.parent}")
             digest = verify_blob_at(path, engine)
         except IntegrityCheckError as err:
-            was = _set_status(app, engine.id or 0, EngineStatus.CORRUPT)
-            logger.warning("engine %s is corrupt: %s", engine.id, err)
-            _record_status(app, engine.id or 0, was, EngineStatus.CORRUPT, "verify", str(err))
+            _mark_corrupt(app, engine.id or 0, "verify", err)
             results.append(VerifyResult(engine.id or 0, False, EngineStatus.CORRUPT, str(err)))
             continue
-        status = EngineStatus.READY if engine.status == EngineStatus.CORRUPT else engine.status
         message = f"sha256 {engine.sha256} matches"
         relative = app.store.relative(path)
         if engine.blob_path != relative:
@@ -136,52 +134,26 @@ def verify_engines(app: AppContext, engine_ids: list[int] | None = None) -> list
                 if engine.header_blake3 is None
                 else f" (its header digest {engine.header_blake3} was not its header's: set to {digest.head_blake3})"
             )
-        was = _set_status(
-            app, engine.id or 0, status, verified=True, blob_path=relative, header_blake3=digest.head_blake3
-        )
-        _record_status(app, engine.id or 0, was, status, "verify", message)
+        with app.catalog.changes() as ex:
+            was = engines.mark_verified(
+                ex,
+                engine.id or 0,
+                at=utcnow(),
+                blob_path=relative,
+                header_blake3=digest.head_blake3,
+                actor=audit.current_actor(),
+                by="verify",
+                reason=message,
+            )
+        status = EngineStatus.READY if was == EngineStatus.CORRUPT else (was or engine.status)
         results.append(VerifyResult(engine.id or 0, True, status, message))
     return results
 
 
-def _set_status(
-    app: AppContext,
-    engine_id: int,
-    status: str,
-    *,
-    verified: bool = False,
-    blob_path: str | None = None,
-    header_blake3: str | None = None,
-) -> str | None:
-    """Set the engine's status (and, where given, its blob path and header digest); returns the status
-    it had (None: no such engine)."""
-    with app.catalog.write() as session:
-        row = session.get(EngineRecord, engine_id)
-        if row is None:
-            return None
-        was = row.status
-        row.status = status
-        if verified:
-            row.verified_at = utcnow()
-        if blob_path is not None:
-            row.blob_path = blob_path
-        if header_blake3 is not None:
-            row.header_blake3 = header_blake3
-        session.add(row)
-    return was
-
-
-def _record_status(app: AppContext, engine_id: int, was: str | None, status: str, by: str, reason: str) -> None:
-    """Audit a change of status to CORRUPT (`engine.corrupt`) or from CORRUPT to READY (`engine.ready`)."""
-    if was is None or was == status:
-        return
-    if status == EngineStatus.CORRUPT:
-        action = audit.ENGINE_CORRUPT
-    elif was == EngineStatus.CORRUPT and status == EngineStatus.READY:
-        action = audit.ENGINE_READY
-    else:
-        return
-    audit.record(app, action, f"engine {engine_id}", {"by": by, "was": was, "reason": reason})
+def _mark_corrupt(app: AppContext, engine_id: int, by: str, err: IntegrityCheckError) -> None:
+    logger.warning("engine %s is corrupt: %s", engine_id, err)
+    with app.catalog.changes() as ex:
+        engines.mark_corrupt(ex, engine_id, actor=audit.current_actor(), by=by, reason=str(err))
 
 
 CORRUPT_VERDICT = "corrupt"  # `check_engine`'s verdict for a blob that does not match its digest
@@ -202,9 +174,7 @@ def check_engine(app: AppContext, engine_id: int, *, host: HostFingerprint | Non
             )
         verify_blob_at(path, engine)
     except IntegrityCheckError as err:
-        was = _set_status(app, engine_id, EngineStatus.CORRUPT)
-        logger.warning("engine %s is corrupt: %s", engine_id, err)
-        _record_status(app, engine_id, was, EngineStatus.CORRUPT, "check", str(err))
+        _mark_corrupt(app, engine_id, "check", err)
         return CompatibilityResult(
             CORRUPT_VERDICT,
             f"engine {engine_id} is CORRUPT (now marked so; its header was not checked): {err}",
@@ -217,18 +187,13 @@ def retire_engine(app: AppContext, engine_id: int, *, clock: Callable[[], dateti
     """Mark an engine RETIRED: it stays in the catalog (and its blob in the store until gc), but
     no cache lookup returns it again, so the next request for its key builds anew."""
     access.require(app, "retire")
-    with app.catalog.write() as session:
-        row = session.get(EngineRecord, engine_id)
-        if row is None:
-            raise NotFoundError(f"no engine with id {engine_id} in the catalog")
-        was = row.status
-        if was != EngineStatus.RETIRED:
-            row.status, row.retired_at = EngineStatus.RETIRED, clock()
-        session.add(row)
+    details = {"model_id": get_engine(app, engine_id).model_id}
+    with app.catalog.changes() as ex:
+        was = engines.retire(ex, engine_id, at=clock(), actor=audit.current_actor(), by="retire", details=details)
+    if was is None:
+        raise NotFoundError(f"no engine with id {engine_id} in the catalog")
     logger.info("engine %s retired", engine_id)
-    if was != EngineStatus.RETIRED:
-        audit.record(app, audit.ENGINE_RETIRE, f"engine {engine_id}", {"was": was, "model_id": row.model_id})
-    return row
+    return get_engine(app, engine_id)
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 No catalog here (both `load_or_build` paths use it: the ORM one through `service.serving.loading`, the
 stdlib-sqlite cache hit through `service.serving.hitpath`); what the catalog must do about a corrupt blob
-is the caller's `on_corrupt`.
+is the caller's `on_corrupt(reason)`.
 
 Order: the runtime's import (a missing library fails before anything is read); then, where the
 catalog records the BLAKE3 of the blob's first ENGINE_HEADER_BYTES (`header_blake3`, written by the
@@ -172,8 +172,8 @@ def load_error_note(message: str) -> str:
     return f"{socket.gethostname()} could not load it ({when}): {message}"
 
 
-def _corrupt(facts: EngineFacts, err: BaseException, on_corrupt: Callable[[], None]) -> EngineRejectedError:
-    on_corrupt()
+def _corrupt(facts: EngineFacts, err: BaseException, on_corrupt: Callable[[str], None]) -> EngineRejectedError:
+    on_corrupt(str(err))
     return EngineRejectedError(
         f"engine {facts.id} is CORRUPT and was refused (now marked CORRUPT): {err}",
         engine_id=facts.id,
@@ -181,7 +181,7 @@ def _corrupt(facts: EngineFacts, err: BaseException, on_corrupt: Callable[[], No
     )
 
 
-def _fetch(facts: EngineFacts, on_corrupt: Callable[[], None]) -> None:
+def _fetch(facts: EngineFacts, on_corrupt: Callable[[str], None]) -> None:
     """A remote store configured and the blob not here yet: fetched and verified (StoreError: the
     remote is unavailable); the remote's copy missing or not the blob is CORRUPT, as a missing one."""
     try:
@@ -190,7 +190,7 @@ def _fetch(facts: EngineFacts, on_corrupt: Callable[[], None]) -> None:
         raise _corrupt(facts, err, on_corrupt) from err
 
 
-def read_blob(facts: EngineFacts, timer: PhaseTimer, on_corrupt: Callable[[], None]) -> bytes:
+def read_blob(facts: EngineFacts, timer: PhaseTimer, on_corrupt: Callable[[str], None]) -> bytes:
     """The engine's blob (fetched first where a remote store has it and this host does not),
     verified in the pass that reads it (phase `read_verify`). A mismatch or a missing blob calls
     `on_corrupt` and raises EngineRejectedError (verdict CORRUPT)."""
@@ -198,7 +198,7 @@ def read_blob(facts: EngineFacts, timer: PhaseTimer, on_corrupt: Callable[[], No
     return _read_whole(facts, timer, on_corrupt)
 
 
-def _read_whole(facts: EngineFacts, timer: PhaseTimer, on_corrupt: Callable[[], None]) -> bytes:
+def _read_whole(facts: EngineFacts, timer: PhaseTimer, on_corrupt: Callable[[str], None]) -> bytes:
     """`read_blob` of a blob that is here."""
     from enginecache.core.hashing import read_verified
 
@@ -209,7 +209,7 @@ def _read_whole(facts: EngineFacts, timer: PhaseTimer, on_corrupt: Callable[[], 
         raise _corrupt(facts, err, on_corrupt) from err
 
 
-def _read_header(facts: EngineFacts, timer: PhaseTimer, on_corrupt: Callable[[], None]) -> bytes:
+def _read_header(facts: EngineFacts, timer: PhaseTimer, on_corrupt: Callable[[str], None]) -> bytes:
     """The first ENGINE_HEADER_BYTES of a blob that is here, verified against `header_blake3` (phase
     `read_header`). A mismatch, a short file or a missing blob calls `on_corrupt` and raises
     EngineRejectedError (verdict CORRUPT)."""
@@ -233,7 +233,7 @@ def _read_header(facts: EngineFacts, timer: PhaseTimer, on_corrupt: Callable[[],
     return header
 
 
-def load_engine(facts: EngineFacts, timer: PhaseTimer, *, on_corrupt: Callable[[], None]) -> EngineSession:
+def load_engine(facts: EngineFacts, timer: PhaseTimer, *, on_corrupt: Callable[[str], None]) -> EngineSession:
     """The runtime's import (phase `import_runtime`: a missing library fails before anything is read);
     where the catalog records the header's digest, the backend's header check on the verified header
     (a refusal reads nothing more); the verified read of the whole blob; then the backend's load of the
@@ -265,7 +265,7 @@ def load_engine(facts: EngineFacts, timer: PhaseTimer, *, on_corrupt: Callable[[
 
 
 def _load_in_place(
-    backend: Backend, facts: EngineFacts, spec: LoadSpec, timer: PhaseTimer, on_corrupt: Callable[[], None]
+    backend: Backend, facts: EngineFacts, spec: LoadSpec, timer: PhaseTimer, on_corrupt: Callable[[str], None]
 ) -> EngineSession | None:
     """The runtime reads the store file itself, with the memory of a load by hand: under a read lease
     (`core.filelease`) taken before the file is hashed where it lies (phase `read_verify`) and checked

@@ -5,19 +5,20 @@ runtime, create the session) and little more. The full lookup (`service.serving.
 SQLAlchemy, SQLModel, Alembic (its migration check) and onnx (profiles from the model's inputs):
 0.6-1.0 s before any engine byte is read. This module answers a hit with none of them:
 
-1. the catalog file from `home`/`db_url` (SQLite only) at this code's Alembic head
-   (`db.catalogfile.head_revision`, read from the migration files; the full path migrates a catalog that is
-   behind);
+1. the catalog file from `home`/`db_url` (SQLite only) at this code's schema revision
+   (`db.catalogfile`: `locate`, `is_head`; the full path migrates a catalog that is behind);
 2. the model's digest from the stat cache row for (host, path), trusted by the same rule as
    `service.serving.statcache` (`service.serving.statrule`: every file's size, mtime, ctime and inode, not racy);
 3. the engine from the memo the full path wrote for this exact request (`service.serving.memo`: digest,
    spec, backend and tool versions, host facts, code), confirmed still READY and with the model's
    READY engines unchanged since (a retired, corrupt or newly built engine sends it down the full
    path), read in one read transaction;
-4. load through `service.serving.engineload` (verified read, then `Backend.load`: header check, deserialize)
-from the path the
-   engine's sha256 implies (`core.blobpaths`; the row's `blob_path` is not read), then one INSERT of
-   the load event. A CORRUPT blob is marked so with one UPDATE and its audit event, one transaction.
+4. load through `service.serving.engineload` (header check, verified read, `Backend.load`) from the
+   path the engine's sha256 implies (`core.blobpaths`; the row's `blob_path` is not read).
+
+What it writes goes through the engine-lifecycle gateway (`db.engines`) on this stdlib connection, the
+same SQL the full path runs on SQLAlchemy: the load event, a CORRUPT mark with its audit row (one
+transaction), a load error's note. Rows and columns decode by `db.columns`.
 
 Anything it cannot vouch for (a PostgreSQL URL, a calibration file, another schema revision, no
 memo, a stat mismatch, a racy entry, a backend library missing) returns None and the caller takes
@@ -28,7 +29,6 @@ INCOMPATIBLE, ERROR), each recorded as a load event.
 
 from __future__ import annotations
 
-import json
 import os
 import sqlite3
 import time
@@ -36,8 +36,11 @@ import time
 from enginecache.core.backends.loadtypes import PhaseTimer
 from enginecache.core.backends.registry import get_backend
 from enginecache.core.lazyimport import import_backend
-from enginecache.core.pathtext import absolute_text, resolved_text
-from enginecache.db.catalogfile import head_revision, sqlite_file, sqlite_file_uri
+from enginecache.core.pathtext import absolute_text
+from enginecache.db import engines
+from enginecache.db.catalogfile import REVISION_SQL, CatalogFile, head_revision, is_head, locate, sqlite_file_uri
+from enginecache.db.columns import decode_json, decode_row
+from enginecache.db.sqlexec import SqliteWrite
 from enginecache.errors import BackendUnavailableError, EngineRejectedError, TargetError
 from enginecache.service.serving.engineload import EngineFacts, load_engine, load_error_note
 from enginecache.service.serving.localhost import local_host
@@ -64,12 +67,7 @@ def _log() -> Any:
 
 
 HIT_PATH_ENV = "ENGINECACHE_HIT_PATH"  # "off": always take the full path
-# As service.context and db.catalog set them (not imported: they import SQLAlchemy).
-HOME_ENV = "ENGINECACHE_HOME"
-DB_URL_ENV = "ENGINECACHE_DB_URL"
-DEFAULT_HOME = "engines"
-SQLITE_BUSY_TIMEOUT_S = 30.0
-_LOAD_PHASES = ("validity", "deserialize", "create_context", "allocate_io")
+SQLITE_BUSY_TIMEOUT_S = 30.0  # as db.catalog's busy timeout
 _ENGINE_COLUMNS = (
     "id",
     "model_id",
@@ -83,35 +81,10 @@ _ENGINE_COLUMNS = (
     "header_blake3",
     "build_options",
 )
-_JSON_COLUMNS = ("key_ingredients", "precision_recipe", "build_options", "target_info", "host", "io", "warnings")
-_TIME_COLUMNS = ("created_at", "finished_at", "verified_at")
-
-
-class CatalogFile:
-    """The store's home and its SQLite catalog file, as strings (a hit builds no `pathlib.Path`:
-    core.pathtext says why). This module's value types are plain classes: a cache hit in a new
-    process pays for every dataclass it creates."""
-
-    __slots__ = ("home", "path")
-
-    def __init__(self, home: str, path: str) -> None:
-        self.home = home
-        self.path = path
 
 
 def enabled() -> bool:
     return os.environ.get(HIT_PATH_ENV, "").strip().lower() not in ("off", "0", "no", "false")
-
-
-def catalog_file(home: str | Path | None, db_url: str | None) -> CatalogFile | None:
-    """Where `AppContext.from_settings(home, db_url)` would open its catalog, when that is an
-    existing SQLite file; None otherwise (PostgreSQL, in-memory, URL parameters, no catalog yet)."""
-    resolved = resolved_text(home or os.environ.get(HOME_ENV) or DEFAULT_HOME)
-    url = db_url or os.environ.get(DB_URL_ENV) or None
-    file = os.path.join(resolved, "catalog.db") if url is None else sqlite_file(url)
-    if file is None or not os.path.isfile(file):
-        return None
-    return CatalogFile(resolved, file)
 
 
 def _connect(path: str) -> sqlite3.Connection:
@@ -151,15 +124,15 @@ def _lookup(
     """Steps 1-3 in one read transaction (one snapshot of the catalog): None where it cannot vouch."""
     connection.execute("BEGIN")
     try:
-        (revision,) = connection.execute("SELECT version_num FROM alembic_version").fetchone() or (None,)
-        if revision is None or revision != head_revision():
-            _log().debug("hit path: catalog at revision %s, this code's head is %s", revision, head_revision())
+        revisions = [row[0] for row in connection.execute(REVISION_SQL)]
+        if not is_head(revisions):
+            _log().debug("hit path: catalog at revision %s, this code's head is %s", revisions, head_revision())
             return None
         stat_row = connection.execute(
             "SELECT files, digest, racy FROM onnx_stat_cache WHERE hostname = ? AND path = ?",
             (host.hostname, path),
         ).fetchone()
-        if stat_row is None or not cached_files_match(path, model_stat, json.loads(stat_row[0]), bool(stat_row[2])):
+        if stat_row is None or not cached_files_match(path, model_stat, decode_json(stat_row[0]), bool(stat_row[2])):
             _log().debug("hit path: no trusted stat cache entry for %s", path)
             return None
         digest = str(stat_row[1])
@@ -186,61 +159,31 @@ def _lookup(
         ).fetchone()
         if model is None or model[1] != digest or row is None:
             return None
-        engine = dict(zip(_ENGINE_COLUMNS, row, strict=True))
-        engine["build_options"] = json.loads(engine["build_options"] or "{}")
+        engine = decode_row("engines", dict(zip(_ENGINE_COLUMNS, row, strict=True)))
         return _Found(digest, model_id, str(model[0]), engine)
     finally:
         connection.execute("COMMIT")
 
 
-def _write(connection: sqlite3.Connection, *statements: tuple[str, tuple[Any, ...]]) -> None:
-    """Run `statements` (SQL, values) in one write transaction."""
-    connection.execute("BEGIN IMMEDIATE")
-    try:
-        for sql, values in statements:
-            connection.execute(sql, values)
-    except BaseException:
-        connection.execute("ROLLBACK")
-        raise
-    connection.execute("COMMIT")
-
-
-def _mark_corrupt(connection: sqlite3.Connection, engine_id: int) -> None:
-    """Mark the engine CORRUPT and, where that changed its status, append the audit event
-    `service.access.audit.record` writes on the full path (same action, target and details; the actor is
-    this process's OS user), in one transaction."""
+def _mark_corrupt(connection: sqlite3.Connection, engine_id: int, reason: str) -> None:
+    """The engine marked CORRUPT, with its audit row, in one transaction (`db.engines.mark_corrupt`,
+    as the full path marks it)."""
     from enginecache.service.access import audit  # the rare path pays for its imports
+    from enginecache.service.serving.loading import LOAD_OR_BUILD
 
-    actor = audit.local_actor()
-    details = json.dumps({"via": "load_or_build"})
-    event = (_sqlite_now(), actor.name, actor.origin, audit.ENGINE_CORRUPT, f"engine {engine_id}")
     try:
-        _write(
-            connection,
-            ("UPDATE engines SET status = 'CORRUPT' WHERE id = ? AND status != 'CORRUPT'", (engine_id,)),
-            (
-                "INSERT INTO audit_events (at, actor, origin, action, target, details) "
-                "SELECT ?, ?, ?, ?, ?, ? WHERE changes() > 0",  # changes(): rows the UPDATE just changed
-                (*event, details),
-            ),
-        )
+        with SqliteWrite(connection) as ex:
+            engines.mark_corrupt(ex, engine_id, actor=audit.current_actor(), by=LOAD_OR_BUILD, reason=reason)
     except sqlite3.Error as err:  # the verdict stands; `enginecache verify` marks it later
         _log().warning("engine %s not marked CORRUPT: %s", engine_id, err)
 
 
 def _mark_load_error(connection: sqlite3.Connection, engine_id: int, note: str) -> None:
     try:
-        _write(connection, ("UPDATE engines SET error = ? WHERE id = ?", (note, engine_id)))
+        with SqliteWrite(connection) as ex:
+            engines.note_load_error(ex, engine_id, note)
     except sqlite3.Error as err:  # the verdict stands and is raised; only the note is lost
         _log().warning("engine %s: load error not noted: %s", engine_id, err)
-
-
-def _sqlite_now() -> str:
-    """Now in UTC as SQLAlchemy's SQLite DateTime stores it (db.types.UTCDateTime: naive UTC,
-    `datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")`), from `time`: a cache hit's one
-    timestamp does not import `datetime`."""
-    seconds, nanoseconds = divmod(time.time_ns(), 1_000_000_000)
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(seconds)) + f".{nanoseconds // 1000:06d}"
 
 
 def _record(
@@ -251,25 +194,20 @@ def _record(
     phases: Mapping[str, float],
     started: float,
 ) -> None:
-    """The load event, as `service.engines.events.record_event` writes it; a refused write is logged, never raised."""
+    """The load event (`db.engines.record_load_event`, as the full path records it); a refused write is
+    logged, never raised."""
     row = {
         **event,
+        **engines.phase_seconds(phases),
         "outcome": outcome,
-        "source": "load_or_build",
         "reason": reason,
-        "lookup_s": phases.get("lookup"),
-        "read_verify_s": phases.get("read_verify"),
-        "load_s": sum(phases.get(p, 0.0) for p in _LOAD_PHASES),
-        "build_s": None,
         "total_s": time.perf_counter() - started,
-        "stat_cache_hit": 1,
-        "phases": json.dumps(dict(phases)),
-        "created_at": _sqlite_now(),
+        "stat_cache_hit": True,
+        "phases": phases,
     }
-    columns = ", ".join(row)
-    marks = ", ".join("?" for _ in row)
     try:
-        _write(connection, (f"INSERT INTO load_events ({columns}) VALUES ({marks})", tuple(row.values())))
+        with SqliteWrite(connection) as ex:
+            engines.record_load_event(ex, row)
     except sqlite3.Error as err:
         _log().warning("cache event not recorded: %s", err)
 
@@ -278,8 +216,6 @@ def engine_record_loader(where: CatalogFile, engine_id: int) -> Callable[[], Eng
     """Reads the engine's whole row as an `EngineRecord` when first asked (imports the ORM then)."""
 
     def load() -> EngineRecord:
-        from datetime import UTC, datetime
-
         from enginecache.db.models import EngineRecord
 
         connection = _connect(where.path)
@@ -291,13 +227,7 @@ def engine_record_loader(where: CatalogFile, engine_id: int) -> Callable[[], Eng
         if row is None:
             raise LookupError(f"engine {engine_id} is no longer in the catalog")
         columns = set(EngineRecord.__table__.columns.keys())  # type: ignore[attr-defined]
-        fields = {k: v for k, v in dict(row).items() if k in columns}
-        for name in _JSON_COLUMNS:
-            fields[name] = json.loads(fields[name]) if fields.get(name) is not None else None
-        for name in _TIME_COLUMNS:
-            value = fields.get(name)
-            fields[name] = datetime.fromisoformat(value).replace(tzinfo=UTC) if value else None
-        return EngineRecord(**fields)
+        return EngineRecord(**{k: v for k, v in decode_row("engines", dict(row)).items() if k in columns})
 
     return load
 
@@ -320,7 +250,7 @@ def try_hit(
     """
     if not enabled() or spec.calibration is not None:
         return None
-    where = catalog_file(home, db_url)
+    where = locate(home, db_url)
     if where is None:
         return None
     path = absolute_text(onnx_path)  # the stat cache's key, as service.serving.statcache writes it
@@ -382,7 +312,7 @@ def _load(
         "host_target": backend.host_target(host),
     }
     try:
-        session = load_engine(facts, timer, on_corrupt=lambda: _mark_corrupt(connection, facts.id))
+        session = load_engine(facts, timer, on_corrupt=lambda reason: _mark_corrupt(connection, facts.id, reason))
     except EngineRejectedError as err:
         if err.verdict == "ERROR":
             _mark_load_error(connection, facts.id, load_error_note(str(err)))

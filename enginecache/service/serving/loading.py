@@ -2,7 +2,8 @@
 (which reads the blob from the path its digest implies, not the row's `blob_path`).
 
 Whatever refuses the engine is an `EngineRejectedError` with its verdict: CORRUPT (the bytes do not
-match the recorded digest, or the blob is gone; the engine is marked CORRUPT), INCOMPATIBLE (the
+match the recorded digest, or the blob is gone; the engine is marked CORRUPT through `db.engines`,
+audited once), INCOMPATIBLE (the
 backend's own validity check) or ERROR (the runtime could not load it: the engine keeps its
 status, since another host may load it, and its `error` says which host could not and the
 runtime's words).
@@ -10,12 +11,18 @@ runtime's words).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from enginecache.core.backends.base import EngineSession, PhaseTimer
-from enginecache.db.models import EngineRecord, EngineStatus
+from enginecache.db import engines
+from enginecache.db.models import EngineRecord
 from enginecache.errors import EngineRejectedError
+from enginecache.service.access import audit
 from enginecache.service.context import AppContext
 from enginecache.service.jobs.refs import engine_targets
 from enginecache.service.serving.engineload import EngineFacts, load_engine, load_error_note, read_blob
+
+LOAD_OR_BUILD = "load_or_build"  # who found a CORRUPT blob while serving (the audit's `by`, both load paths)
 
 
 def engine_facts(app: AppContext, engine: EngineRecord) -> EngineFacts:
@@ -35,35 +42,32 @@ def engine_facts(app: AppContext, engine: EngineRecord) -> EngineFacts:
     )
 
 
-def read_engine(app: AppContext, engine: EngineRecord, timer: PhaseTimer | None = None) -> bytes:
+def read_engine(app: AppContext, engine: EngineRecord, timer: PhaseTimer | None = None, *, by: str) -> bytes:
     """The engine's blob, verified (BLAKE3 when recorded, else sha256) in the pass that reads it
-    (phase `read_verify`). A mismatch or a missing blob marks the engine CORRUPT and raises
-    EngineRejectedError (verdict CORRUPT)."""
-    return read_blob(engine_facts(app, engine), timer or PhaseTimer(), lambda: mark_corrupt(app, engine.id or 0))
+    (phase `read_verify`). A mismatch or a missing blob marks the engine CORRUPT (audited as found
+    `by` that caller) and raises EngineRejectedError (verdict CORRUPT)."""
+    return read_blob(engine_facts(app, engine), timer or PhaseTimer(), _marker(app, engine.id or 0, by))
 
 
 def load_engine_record(app: AppContext, engine: EngineRecord, timer: PhaseTimer) -> EngineSession:
     """The backend's header check, then read and verify the blob in one pass, then load it; CORRUPT
-    marks the engine. Raises EngineRejectedError (CORRUPT, INCOMPATIBLE or ERROR)."""
+    marks the engine (audited as found by `load_or_build`). Raises EngineRejectedError (CORRUPT,
+    INCOMPATIBLE or ERROR)."""
+    engine_id = engine.id or 0
     try:
-        return load_engine(engine_facts(app, engine), timer, on_corrupt=lambda: mark_corrupt(app, engine.id or 0))
+        return load_engine(engine_facts(app, engine), timer, on_corrupt=_marker(app, engine_id, LOAD_OR_BUILD))
     except EngineRejectedError as err:
         if err.verdict == "ERROR":
-            mark_load_error(app, engine.id or 0, load_error_note(str(err)))
+            with app.catalog.changes() as ex:
+                engines.note_load_error(ex, engine_id, load_error_note(str(err)))
         raise
 
 
-def mark_load_error(app: AppContext, engine_id: int, note: str) -> None:
-    with app.catalog.write() as session:
-        row = session.get(EngineRecord, engine_id)
-        if row is not None:
-            row.error = note
-            session.add(row)
+def _marker(app: AppContext, engine_id: int, by: str) -> Callable[[str], None]:
+    """`on_corrupt` for `engine_load`: the engine marked CORRUPT, with its audit row, in one transaction."""
 
+    def mark(reason: str) -> None:
+        with app.catalog.changes() as ex:
+            engines.mark_corrupt(ex, engine_id, actor=audit.current_actor(), by=by, reason=reason)
 
-def mark_corrupt(app: AppContext, engine_id: int) -> None:
-    with app.catalog.write() as session:
-        row = session.get(EngineRecord, engine_id)
-        if row is not None:
-            row.status = EngineStatus.CORRUPT
-            session.add(row)
+    return mark

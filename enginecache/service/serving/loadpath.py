@@ -21,6 +21,7 @@ from sqlmodel import Session, col, select
 from enginecache.core.backends.base import PhaseTimer
 from enginecache.core.backends.registry import get_backend
 from enginecache.core.fingerprint import HostFingerprint
+from enginecache.db.engines import phase_seconds
 from enginecache.db.models import (
     EngineMemoRecord,
     EngineRecord,
@@ -30,7 +31,6 @@ from enginecache.db.models import (
     utcnow,
 )
 from enginecache.errors import EngineQueuedError, EngineRejectedError
-from enginecache.service.access import audit
 from enginecache.service.builds.plan import BuildPlan, build_engine, plan_build
 from enginecache.service.builds.submit import submit_build
 from enginecache.service.context import AppContext
@@ -154,12 +154,8 @@ def load_or_build_full(
         event.outcome, event.reason = outcome, reason
         event.engine_id = engine.id if engine is not None else event.engine_id
         event.phases = dict(timer.phases)
-        event.lookup_s = timer.phases.get("lookup")
-        event.read_verify_s = timer.phases.get("read_verify")
-        event.load_s = sum(
-            timer.phases.get(p, 0.0) for p in ("validity", "deserialize", "create_context", "allocate_io")
-        )
-        event.build_s = timer.phases.get("build")
+        for column, seconds in phase_seconds(timer.phases).items():
+            setattr(event, column, seconds)
         event.total_s = time.perf_counter() - started
         record_event(app, event)
         recorded.append(outcome)
@@ -188,8 +184,6 @@ def load_or_build_full(
                 session = load_engine_record(app, engine, timer)
             except EngineRejectedError as err:
                 finish("rejected", str(err), engine)
-                if err.verdict == "CORRUPT":  # the engine was just marked CORRUPT
-                    audit.record(app, audit.ENGINE_CORRUPT, f"engine {engine.id}", {"via": "load_or_build"})
                 remember_hit(app, spec, plan, engine, ready, host)  # the same verdict, sooner, next time
                 raise
             finish("hit", f"engine {engine.id}", engine)

@@ -117,7 +117,8 @@ def load_pulled(
     facts = EngineFacts.from_row(home, row)
     timer = PhaseTimer()
     try:
-        session = load_engine(facts, timer, on_corrupt=lambda: None)  # the folder's copy: the next pull replaces it
+        # a corrupt copy is the folder's own: the next pull replaces it, the catalog's engine stays as it is
+        session = load_engine(facts, timer, on_corrupt=lambda _reason: None)
     except EngineRejectedError as err:
         _record(url, data["model"], facts, "rejected", str(err), timer, started)
         raise

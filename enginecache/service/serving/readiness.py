@@ -43,7 +43,7 @@ def check_ready(
     if engine is None:
         return ReadyResult(False, str(explain_miss(app, plan, host)))
     try:
-        read_engine(app, engine)
+        read_engine(app, engine, by="ready")
     except EngineRejectedError as err:
         return ReadyResult(False, str(err), engine.id)
     ref = engine_ref(engine, blob_path(app.home, engine.sha256))  # the digest's path, just verified

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime, timedelta
-from typing import Any
 
 import sqlalchemy as sa
 from sqlmodel import col
 
+from enginecache.db import engines as lifecycle
 from enginecache.db.models import TERMINAL_JOB_STATUSES, EngineRecord, EngineStatus, JobRecord, JobStatus
 from enginecache.service.context import AppContext
 from enginecache.service.maintenance.gc.report import AbandonedEngine, GcPolicy, describe_age
@@ -77,19 +77,11 @@ def mark_abandoned_engines(app: AppContext, engines: list[AbandonedEngine], now:
     marked: list[AbandonedEngine] = []
     if not engines:
         return marked
-    with app.catalog.write() as session:
+    with app.catalog.changes() as ex:
         for engine in engines:
-            result = session.execute(
-                sa.update(EngineRecord)
-                .where(col(EngineRecord.id) == engine.engine_id, col(EngineRecord.status) == EngineStatus.PENDING)
-                .values(status=EngineStatus.FAILED, error=f"abandoned (found by gc): {engine.reason}", finished_at=now)
-            )
-            if _rowcount(result) == 1:
+            error = f"abandoned (found by gc): {engine.reason}"
+            if lifecycle.mark_failed(ex, engine.engine_id, error, at=now, only_pending=True) == EngineStatus.PENDING:
                 marked.append(engine)
     for engine in marked:
         logger.info("engine %s: PENDING -> FAILED, %s", engine.engine_id, engine.reason)
     return marked
-
-
-def _rowcount(result: Any) -> int:
-    return int(result.rowcount)
