@@ -30,8 +30,9 @@ from enginecache.service.builds.testinputs import InputsCheck, check_engine_inpu
 from enginecache.service.builds.testload import submit_test_load
 from enginecache.service.context import AppContext
 from enginecache.service.engines import records as engines
+from enginecache.service.engines.detail import EngineDetail
 from enginecache.service.engines.records import verify_engines
-from enginecache.service.engines.views import EngineFacts, download_name
+from enginecache.service.engines.views import download_name
 from enginecache.service.readmodels.display import markdown_literal
 from enginecache.service.readmodels.jobs import JobView
 from enginecache.service.readmodels.statuses import EngineStatus, JobStatus
@@ -48,11 +49,11 @@ def _done(engine_id: int, lines: list[tuple[bool, str]]) -> None:
     st.rerun()
 
 
-def actions(app: AppContext, engine: EngineFacts, info: dict[str, Any], test_loads: list[JobView]) -> None:
-    engine_id = engine.id or 0
+def actions(app: AppContext, engine: EngineDetail, test_loads: list[JobView]) -> None:
+    engine_id = engine.id
     status = engine.status
     cols = st.columns(5)
-    if cols[0].button("Verify hash", key="engines_verify", disabled=info["sha256"] is None):
+    if cols[0].button("Verify hash", key="engines_verify", disabled=engine.sha256 is None):
         results = data.attempt("verify failed", verify_engines, app, [engine_id])
         if results is not None:
             _done(engine_id, [(r.ok, f"engine {r.engine_id}: {r.status}, {r.message}") for r in results])
@@ -67,8 +68,8 @@ def actions(app: AppContext, engine: EngineFacts, info: dict[str, Any], test_loa
             job = data.attempt("test-load not submitted", submit_test_load, app, engine_id, inputs=inputs)
         if job is not None:
             _done(engine_id, [])  # the job is shown below, from the catalog, in the state it is in
-    if info["path"] and status == EngineStatus.READY:
-        path = info["path"]
+    if engine.path and status == EngineStatus.READY:
+        path = engine.path
 
         def read_blob() -> Any:
             return open(path, "rb")
@@ -76,7 +77,7 @@ def actions(app: AppContext, engine: EngineFacts, info: dict[str, Any], test_loa
         cols[3].download_button(
             "Download",
             data=read_blob,
-            file_name=download_name(engine, str(info["model"])),
+            file_name=download_name(engine, str(engine.model)),
             mime="application/octet-stream",
             key="engines_download",
         )

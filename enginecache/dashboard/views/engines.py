@@ -22,8 +22,8 @@ from enginecache.dashboard.views.enginetestloads import load_runs
 from enginecache.service.builds.plan import plan_build
 from enginecache.service.builds.views import PRECISIONS, backend_label, diff_ingredients
 from enginecache.service.context import AppContext
+from enginecache.service.engines.detail import EngineDetail, engine_detail
 from enginecache.service.engines.loadruns import list_load_runs
-from enginecache.service.engines.records import engine_to_dict, get_engine
 from enginecache.service.models.register import get_model
 from enginecache.service.models.releases import aliases_of_model, version_of
 from enginecache.service.readmodels.display import markdown_literal, shape_text
@@ -159,7 +159,7 @@ def render() -> None:
 def _detail(app: AppContext, key: data.CatalogKey, engine_id: int) -> None:
     """The engine's page, a live section while it is PENDING or one of its test-loads is queued or
     running: its status, test-loads and results are redrawn from the catalog until they settle."""
-    engine = data.attempt("cannot read the engine", get_engine, app, engine_id)
+    engine = data.attempt("cannot read the engine", engine_detail, app, engine_id)
     if engine is None:
         return
     busy = engine.status == EngineStatus.PENDING or any(j.active for j in engine_test_loads(app, engine_id))
@@ -169,12 +169,11 @@ def _detail(app: AppContext, key: data.CatalogKey, engine_id: int) -> None:
 def _engine_page(key: data.CatalogKey, engine_id: int) -> bool:
     """Draws the engine as the catalog has it now; returns whether anything of it is still running."""
     app = data.get_app()
-    engine = data.attempt("cannot read the engine", get_engine, app, engine_id)
+    engine = data.attempt("cannot read the engine", engine_detail, app, engine_id)
     if engine is None:
         return False
     test_loads = engine_test_loads(app, engine_id)
-    info = engine_to_dict(app, engine, detail=True)
-    model = markdown_literal(str(info["model"]))
+    model = markdown_literal(str(engine.model))
     st.subheader(f"Engine {engine_id}: {model} {engine.backend} {engine.precision} {engine.targets}")
     cols = st.columns(5)
     cols[0].metric("Status", engine.status)
@@ -183,20 +182,20 @@ def _engine_page(key: data.CatalogKey, engine_id: int) -> bool:
     cols[3].metric(backend_label(engine.backend), engine.backend_version, help="the backend and its library version")
     cols[4].metric(
         "Verified",
-        info["verified_at"][:10] if info["verified_at"] else "never",
-        help=f"last re-hash {info['verified_at']} UTC" if info["verified_at"] else None,
+        engine.verified_at[:10] if engine.verified_at else "never",
+        help=f"last re-hash {engine.verified_at} UTC" if engine.verified_at else None,
     )
     st.markdown(
-        f"**model** {link(str(info['model']), 'models', model=engine.model_id)}{_aliases(app, engine)}  \n"
+        f"**model** {link(str(engine.model), 'models', model=engine.model_id)}{_aliases(app, engine)}  \n"
         f"**sha256** `{engine.sha256 or '-'}`  \n**blake3** `{engine.blake3 or '-'}`  \n"
-        f"**cache key** `{engine.cache_key}`  \n**blob** `{info['path'] or '-'}`"
+        f"**cache key** `{engine.cache_key}`  \n**blob** `{engine.path or '-'}`"
     )
     if engine.error:
         st.error(markdown_literal(f"Build error: {engine.error}"))
     for warning in engine.warnings:
         st.caption(markdown_literal(f"note: {warning}"))
 
-    actions(app, engine, info, test_loads)
+    actions(app, engine, test_loads)
 
     ingredients, loads, host, io, log, lineage, miss = st.tabs(
         ["Cache key", "Test-loads", "Build host", "IO", "Builder log", "Lineage", "Why was this a miss?"],
@@ -241,7 +240,7 @@ def _engine_page(key: data.CatalogKey, engine_id: int) -> bool:
     return engine.status == EngineStatus.PENDING or any(j.active for j in test_loads)
 
 
-def _builder_log(app: AppContext, engine: Any) -> None:
+def _builder_log(app: AppContext, engine: EngineDetail) -> None:
     """The builder's log; for a FAILED engine, or one whose build left no log, its job's log tail too."""
     if engine.builder_log:
         st.code(engine.builder_log, language=None)
@@ -255,7 +254,7 @@ def _builder_log(app: AppContext, engine: Any) -> None:
         st.code("(empty)", language=None)
 
 
-def _aliases(app: AppContext, engine: Any) -> str:
+def _aliases(app: AppContext, engine: EngineDetail) -> str:
     """`, version N, aliases prod, canary for sm86`: the release of the engine's model (plain text)."""
     model = data.attempt("cannot read the model", get_model, app, engine.model_id)
     if model is None:
@@ -266,7 +265,7 @@ def _aliases(app: AppContext, engine: Any) -> str:
     return markdown_literal(text)
 
 
-def _lineage(app: AppContext, engine: Any) -> None:
+def _lineage(app: AppContext, engine: EngineDetail) -> None:
     lineage = data.attempt("cannot read the lineage", model_lineage, app, engine.model_id)
     if lineage is None:
         return
@@ -283,14 +282,14 @@ def _lineage(app: AppContext, engine: Any) -> None:
     st.markdown("\n".join(lines))
 
 
-def _why_miss(app: AppContext, key: data.CatalogKey, engine: Any) -> None:
+def _why_miss(app: AppContext, key: data.CatalogKey, engine: EngineDetail) -> None:
     st.caption("Compare this engine's cache key with another engine's, or with a build request.")
     mode = st.radio("Compare with", ["another engine", "a build request"], horizontal=True, key="engines_miss_mode")
     if mode == "another engine":
         other_id = st.number_input("Other engine id", min_value=1, step=1, value=None, key="engines_miss_other")
         if other_id is None:
             return
-        other = data.attempt("cannot read the other engine", get_engine, app, int(other_id))
+        other = data.attempt("cannot read the other engine", engine_detail, app, int(other_id))
         if other is None:
             return
         right, label = other.key_ingredients, f"engine {other.id}"
