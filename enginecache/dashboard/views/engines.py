@@ -24,8 +24,7 @@ from enginecache.service.builds.views import PRECISIONS, backend_label, diff_ing
 from enginecache.service.context import AppContext
 from enginecache.service.engines.detail import EngineDetail, engine_detail
 from enginecache.service.engines.loadruns import list_load_runs
-from enginecache.service.models.register import get_model
-from enginecache.service.models.releases import aliases_of_model, version_of
+from enginecache.service.models.detail import model_release
 from enginecache.service.readmodels.display import markdown_literal, shape_text
 from enginecache.service.readmodels.engines import EngineFilter, ingredient_rows
 from enginecache.service.readmodels.jobs import engine_test_loads, jobs_by_id
@@ -256,12 +255,11 @@ def _builder_log(app: AppContext, engine: EngineDetail) -> None:
 
 def _aliases(app: AppContext, engine: EngineDetail) -> str:
     """`, version N, aliases prod, canary for sm86`: the release of the engine's model (plain text)."""
-    model = data.attempt("cannot read the model", get_model, app, engine.model_id)
-    if model is None:
+    release = data.attempt("cannot read the model", model_release, app, engine.model_id)
+    if release is None:
         return ""
-    version = version_of(app, model)
-    pointing = [a.alias + (f" for {a.gpu_class}" if a.gpu_class else "") for a in aliases_of_model(app, model)]
-    text = f", version {version}" + (f", aliases {', '.join(pointing)}" if pointing else "")
+    pointing = [a.alias + (f" for {a.gpu_class}" if a.gpu_class else "") for a in release.aliases]
+    text = f", version {release.version}" + (f", aliases {', '.join(pointing)}" if pointing else "")
     return markdown_literal(text)
 
 

@@ -36,7 +36,8 @@ from enginecache.dashboard.views.releases import release_panel
 from enginecache.errors import BadInputError, EngineCacheError, StoreError, UnavailableError
 from enginecache.service.access import roles as access
 from enginecache.service.context import AppContext
-from enginecache.service.models.register import RegisterResult, get_model, model_to_dict, register_model
+from enginecache.service.models.detail import model_detail
+from enginecache.service.models.register import RegisterResult, register_model
 from enginecache.service.readmodels.display import markdown_literal, shape_text
 from enginecache.service.readmodels.models import grouped, model_lineage
 
@@ -269,10 +270,10 @@ def _io_frame(tensors: list[dict[str, Any]]) -> pd.DataFrame:
 
 
 def _detail(app: AppContext, model_id: int) -> None:
-    model = _attempt("cannot read the model", get_model, app, model_id)
+    model = _attempt("cannot read the model", model_detail, app, model_id)
     if model is None:
         return
-    info = model_to_dict(model)
+    info = model.info
     st.subheader(f"{markdown_literal(model.name)} (id {model.id})")
     cols = st.columns(4)
     cols[0].metric("Size", data.fmt_bytes(model.size_bytes))
