@@ -1,0 +1,154 @@
+"""LLM scale: the Llama-like decoder (tests/llamamodel.py) of about a billion parameters, built.
+
+The model is written once (random fp16 weights as external data, no download) and registered in a
+template home. Each figure is a build in a new process beside its floor, the same build by hand:
+
+- TensorRT-RTX fp16 (the graph already computes in fp16, so no converter runs): `enginecache build`
+  against a script that parses the file strongly typed, sets the target's compute capability and
+  the same optimization profile, and writes the plan;
+- ONNX Runtime: `enginecache build --backend ort` against a CPU session that saves its optimized
+  model in ORT format.
+
+Each pair reports wall clock, peak RSS (the build's process tree) and the engine's size. A build
+takes minutes at this size, so a figure is one pair (two with --quick, which uses the 0.1B model).
+
+    .venv/bin/python bench/run_all.py --only bench_llm [--quick]
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+sys.path.insert(0, str(ROOT))
+
+from harness import Command, Figure  # noqa: E402
+
+from tests.llamamodel import PRESETS, parameter_count, write_llama  # noqa: E402
+
+SECTION = "LLM scale: a Llama-like decoder built"
+TARGET = "sm89"
+MODEL = "llama"
+# ONNX Runtime stores an engine in ORT format (a flatbuffer, 2 GiB at most) with its fp16 weights as
+# fp32: the 1B model's would be 3.8 GB, past what the format holds, so ORT builds the 0.1B one.
+ORT_PRESET = "0.1b"
+ORT_LIMIT = (
+    "\n\nOurs includes the CLI's start, the model's verified staging copy, the catalog and the store's publish "
+    "(hashing the engine); the floors write the engine and nothing else. ONNX Runtime builds the 0.1B model: its "
+    "engine is an ORT-format flatbuffer, which holds at most 2 GiB, and its CPU optimizer stores fp16 weights as "
+    "fp32 (the 1B model's engine would be 3.8 GB; ORT refuses to write it)."
+)
+
+
+def _profiles(preset: str) -> list[str]:
+    """One optimization profile for every dynamic input: batch 1..4, sequence 1..512 (opt 128),
+    past 1..512 (opt 128)."""
+    config = PRESETS[preset]
+    tokens = "1x1,1x128,4x512"
+    kv, d = config.kv_heads, config.head_dim
+    past = f"1x{kv}x1x{d},1x{kv}x128x{d},4x{kv}x512x{d}"
+    names = [f"past_key_values.{layer}.{kind}" for layer in range(config.layers) for kind in ("key", "value")]
+    return [f"input_ids={tokens}", f"position_ids={tokens}", *(f"{name}={past}" for name in names)]
+
+
+def _template(scratch: Path, preset: str) -> tuple[Path, Path, float]:
+    """The model file and a home with it registered (no engine); the seconds writing it took."""
+    from enginecache.service.context import AppContext
+    from enginecache.service.models.register import register_model
+
+    started = time.perf_counter()
+    model = write_llama(scratch / "model" / "llama.onnx", preset, "fp16")
+    written = time.perf_counter() - started
+    home = scratch / "template"
+    app = AppContext.from_settings(home)
+    try:
+        register_model(app, model, name=MODEL)
+    finally:
+        app.close()
+    return model, home, written
+
+
+def _engine_mib(figure: Figure, side: str) -> str:
+    samples = figure.samples_a if side == "a" else figure.samples_b
+    sizes = {s.extra.get("engine_bytes") for s in samples}
+    return ", ".join(f"{size / 2**20:,.0f} MiB" for size in sorted(s for s in sizes if s))
+
+
+def _table(figures: list[Figure]) -> str:
+    rows = [
+        "| build | ours: wall, peak RSS, engine | floor: wall, peak RSS, engine |",
+        "| --- | --- | --- |",
+    ]
+    for figure in figures:
+        a, b = figure.summary["a"], figure.summary["b"]
+        rows.append(
+            f"| {figure.name} | {a['wall_s']['median']:.1f} s, {a['maxrss_bytes']['max'] / 2**30:.2f} GiB, "
+            f"{_engine_mib(figure, 'a')} | {b['wall_s']['median']:.1f} s, {b['maxrss_bytes']['max'] / 2**30:.2f} GiB, "
+            f"{_engine_mib(figure, 'b')} |"
+        )
+    return "\n".join(rows)
+
+
+def run(report: Any) -> list[Figure]:
+    rtx_preset = "0.1b" if report.quick else "1b"
+    pairs = 2 if report.quick else 1
+    scratch = Path(tempfile.mkdtemp(prefix="bench-llm-", dir=report.scratch))
+    try:
+        figures: list[Figure] = []
+        notes: list[str] = []
+        builds_by_preset: dict[str, list[str]] = {rtx_preset: ["rtx"]}
+        builds_by_preset.setdefault(ORT_PRESET, []).append("ort")
+        for preset, builds in builds_by_preset.items():
+            made, note = _measure(report, scratch / preset, preset, builds, pairs)
+            figures += made
+            notes.append(note)
+        report.section(
+            SECTION,
+            "A decoder in the Llama layout (RMSNorm, rotary attention with a KV cache and grouped-query heads, "
+            "SwiGLU), random weights, built in a new process beside the same build by hand.",
+            notes=_table(figures) + "\n\n" + "\n\n".join(notes) + ORT_LIMIT,
+        )
+        return figures
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _measure(report: Any, scratch: Path, preset: str, builds: list[str], pairs: int) -> tuple[list[Figure], str]:
+    model, template, written = _template(scratch, preset)
+    model_bytes = sum(p.stat().st_size for p in model.parent.iterdir())
+    python, child = sys.executable, str(BENCH / "llm_child.py")
+    profiles = _profiles(preset)
+    profile_options = [option for text in profiles for option in ("--profile", text)]
+    params = {"preset": preset, "parameters": parameter_count(PRESETS[preset]), "model_bytes": model_bytes}
+    commands = {
+        "rtx": (
+            Command(
+                "enginecache build (rtx fp16)",
+                [python, child, "product", str(template), MODEL, "rtx", "fp16", "--target", TARGET, *profile_options],
+            ),
+            Command("TensorRT-RTX by hand", [python, child, "raw-rtx", str(model), TARGET, *profiles]),
+            f"TensorRT-RTX fp16, {preset}",
+        ),
+        "ort": (
+            Command("enginecache build (ort)", [python, child, "product", str(template), MODEL, "ort", "fp32"]),
+            Command("ONNX Runtime by hand", [python, child, "raw-ort", str(model)]),
+            f"ONNX Runtime, {preset}",
+        ),
+    }
+    figures = [
+        report.compare(ours, floor, name=name, section=SECTION, pairs=pairs, warmup=0, params=params)
+        for ours, floor, name in (commands[b] for b in builds)
+    ]
+    config = PRESETS[preset]
+    note = (
+        f"`{preset}` (tests/llamamodel.py): {parameter_count(config) / 1e9:.2f}B parameters ({config.layers} layers, "
+        f"hidden {config.hidden}, {config.heads} heads / {config.kv_heads} KV heads, vocabulary {config.vocab}), fp16 "
+        f"weights, {model_bytes / 2**30:.2f} GiB with its external data, written in {written:.0f} s."
+    )
+    return figures, note
