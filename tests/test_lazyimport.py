@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from enginecache.core import recipetools
 from enginecache.core.lazyimport import import_backend, importable
 from enginecache.core.precision import availability
 from enginecache.errors import BackendUnavailableError
@@ -55,4 +56,6 @@ def test_importable_takes_top_level_names_only() -> None:
 
 
 def test_the_memo_asks_for_what_modelopt_availability_asks_for() -> None:
-    assert memo.MODELOPT_MODULES == availability.MODELOPT_MODULES
+    """Both ask `core.recipetools` (tests/test_memo_ingredients.py checks what each answers)."""
+    assert availability.MODELOPT_MODULES is recipetools.MODELOPT_MODULES
+    assert memo.recipe_environment is recipetools.recipe_environment

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from enginecache.core.lazyimport import importable
-
-MODELOPT_MODULES = ("modelopt", "torch", "onnx_graphsurgeon")  # what AutoCast imports
+from enginecache.core.recipetools import MODELOPT_MODULES as MODELOPT_MODULES  # re-exported
+from enginecache.core.recipetools import modelopt_importable
 
 
 def modelopt_available() -> bool:
-    """Whether ModelOpt AutoCast can be imported here (checked without importing it or torch)."""
-    return all(importable(name) for name in MODELOPT_MODULES)
+    """Whether ModelOpt AutoCast can be imported here (checked without importing it or torch):
+    `core.recipetools.modelopt_importable`, which the serving memo keys by."""
+    return modelopt_importable()

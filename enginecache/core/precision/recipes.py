@@ -33,6 +33,7 @@ from enginecache.core.precision.spec import (
     PrecisionSpec,
     quantized_refusal,
 )
+from enginecache.core.recipetools import MODELOPT, ONNXCONVERTER, ONNXRUNTIME
 from enginecache.errors import PrecisionError
 
 logger = logging.getLogger(__name__)
@@ -111,7 +112,9 @@ def plan_recipe(spec: PrecisionSpec, *, input_shapes: Mapping[str, Sequence[int]
       onnxruntime.quantization), the tool and exact version, and the calibration (the .npz's
       digest, or "random" with the shapes of the generated feeds).
 
-    The converted model's own digest is recorded on its catalog row.
+    Every tool version recorded is one of `core.recipetools.RECIPE_TOOLS`, and the converters tried
+    follow `modelopt_available()`: the environment the serving memo keys by. The converted model's own
+    digest is recorded on its catalog row.
     """
     identity: dict[str, object] = {"name": spec.precision, "calibration": None, "calibration_digest": None}
     shapes = {name: list(shape) for name, shape in sorted((input_shapes or {}).items())}
@@ -124,7 +127,7 @@ def plan_recipe(spec: PrecisionSpec, *, input_shapes: Mapping[str, Sequence[int]
                 converters.append(
                     {
                         "tool": TOOL_AUTOCAST,
-                        "tool_version": tool_version("nvidia-modelopt"),
+                        "tool_version": tool_version(MODELOPT),
                         "rules": AUTOCAST_RULES,
                         "reference_shapes": shapes,
                     }
@@ -133,7 +136,7 @@ def plan_recipe(spec: PrecisionSpec, *, input_shapes: Mapping[str, Sequence[int]
                 converters.append(
                     {
                         "tool": TOOL_ONNXCONVERTER,
-                        "tool_version": tool_version("onnxconverter-common"),
+                        "tool_version": tool_version(ONNXCONVERTER),
                         "rules": LIGHT_FP16_RULES,
                     }
                 )
@@ -146,8 +149,8 @@ def plan_recipe(spec: PrecisionSpec, *, input_shapes: Mapping[str, Sequence[int]
     if spec.backend_family == "tensorrt":
         if not availability.modelopt_available():
             raise ptq_unavailable(spec.precision)
-        tool, version = TOOL_MODELOPT_PTQ, tool_version("nvidia-modelopt")
+        tool, version = TOOL_MODELOPT_PTQ, tool_version(MODELOPT)
     else:
-        tool, version = TOOL_ORT_QUANT, tool_version("onnxruntime")
+        tool, version = TOOL_ORT_QUANT, tool_version(ONNXRUNTIME)
         identity["rules"] = ORT_QUANT_RULES
     return {**identity, "backend_family": spec.backend_family, "tool": tool, "tool_version": version}

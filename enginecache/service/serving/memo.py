@@ -1,24 +1,26 @@
-"""The serving lookup's memo: which engine `load_or_build` found for a request, remembered.
+"""The serving lookup's memo: which engine the full lookup found for a request, under a key of
+everything that answer depends on besides the catalog.
 
-The full lookup (`service.serving.loadpath`: model by digest, `plan_build`, `lookup.find_engine`) needs the
-ORM, the model's recorded inputs and the precision recipes; a cache hit in a new process must not
-pay for importing them. So after a full-path hit the answer is written to `engine_memos` under a
-key of everything that answer depends on, and `service.serving.hitpath` reads it back with the stdlib's
-sqlite3:
+Contract:
 
-- the model's digest (from the stat cache) and every `RuntimeSpec` field;
-- the backend's exact library version (what `plan_build` puts in the cache key), the versions of
-  the precision tools `core.precision.plan_recipe` names, and whether ModelOpt is importable (it
-  picks the fp16 converter);
-- the host facts planning and `find_engine`'s compatibility rule read: OS, machine, CPU target,
-  and for a GPU backend each GPU's name and compute capability;
-- the code that planned it (`code_identity`: every enginecache source file's size and mtime, so
-  also `core.cachekey.KEY_SCHEMA`) and the memo's own schema.
-
-Any change is a different key: a miss of the memo, answered by the full path, which writes it anew.
-Beside the key the memo keeps the model's READY engine ids at the time (`find_engine` chooses
-among them), so a build, retire, un-retire or CORRUPT mark of any of them also sends the next
-lookup down the full path. A calibration file (whose digest the key would need) is never memoized.
+- Why it exists: the cache key is computed by planning a build (`service.builds.plan.plan_build`: the
+  model's recorded inputs, profiles, `core.precision.plan_recipe`, the backend's targets), which needs
+  the ORM and onnx; a cache hit in a new process (`service.serving.hitpath`) must not import them. The
+  full lookup (`service.serving.loadpath`) writes its answer here after planning; the hit reads it with
+  the stdlib's sqlite3.
+- The key (`memo_ingredients`): the model's digest, every `RuntimeSpec` field, the backend and its
+  exact library version (what the plan puts in the key), the precision recipes' environment
+  (`core.recipetools.recipe_environment`: the tool versions and ModelOpt's availability, named there
+  once and read through the same names by `plan_recipe`), the host facts planning and the backend's
+  compatibility rule read (`host_facts`), the code (`code_identity`: every enginecache source file's
+  path, size and mtime, so an upgrade or an edit of the planning code is another key) and
+  `MEMO_SCHEMA`. Any change is another key: a miss of the memo, answered by the full lookup.
+- Beside the key the memo keeps the model's READY engine ids (`ready_list`): the hit serves the memo
+  only while that set is unchanged and the engine is still READY, so a build, retire or CORRUPT mark
+  sends the next lookup down the full path. A calibration file (whose digest the key would need) is
+  never memoized.
+- What it costs a hit: `code_identity` (one `stat` per source file, a few milliseconds) and one
+  indexed row; what it saves: the full lookup's imports and planning, most of a second.
 """
 
 from __future__ import annotations
@@ -29,8 +31,7 @@ import os
 
 import blake3
 
-from enginecache.core.fingerprint import distribution_version
-from enginecache.core.lazyimport import importable
+from enginecache.core.recipetools import recipe_environment
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy treats the name as True)
 if TYPE_CHECKING:
@@ -42,11 +43,6 @@ if TYPE_CHECKING:
     from enginecache.service.serving.runtimetypes import RuntimeSpec
 
 MEMO_SCHEMA = 1
-# The distributions core.precision.recipes.plan_recipe records as `tool_version`.
-PRECISION_TOOLS = ("onnxruntime", "onnxconverter-common", "nvidia-modelopt")
-# What core.precision.availability.modelopt_available() looks for (it picks AutoCast for fp16), asked the
-# same way (core.lazyimport.importable); not imported from there: core.precision's package imports a lot.
-MODELOPT_MODULES = ("modelopt", "torch", "onnx_graphsurgeon")
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))  # enginecache/, as a str
 
 
@@ -102,8 +98,7 @@ def memo_ingredients(
         "spec": spec.to_dict(),
         "backend": backend.name,
         "backend_version": backend_version,
-        "tools": {name: distribution_version(name) for name in PRECISION_TOOLS},
-        "modelopt_importable": all(importable(name) for name in MODELOPT_MODULES),
+        **recipe_environment(),  # "tools", "modelopt_importable"
         "host": host_facts(backend, host),
     }
 
