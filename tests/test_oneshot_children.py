@@ -1,6 +1,8 @@
-"""The children of the one-shot worker that runs a job here: forked from a zygote, not a fork server
-(but for a process with other threads), ended with the wait that started them; a zygote's child
-exits as a multiprocessing child would; a job child whose worker is gone runs nothing."""
+"""The children a worker starts its attempts in: forked from a zygote (but in a process with other
+threads), which for the one-shot worker that runs a job here is a fork of the waiting command, ended
+with the wait that started it; a zygote's children, any number at once, exit as multiprocessing
+children would; a job child whose worker is gone runs nothing; a child runs the job kinds its worker
+names, whenever its zygote was made."""
 
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from enginecache.errors import (
 )
 from enginecache.service.builds.submitwait import run_and_wait
 from enginecache.service.context import AppContext
+from enginecache.service.jobs import kinds
 from enginecache.service.jobs import worker as worker_module
 from enginecache.service.jobs.kinds import JOB_KINDS_ENV
 from enginecache.service.jobs.worker import Worker
@@ -67,10 +70,6 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _no_fork_server() -> None:
-    raise AssertionError("the one-shot worker started the fork server")
-
-
 def _stop_tqdm_monitor(monkeypatch: pytest.MonkeyPatch) -> None:
     """Earlier tests in this process ran ModelOpt, whose tqdm leaves a monitor thread behind; a CLI
     process has none. Stop it (and start no new one) so this process is single-threaded again."""
@@ -89,7 +88,6 @@ def test_a_one_shot_attempt_runs_in_a_fork_of_this_process(
 ) -> None:
     _stop_tqdm_monitor(monkeypatch)
     assert threading.active_count() == 1, [t.name for t in threading.enumerate()]
-    monkeypatch.setattr(worker_module, "_child_context", _no_fork_server)
     job = queue.enqueue(app_ctx.catalog, kind="sleep", payload={"seconds": 0}, requirements=ANY_WORKER).job
     done = run_and_wait(app_ctx, job, timeout_seconds=60)
     assert done.status == JobStatus.SUCCEEDED, done.error
@@ -128,17 +126,17 @@ def test_a_timed_out_wait_kills_the_running_attempt_and_hands_the_job_back(
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("test_kinds")
-def test_with_other_threads_running_the_one_shot_worker_uses_the_fork_server(
+def test_with_other_threads_running_the_one_shot_worker_spawns_its_attempt(
     app_ctx: AppContext, monkeypatch: pytest.MonkeyPatch, zygotes: list[Zygote]
 ) -> None:
-    started: list[bool] = []
-    real = worker_module._child_context
+    started: list[str] = []
+    real = worker_module.multiprocessing.get_context
 
-    def fork_server() -> Any:
-        started.append(True)
-        return real()
+    def context(method: str | None = None) -> Any:
+        started.append(str(method))
+        return real(method)
 
-    monkeypatch.setattr(worker_module, "_child_context", fork_server)
+    monkeypatch.setattr(worker_module.multiprocessing, "get_context", context)
     release = threading.Event()
     other = threading.Thread(target=release.wait, name="another-thread")
     other.start()
@@ -149,31 +147,34 @@ def test_with_other_threads_running_the_one_shot_worker_uses_the_fork_server(
         release.set()
         other.join()
     assert done.status == JobStatus.SUCCEEDED, done.error
-    assert started and not zygotes, "no fork while another thread runs"
+    assert started == ["spawn"] and not zygotes, "no fork while another thread runs"
 
 
 @pytest.mark.slow
-def test_the_worker_not_its_fork_server_decides_which_added_job_kinds_a_child_runs(
+def test_a_child_runs_the_job_kinds_its_worker_names_whenever_its_zygote_was_made(
     app_ctx: AppContext, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The fork server is one per process and keeps the environment it started under: one started
-    by an earlier job without ENGINECACHE_JOB_KINDS must not make a later worker's added kind
-    "unknown" (the order-dependent failure this guards against), nor the reverse."""
-    import multiprocessing.forkserver
-
-    multiprocessing.forkserver._forkserver._stop()  # type: ignore[attr-defined]
-    monkeypatch.setattr(worker_module, "_child_context", lambda: multiprocessing.get_context("forkserver"))
+    """A worker names its added kinds to each child (`ChildSpec.job_kinds`): a zygote made before
+    they were named (as a one-shot worker's is, or one a caller hands on) has none in its copy of this
+    process, and its children run them all the same; a worker that names none finds them unknown."""
+    _stop_tqdm_monitor(monkeypatch)
+    monkeypatch.setattr(kinds, "JOB_RUNNERS", {})  # what a zygote copies: none added
     monkeypatch.delenv(JOB_KINDS_ENV, raising=False)
     refused = queue.enqueue(
         app_ctx.catalog, kind="sleep", payload={"seconds": 0}, requirements=ANY_WORKER, max_attempts=1
     ).job
-    Worker(app_ctx, worker_module.WorkerConfig(name="no-test-kinds", job_id=refused.id)).run()
-    assert queue.get_job(app_ctx.catalog, refused.id or 0).status in (JobStatus.FAILED, JobStatus.DEAD)
-    assert multiprocessing.forkserver._forkserver._forkserver_pid is not None, "the fork server is running"  # type: ignore[attr-defined]
+    Worker(app_ctx, worker_module.WorkerConfig(name="no-added-kinds", job_id=refused.id)).run()
+    unknown = queue.get_job(app_ctx.catalog, refused.id or 0)
+    assert unknown.status == JobStatus.FAILED and unknown.error == "unknown job kind 'sleep'"
 
-    monkeypatch.setenv(JOB_KINDS_ENV, jobkinds_for_tests.ENTRY)  # the same fork server, started without it
-    job = queue.enqueue(app_ctx.catalog, kind="sleep", payload={"seconds": 0}, requirements=ANY_WORKER).job
-    Worker(app_ctx, worker_module.WorkerConfig(name="test-kinds", job_id=job.id)).run()
+    app_ctx.catalog.dispose()
+    zygote = Zygote()  # before the kinds are named
+    try:
+        monkeypatch.setenv(JOB_KINDS_ENV, jobkinds_for_tests.ENTRY)
+        job = queue.enqueue(app_ctx.catalog, kind="sleep", payload={"seconds": 0}, requirements=ANY_WORKER).job
+        Worker(app_ctx, worker_module.WorkerConfig(name="added-kinds", job_id=job.id), children=zygote).run()
+    finally:
+        zygote.close()
     done = queue.get_job(app_ctx.catalog, job.id or 0)
     assert done.status == JobStatus.SUCCEEDED, done.error
 
@@ -203,6 +204,36 @@ def test_a_zygote_child_exits_as_a_multiprocessing_child_would() -> None:
         os.kill(sleeper.pid, signal.SIGKILL)
         sleeper.join()
         assert sleeper.exitcode == -signal.SIGKILL
+    finally:
+        zygote.close()
+    assert not _alive(zygote.pid)
+
+
+def test_a_zygote_runs_children_at_once_each_joined_from_its_own_thread() -> None:
+    """A worker with several slots starts and joins its attempts from as many threads."""
+    zygote = Zygote()
+    try:
+        sleepers = [zygote.Process(target=time.sleep, args=(60,), name=f"s{i}") for i in range(3)]
+        for sleeper in sleepers:
+            sleeper.start()
+        quick = zygote.Process(target=_exit_with, args=(5,), name="quick")
+        quick.start()
+        codes: dict[str, int | None] = {}
+
+        def join(child: Any) -> None:
+            child.join(60)
+            codes[child.name] = child.exitcode
+
+        joiners = [threading.Thread(target=join, args=(child,)) for child in (*sleepers, quick)]
+        for joiner in joiners:
+            joiner.start()
+        joiners[-1].join(60)
+        assert codes == {"quick": 5}, "the quick child is seen to end while the others run"
+        for signum, sleeper in zip((signal.SIGKILL, signal.SIGTERM, signal.SIGUSR1), sleepers, strict=True):
+            os.kill(sleeper.pid or 0, signum)
+        for joiner in joiners:
+            joiner.join(60)
+        assert codes == {"s0": -signal.SIGKILL, "s1": -signal.SIGTERM, "s2": -signal.SIGUSR1, "quick": 5}
     finally:
         zygote.close()
     assert not _alive(zygote.pid)

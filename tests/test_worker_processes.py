@@ -12,7 +12,6 @@ the state it needs.
 from __future__ import annotations
 
 import json
-import multiprocessing.forkserver
 import os
 import signal
 import subprocess
@@ -394,9 +393,7 @@ def run_worker_whose_first_write_waits(home: str, db_url: str, job_id: str, repo
     queue.set_runner = waiting_set_runner  # type: ignore[assignment]  # the worker calls it as queue.set_runner
     app = AppContext.from_settings(Path(home), db_url)
     try:
-        worker = Worker(app, WorkerConfig(name="slow-writes", job_id=int(job_id)))
-        multiprocessing.forkserver.ensure_running()  # warm, as a long-running worker's fork server is
-        worker.run()
+        Worker(app, WorkerConfig(name="slow-writes", job_id=int(job_id))).run()  # its zygote warm before the claim
     finally:
         app.close()
 

@@ -4,11 +4,11 @@ What `enginecache build` and `enginecache test-load` do without `--queue`: the j
 queue either way, so a live worker that can run it does; otherwise a one-shot worker in this process
 claims just that job and runs it through the same worker code (child process, lease, heartbeat).
 
-The one-shot worker starts nothing it does not need: no fork server (a fresh interpreter importing
-every backend, seconds for one job). Its attempts run in children of a `service.jobs.zygote.Zygote`, a
-fork of this process made while it has one thread, which imports the job's backend library while
-the worker claims the job; where this process already runs other threads (a fork is unsafe then),
-the worker's default fork server is used. It polls the job more often than a waiting client.
+The one-shot worker starts nothing it does not need: no fresh interpreter (seconds for one job). Its
+attempts run in children of a `service.jobs.zygote.Zygote`, a fork of this process made while it has
+one thread, which imports only the job's backend library, while the worker claims the job; where
+this process already runs other threads (a fork is unsafe then), the worker chooses for itself
+(`Worker.run`). It polls the job more often than a waiting client.
 """
 
 from __future__ import annotations

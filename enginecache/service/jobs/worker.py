@@ -11,10 +11,8 @@ attempt once claimed (its child, heartbeat, deadline and outcome) is `service.jo
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import multiprocessing
-import multiprocessing.forkserver
 import os
 import signal
 import socket
@@ -34,6 +32,7 @@ from enginecache.service.context import AppContext
 from enginecache.service.jobs.kinds import job_kinds_from_env, load_job_kinds
 from enginecache.service.jobs.routing import SCOPE_JOB, SCOPE_QUEUE, can_run, warm_libraries, worker_capabilities
 from enginecache.service.jobs.supervisor import AttemptDeadline, AttemptSupervisor, child_error
+from enginecache.service.jobs.zygote import Zygote
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +48,7 @@ __all__ = [
 STOP_POLL_SECONDS = 0.1  # how soon the worker's row says "stopping" after a stop request
 SIGNAL_POLL_SECONDS = 0.2  # how soon the main thread runs a signal handler another thread received
 OFFLINE_ATTEMPTS = 5  # tries to record "offline" as the worker ends
-# Modules the fork server imports once, so each job's child starts warm (no GPU context is
+# Modules the worker's zygote imports once, so each job's child starts warm (no GPU context is
 # created by importing them; CUDA initializes in the child when a build needs it); the backends'
 # libraries are those their declarations mark warm.
 WARM_MODULES = ("enginecache.service.jobs.child", "onnx", *warm_libraries(), "onnxconverter_common")
@@ -97,14 +96,6 @@ def default_worker_name() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
 
-def _child_context() -> Any:
-    if "forkserver" in multiprocessing.get_all_start_methods():
-        context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload([m for m in WARM_MODULES if importlib.util.find_spec(m) is not None])
-        return context
-    return multiprocessing.get_context("spawn")
-
-
 class Worker:
     def __init__(
         self,
@@ -115,8 +106,9 @@ class Worker:
         clock: Clock = utcnow,
         children: Any = None,
     ) -> None:
-        """`children` starts each attempt's child process (a multiprocessing context, or anything with
-        its `Process(target, args, name)`); default: the warm fork server (`WARM_MODULES`).
+        """`children` starts each attempt's child process (a `service.jobs.zygote.Zygote`, a
+        multiprocessing context, or anything with its `Process(target, args, name)`); by default the
+        worker makes a zygote of its own as it starts (`run`).
         BuildOptionError where `config.job_kinds` names no job kinds (checked here, before any claim)."""
         load_job_kinds(config.job_kinds)
         self.app = app
@@ -129,12 +121,7 @@ class Worker:
         self._stop = threading.Event()
         self._hard_stop = threading.Event()
         self._slots_done = threading.Event()
-        if children is None:
-            children = _child_context()
-            # Our own fork server is started before the first claim (`run`); a given `children` is the caller's.
-            self._warm_fork_server = children.get_start_method() == "forkserver"
-        else:
-            self._warm_fork_server = False
+        self._own_children = children is None  # a given `children` is the caller's to make and end
         self._attempts = AttemptSupervisor(
             app, config, host=self.host, clock=clock, children=children, hard_stop=self._hard_stop
         )
@@ -158,10 +145,33 @@ class Worker:
 
     def run(self) -> int:
         """Claim and run jobs until stopped (or, with `once`/`job_id`, until none is claimable)."""
-        if self._warm_fork_server:
-            # Its preload (WARM_MODULES) takes seconds on a busy host: before the first claim, not
-            # inside the first attempt, whose lease would run out meanwhile with no heartbeat.
-            multiprocessing.forkserver.ensure_running()
+        zygote = self._make_children() if self._own_children else None
+        try:
+            return self._claim_and_run()
+        finally:
+            if zygote is not None:
+                zygote.close()
+
+    def _make_children(self) -> Zygote | None:
+        """What starts this worker's attempts: a zygote made now, while this process has one thread
+        (a fork is safe only then), and warm (`WARM_MODULES`) before the first claim, not inside the
+        first attempt, whose lease would run out meanwhile with no heartbeat. Where other threads run,
+        each attempt is a fresh interpreter instead (multiprocessing's spawn: seconds per attempt)."""
+        if threading.active_count() > 1:
+            logger.info("worker %s: other threads run here; each attempt starts a fresh interpreter", self.config.name)
+            self._attempts.children = multiprocessing.get_context("spawn")
+            return None
+        self.app.catalog.dispose()  # no open connection may cross the fork
+        zygote = Zygote(warm=WARM_MODULES)
+        try:
+            zygote.wait_ready()
+        except BaseException:
+            zygote.close()
+            raise
+        self._attempts.children = zygote
+        return zygote
+
+    def _claim_and_run(self) -> int:
         queue.register_worker(
             self.app.catalog,
             name=self.config.name,
