@@ -255,7 +255,7 @@ def test_a_zygote_is_never_forked_from_a_process_with_threads() -> None:
 def test_a_job_child_whose_worker_is_already_gone_exits_without_running_the_job(
     app_ctx: AppContext, tmp_path: Path
 ) -> None:
-    """A fork clears the death signal, so a child whose worker (and fork server) died before it asked
+    """A fork clears the death signal, so a child whose worker (and zygote) died before it asked
     for one again would run on unsupervised: it checks the worker right after asking, and exits."""
     import multiprocessing
 

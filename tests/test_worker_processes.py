@@ -63,7 +63,7 @@ class WorkerProcess:
 
 
 def _start_worker(app: AppContext, name: str, *extra: str, test_kinds: bool = True) -> WorkerProcess:
-    """A worker process whose output goes to a file: its fork server and children inherit it, and a
+    """A worker process whose output goes to a file: its zygote and children inherit it, and a
     pipe they held open would keep a reader waiting after the worker itself has exited."""
     log = app.home.parent / f"{name}.log"
     with open(log, "wb") as sink:

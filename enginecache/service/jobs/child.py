@@ -31,7 +31,7 @@ def run_child(spec: ChildSpec) -> None:
     os.setsid()  # own process group: cancel and timeout kill the whole group
     try:
         # A worker killed outright (SIGKILL, OOM) leaves no build running on its own: the process
-        # that forked us (the fork server or the zygote) exits with the worker, and we with it.
+        # that forked us (the worker's zygote) exits with the worker, and we with it.
         die_with_parent()
     except OSError as err:
         logger.warning("job %s: %s", spec.job_id, err)

@@ -11,8 +11,8 @@ The product's kinds are `build` and `test_load`. More kinds are added without ch
 - `ENGINECACHE_JOB_KINDS=module:attribute,...` in a worker's environment (`WorkerConfig.job_kinds`),
   each attribute a mapping from kind name to runner. The worker loads them when it starts (a bad
   entry stops it there, `BuildOptionError`) and hands the list to each attempt's child
-  (`ChildSpec.job_kinds`), which loads them again: the fork server the child came from may predate
-  the worker's environment;
+  (`ChildSpec.job_kinds`), which loads them again: the zygote the child is forked from may have
+  been made before the worker loaded them (a one-shot worker's is), and a spawned child has none;
 - `register_job_kind(name, runner)`, in a process whose children are forked from it.
 
 A product kind's name cannot be taken. The product's kinds are named here by "module:function", so
@@ -67,7 +67,7 @@ class ChildSpec:
     # The worker's added kinds ("module:attribute" entries, `load_job_kinds`).
     job_kinds: tuple[str, ...] = ()
     # The worker that supervises the attempt: a child that finds it gone right after asking to die
-    # with its parent (the fork server may have exited between the fork and that request) exits.
+    # with its parent (the zygote may have exited between the fork and that request) exits.
     worker_pid: int | None = None
 
     def finish(
