@@ -42,10 +42,13 @@ def engine_facts(app: AppContext, engine: EngineRecord) -> EngineFacts:
     )
 
 
-def read_engine(app: AppContext, engine: EngineRecord, timer: PhaseTimer | None = None, *, by: str) -> bytes:
+def read_engine(
+    app: AppContext, engine: EngineRecord, timer: PhaseTimer | None = None, *, by: str = LOAD_OR_BUILD
+) -> bytes:
     """The engine's blob, verified (BLAKE3 when recorded, else sha256) in the pass that reads it
     (phase `read_verify`). A mismatch or a missing blob marks the engine CORRUPT (audited as found
-    `by` that caller) and raises EngineRejectedError (verdict CORRUPT)."""
+    `by` the caller: the readiness probe, a serving load) and raises EngineRejectedError (verdict
+    CORRUPT)."""
     return read_blob(engine_facts(app, engine), timer or PhaseTimer(), _marker(app, engine.id or 0, by))
 
 
@@ -64,7 +67,7 @@ def load_engine_record(app: AppContext, engine: EngineRecord, timer: PhaseTimer)
 
 
 def _marker(app: AppContext, engine_id: int, by: str) -> Callable[[str], None]:
-    """`on_corrupt` for `engine_load`: the engine marked CORRUPT, with its audit row, in one transaction."""
+    """`on_corrupt` for `engineload`: the engine marked CORRUPT, with its audit row, in one transaction."""
 
     def mark(reason: str) -> None:
         with app.catalog.changes() as ex:
