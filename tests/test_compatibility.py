@@ -13,9 +13,11 @@ from typing import Any
 
 import pytest
 
-from enginecache.core.backends.base import EngineRef
+from enginecache.core.backends.base import CompatibilityResult, EngineRef
+from enginecache.core.backends.ort.backend import ORT_BACKEND
 from enginecache.core.backends.registry import all_backends, get_backend
 from enginecache.core.fingerprint import GpuInfo, HostFingerprint, host_fingerprint
+from enginecache.core.verdicts import Verdict
 from enginecache.db.models import EngineRecord, EngineStatus
 from enginecache.service.builds.plan import BuildRequest, build_engine
 from enginecache.service.context import AppContext
@@ -187,3 +189,22 @@ def test_check_and_the_catalog_agree_on_this_host(app_ctx: AppContext, tmp_path:
         assert checked.verdict == rule.verdict == host_verdict(engine, here.to_dict())[0], checked.reason
         if name == "ort" or not here.gpus:
             assert rule.compatible is compatible and reason in rule.reason, rule.reason
+
+
+def test_test_load_routing_asks_the_backends_rule(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`can_run` of a load is `Backend.compatibility` on the worker (not a second encoding of it): a
+    worker the requirement keys alone would take is refused where the rule refuses it, with the
+    engine, the worker's OS, GPUs, CPU target and library version the rule was given."""
+    host = _host("compatible", "ort")
+    needs = load_requirements(_record(ENGINES["ort"]))
+    seen: list[tuple[EngineRef, HostFingerprint]] = []
+
+    def refuse(engine: EngineRef, worker: HostFingerprint) -> CompatibilityResult:
+        seen.append((engine, worker))
+        return CompatibilityResult(Verdict.INCOMPATIBLE, "refused by the rule")
+
+    monkeypatch.setattr(ORT_BACKEND, "compatibility", refuse)
+    assert not can_run(needs, _capabilities(host))
+    [(engine, worker)] = seen
+    assert engine == ENGINES["ort"]
+    assert (worker.os, worker.cpu_target, worker.packages) == (host.os, host.cpu_target, {"onnxruntime": "1.22.0"})

@@ -93,6 +93,7 @@ def test_routing_sends_rtx_test_loads_to_gpu_workers(app_ctx: AppContext, tmp_pa
         "compute_capability_any": ["sm86", "sm89"],
         "backend_version": rtx.backend_version,
         "os": rtx.os,
+        "engine": {"targets": ["sm86", "sm89"], "precision": rtx.precision},
     }
     host = host_fingerprint()
     here = worker_capabilities(host)

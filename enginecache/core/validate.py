@@ -47,6 +47,7 @@ from enginecache.core.inputs import (
     random_inputs,
 )
 from enginecache.core.tolerances import DEFAULT_TOLERANCES, Tolerances, tolerances_for
+from enginecache.core.verdicts import LOAD_OUTCOMES, Verdict
 from enginecache.errors import (
     BackendUnavailableError,
     EngineCacheError,
@@ -58,12 +59,13 @@ from enginecache.errors import (
 
 logger = logging.getLogger(__name__)
 
-PASS = "PASS"
-FAIL = "FAIL"
-INCOMPATIBLE = "INCOMPATIBLE"
-CORRUPT = "CORRUPT"
-ERROR = "ERROR"
-VERDICTS = (PASS, FAIL, INCOMPATIBLE, CORRUPT, ERROR)
+# A run's verdict as the catalog's load runs write it (`core.verdicts`: the one vocabulary).
+PASS = Verdict.PASS.outcome
+FAIL = Verdict.FAIL.outcome
+INCOMPATIBLE = Verdict.INCOMPATIBLE.outcome
+CORRUPT = Verdict.CORRUPT.outcome
+ERROR = Verdict.ERROR.outcome
+VERDICTS = tuple(v.outcome for v in LOAD_OUTCOMES)
 
 # The load phases in the order they run (the dashboard draws them as one stacked bar).
 LOAD_PHASES = ("read_verify", "validity", "deserialize", "create_context", "allocate_io", "first_inference")

@@ -27,6 +27,7 @@ from enginecache.core.backends.loadtypes import PhaseTimer as PhaseTimer
 from enginecache.core.backends.loadtypes import TensorIO as TensorIO
 from enginecache.core.backends.loadtypes import TritonInfo as TritonInfo
 from enginecache.core.backends.loadtypes import numpy_dtype as numpy_dtype
+from enginecache.core.verdicts import Verdict
 from enginecache.errors import TargetError
 
 if TYPE_CHECKING:  # numpy and the profiles (which import onnx) stay out of a serving process's cache hit
@@ -80,16 +81,18 @@ class BuildOutput:
 
 @dataclass(frozen=True)
 class CompatibilityResult:
-    verdict: str  # "compatible" | "incompatible" | "unknown"
+    """The rule's answer: COMPATIBLE, INCOMPATIBLE or UNKNOWN (`core.verdicts`), and why."""
+
+    verdict: Verdict
     reason: str
     details: Mapping[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"verdict": self.verdict, "reason": self.reason, "details": dict(self.details)}
+        return {"verdict": str(self.verdict), "reason": self.reason, "details": dict(self.details)}
 
     @property
     def compatible(self) -> bool:
-        return self.verdict == "compatible"
+        return self.verdict == Verdict.COMPATIBLE
 
 
 @dataclass(frozen=True)
@@ -274,10 +277,10 @@ def local_targets_only(
 
 
 def verdict(built: str, reasons: list[str], details: Mapping[str, Any], ok: str) -> CompatibilityResult:
-    """'incompatible' with every reason, or 'compatible' saying why (`ok`)."""
+    """INCOMPATIBLE with every reason, or COMPATIBLE saying why (`ok`)."""
     if reasons:
-        return CompatibilityResult("incompatible", f"{built}; " + "; ".join(reasons), details)
-    return CompatibilityResult("compatible", f"{built}; {ok}", details)
+        return CompatibilityResult(Verdict.INCOMPATIBLE, f"{built}; " + "; ".join(reasons), details)
+    return CompatibilityResult(Verdict.COMPATIBLE, f"{built}; {ok}", details)
 
 
 def common_reasons(engine: EngineRef, host: HostFingerprint, label: str, module: str) -> tuple[list[str], str | None]:

@@ -25,6 +25,7 @@ from enginecache.core.backends.registry import get_backend
 from enginecache.core.blobpaths import blob_path
 from enginecache.core.fingerprint import HostFingerprint, host_fingerprint
 from enginecache.core.hashing import DigestResult, hash_file
+from enginecache.core.verdicts import Verdict
 from enginecache.db import engines
 from enginecache.db.models import EngineRecord, EngineStatus, ModelRecord, utcnow
 from enginecache.errors import IntegrityCheckError, NotFoundError
@@ -156,7 +157,7 @@ def _mark_corrupt(app: AppContext, engine_id: int, by: str, err: IntegrityCheckE
         engines.mark_corrupt(ex, engine_id, actor=audit.current_actor(), by=by, reason=str(err))
 
 
-CORRUPT_VERDICT = "corrupt"  # `check_engine`'s verdict for a blob that does not match its digest
+CORRUPT_VERDICT = Verdict.CORRUPT  # `check_engine`'s verdict for a blob that does not match its digest
 
 
 def check_engine(app: AppContext, engine_id: int, *, host: HostFingerprint | None = None) -> CompatibilityResult:
@@ -165,12 +166,14 @@ def check_engine(app: AppContext, engine_id: int, *, host: HostFingerprint | Non
     recorded digest, the engine is marked CORRUPT and the backend is never handed its header."""
     engine = get_engine(app, engine_id)
     if engine.status != EngineStatus.READY or engine.sha256 is None:
-        return CompatibilityResult("unknown", f"engine {engine_id} is {engine.status}, there is no engine to load")
+        return CompatibilityResult(
+            Verdict.UNKNOWN, f"engine {engine_id} is {engine.status}, there is no engine to load"
+        )
     try:
         path = blob_path(app.home, engine.sha256)
         if not path.is_file():
             return CompatibilityResult(
-                "unknown", f"engine {engine_id}'s blob is missing from the store ({path}); run verify"
+                Verdict.UNKNOWN, f"engine {engine_id}'s blob is missing from the store ({path}); run verify"
             )
         verify_blob_at(path, engine)
     except IntegrityCheckError as err:
@@ -200,7 +203,7 @@ def retire_engine(app: AppContext, engine_id: int, *, clock: Callable[[], dateti
 class HostVerdict:
     host: str
     online: bool
-    verdict: str  # compatible | incompatible | unknown
+    verdict: Verdict  # COMPATIBLE | INCOMPATIBLE | UNKNOWN
     reason: str
 
 
@@ -225,14 +228,14 @@ def engine_host_verdicts(app: AppContext, engine_id: int) -> list[HostVerdict]:
     return verdicts
 
 
-def host_verdict(engine: EngineRecord, fingerprint: Mapping[str, Any]) -> tuple[str, str]:
+def host_verdict(engine: EngineRecord, fingerprint: Mapping[str, Any]) -> tuple[Verdict, str]:
     """(verdict, reason) of the backend's rule for a host as the catalog recorded its fingerprint."""
     if engine.status != EngineStatus.READY:
-        return "unknown", f"engine {engine.id} is {engine.status}: there is nothing to load"
+        return Verdict.UNKNOWN, f"engine {engine.id} is {engine.status}: there is nothing to load"
     return ref_verdict(engine_ref(engine), recorded_host(fingerprint))
 
 
-def ref_verdict(ref: EngineRef, host: HostFingerprint) -> tuple[str, str]:
+def ref_verdict(ref: EngineRef, host: HostFingerprint) -> tuple[Verdict, str]:
     """`host_verdict` of a READY engine given as its `EngineRef`, for a host already made a
     fingerprint (`recorded_host`): what a view judging many engine groups per host calls, once per
     distinct ref and host (the rule reads nothing else)."""

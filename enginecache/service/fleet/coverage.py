@@ -32,6 +32,7 @@ import sqlalchemy as sa
 from sqlmodel import col
 
 from enginecache.core.backends.registry import all_backends, backend_label
+from enginecache.core.verdicts import Verdict
 from enginecache.db.models import EngineRecord, EngineStatus, JobRecord, ModelRecord
 from enginecache.service.context import AppContext
 from enginecache.service.engines.groups import EngineGroup as EngineGroup  # re-exported
@@ -45,7 +46,7 @@ from enginecache.service.readmodels.hosts import HostRow, worker_hosts
 from enginecache.service.readmodels.jobs import ACTIVE_JOB_STATUSES
 
 READY = "READY"
-INCOMPATIBLE = "INCOMPATIBLE"
+INCOMPATIBLE = Verdict.INCOMPATIBLE.outcome
 STALE = "STALE"
 BUILDING = "BUILDING"
 FAILED = "FAILED"
@@ -264,10 +265,10 @@ def _cell(
     for group in current:
         if group not in verdicts:
             verdicts[group] = judge(group.ref())
-    loadable = [g for g in current if not hosts or any(v == "compatible" for v, _ in verdicts[g])]
+    loadable = [g for g in current if not hosts or any(v == Verdict.COMPATIBLE for v, _ in verdicts[g])]
     if loadable:
         best = loadable[0]
-        count = sum(v == "compatible" for v, _ in verdicts[best])
+        count = sum(v == Verdict.COMPATIBLE for v, _ in verdicts[best])
         on = f"loads on {count} of {len(hosts)} host(s)" if hosts else "no host known yet"
         return make(READY, f"READY · engine {best.newest_id}", best.newest_id, on)
     if current:

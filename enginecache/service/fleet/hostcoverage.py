@@ -11,6 +11,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlmodel import col
 
+from enginecache.core.verdicts import Verdict
 from enginecache.db.models import EngineStatus, ModelRecord
 from enginecache.service.context import AppContext
 from enginecache.service.fleet.coverage import EngineGroup, Judge, engine_groups
@@ -76,7 +77,7 @@ def _host_coverage(groups: Sequence[EngineGroup], names: dict[int, str], fingerp
             reason,
         )
         what = (group.model_id, group.backend, group.precision)
-        if verdict == "compatible":
+        if verdict == Verdict.COMPATIBLE:
             loadable.append(row)
             covered.add(what)
         else:

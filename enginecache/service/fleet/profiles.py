@@ -28,6 +28,7 @@ from sqlmodel import col, select
 
 from enginecache.core.backends.registry import get_backend
 from enginecache.core.fingerprint import HostFingerprint, host_fingerprint
+from enginecache.core.verdicts import Verdict
 from enginecache.db.models import EngineRecord, EngineStatus
 from enginecache.service.context import AppContext
 from enginecache.service.jobs.refs import engine_ref, engine_targets
@@ -46,7 +47,7 @@ class Profile:
     precision: str
     targets: tuple[str, ...]
     status: str
-    verdict: str  # compatible | incompatible | unknown
+    verdict: Verdict  # COMPATIBLE | INCOMPATIBLE | UNKNOWN
     reason: str
     on_gpu: bool = False  # built for one of this host's GPUs
     selected: bool = False
@@ -59,7 +60,7 @@ class Profile:
             "precision": self.precision,
             "targets": list(self.targets),
             "status": self.status,
-            "verdict": self.verdict,
+            "verdict": str(self.verdict),
             "reason": self.reason,
             "on_gpu": self.on_gpu,
             "selected": self.selected,
@@ -93,7 +94,7 @@ class Profiles:
 def _judge(engine: EngineRecord, host: HostFingerprint) -> Profile:
     targets = engine_targets(engine)
     if engine.status != EngineStatus.READY:
-        verdict, reason = "unknown", f"engine {engine.id} is {engine.status}: there is no engine to load"
+        verdict, reason = Verdict.UNKNOWN, f"engine {engine.id} is {engine.status}: there is no engine to load"
     else:
         result = get_backend(engine.backend).compatibility(engine_ref(engine), host)
         verdict, reason = result.verdict, result.reason
@@ -128,7 +129,7 @@ def select_profile(profiles: Sequence[Profile], precision: str | None = None) ->
     candidates = [
         p
         for p in profiles
-        if p.verdict == "compatible" and p.status == EngineStatus.READY and precision in (None, p.precision)
+        if p.verdict == Verdict.COMPATIBLE and p.status == EngineStatus.READY and precision in (None, p.precision)
     ]
     return min(candidates, key=lambda p: selection_rank(p, precision), default=None)
 

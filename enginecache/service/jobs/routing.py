@@ -1,9 +1,10 @@
 """What a worker can run, what a job needs, and the words for a job nobody can run yet.
 
 Each backend says what building or loading one of its engines needs (`Backend.build_requirements`,
-`Backend.load_requirements`); `can_run` is the one generic matcher of those requirements against a
-worker's capabilities, so routing knows no backend by name. For a load, `can_run` agrees with the
-backend's compatibility rule decided on that worker's fingerprint (tests/test_compatibility.py).
+`Backend.load_requirements`). Whether a worker can load an engine is the backend's compatibility
+rule itself (`Backend.compatibility`), decided on the worker's capabilities as a host; whether it
+can build one, `can_run`'s match of the build requirements against them. Routing knows no backend
+by name.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ import importlib.util
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from enginecache.core.backends.base import Backend, EngineRef
 from enginecache.core.backends.registry import all_backends, backend_label, declarations, get_backend
-from enginecache.core.fingerprint import HostFingerprint
+from enginecache.core.fingerprint import GpuInfo, HostFingerprint
 from enginecache.service.jobs.refs import engine_targets
 
 if TYPE_CHECKING:  # annotations only: `jobs` words a queued job's wait without the SQLModel tables
@@ -61,22 +63,58 @@ def build_requirements(
 
 
 def load_requirements(engine: EngineRecord) -> dict[str, Any]:
-    """What a worker must have to load (test-load) this engine: the backend's answer for its targets,
-    and the exact library version and OS it was built with. Those are the facts the backend's
-    compatibility rule decides on, so a test-load goes only to a worker the rule lets load it."""
-    requirements = dict(get_backend(engine.backend).load_requirements(engine_targets(engine)))
+    """What a worker must have to load (test-load) this engine: the backend's answer for its targets
+    (the words `requirement_words` gives), the exact library version and OS it was built with, and
+    under "engine" the rest of what the backend's compatibility rule decides on, which `can_run` asks."""
+    targets = engine_targets(engine)
+    requirements = dict(get_backend(engine.backend).load_requirements(targets))
     requirements["backend_version"] = engine.backend_version
     if engine.os:
         requirements["os"] = engine.os
+    requirements["engine"] = {"targets": list(targets), "precision": engine.precision}
     return requirements
 
 
+def capabilities_host(backend: Backend, capabilities: Mapping[str, Any]) -> HostFingerprint:
+    """A worker's capabilities as the host `backend`'s compatibility rule takes: its OS, GPUs, CPU
+    target and the version of the backend's library it offers."""
+    machine, _, level = str(capabilities.get("cpu_target") or "").rpartition("-")
+    gpus = tuple(
+        GpuInfo(index, str(g.get("name", "")), "", str(g.get("compute_capability", "")), 0)
+        for index, g in enumerate(capabilities.get("gpus") or [])
+    )
+    return HostFingerprint(
+        hostname="",
+        os=str(capabilities.get("os") or ""),
+        os_release="",
+        machine=machine,
+        python="",
+        cpu_model="",
+        cpu_isa=(level,) if level and level != "base" else (),
+        gpus=gpus,
+        nvml="as the worker reported its GPUs",
+        packages={backend.module: (capabilities.get("versions") or {}).get(backend.name)},
+    )
+
+
 def can_run(requirements: Mapping[str, Any], capabilities: Mapping[str, Any]) -> bool:
-    """Whether a worker with `capabilities` meets `requirements` (keys any backend may use:
-    backend, backend_version, os, compute_capability, compute_capability_any, cpu_target)."""
+    """Whether a worker with `capabilities` meets `requirements`: for a load (`load_requirements`),
+    the backend's compatibility rule on that worker; for a build, a match of the keys any backend
+    may use (backend, backend_version, os, compute_capability, compute_capability_any, cpu_target)."""
     backend = requirements.get("backend")
     if backend not in capabilities.get("backends", []):
         return False
+    engine = requirements.get("engine")
+    if engine is not None:
+        loader = get_backend(str(backend))
+        ref = EngineRef(
+            backend=loader.name,
+            backend_version=str(requirements.get("backend_version") or ""),
+            targets=tuple(engine.get("targets") or ()),
+            precision=str(engine.get("precision") or ""),
+            os=requirements.get("os"),
+        )
+        return loader.compatibility(ref, capabilities_host(loader, capabilities)).compatible
     version = requirements.get("backend_version")
     if version is not None and (capabilities.get("versions") or {}).get(backend) != version:
         return False

@@ -186,6 +186,7 @@ class TensorRTBackend:
         """The rule, then (where the library is installed and the blob is local) TensorRT-RTX's own
         header check, whose diagnostic bits are added to the reasons."""
         from enginecache.core.backends.base import CompatibilityResult
+        from enginecache.core.verdicts import Verdict
 
         rule = self.compatibility(engine, host)
         if engine.path is None:
@@ -207,17 +208,18 @@ class TensorRTBackend:
         built = rule.reason.split("; ", 1)[0]
         if not rule.compatible:
             extra = [d for d in describe_diagnostics(mask) if d not in rule.reason]
-            return CompatibilityResult("incompatible", "; ".join([rule.reason, *extra]), details)
+            return CompatibilityResult(Verdict.INCOMPATIBLE, "; ".join([rule.reason, *extra]), details)
         if validity == "INVALID":
             reasons = describe_diagnostics(mask) or [f"{self.label} reports the engine invalid on this host"]
-            return CompatibilityResult("incompatible", f"{built}; " + "; ".join(reasons), details)
+            return CompatibilityResult(Verdict.INCOMPATIBLE, f"{built}; " + "; ".join(reasons), details)
         if validity == "SUBOPTIMAL":
             return CompatibilityResult(
-                "compatible", f"{built}; loadable, but {self.label} reports it suboptimal here", details
+                Verdict.COMPATIBLE, f"{built}; loadable, but {self.label} reports it suboptimal here", details
             )
         if validity is None:
             return CompatibilityResult(rule.verdict, rule.reason, details)
-        return CompatibilityResult("compatible", f"{built}; {self.label} validates the header on this GPU", details)
+        validated = f"{built}; {self.label} validates the header on this GPU"
+        return CompatibilityResult(Verdict.COMPATIBLE, validated, details)
 
     def build_requirements(self, target_info: Mapping[str, Any], backend_version: str, os_name: str) -> Requirements:
         """The exact library version and OS of the cache key; TensorRT also the GPU it builds for
