@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from enginecache.db.models import ModelRecord
 from enginecache.service.context import AppContext
 from enginecache.service.engines.records import engine_to_dict, get_engine
 
@@ -44,7 +45,9 @@ class EngineDetail:
 def engine_detail(app: AppContext, engine_id: int) -> EngineDetail:
     """The engine with id `engine_id`. Raises NotFoundError where there is none."""
     engine = get_engine(app, engine_id)
-    info = engine_to_dict(app, engine, detail=True)
+    with app.catalog.read() as session:
+        model = session.get(ModelRecord, engine.model_id)
+    info = engine_to_dict(app, engine, model_name=model.name if model is not None else None, detail=True)
     return EngineDetail(
         id=engine.id or engine_id,
         model_id=engine.model_id,
