@@ -8,6 +8,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlmodel import col, select
 
+from enginecache.core.verdicts import Verdict
 from enginecache.db.models import EngineRecord, LoadEventRecord, LoadRunRecord, ModelRecord
 from enginecache.service.context import AppContext
 
@@ -68,7 +69,7 @@ def load_phase_stats(app: AppContext) -> list[dict[str, Any]]:
     beside the mean cold build time of the same engines: cold build vs warm load."""
     run = LoadRunRecord
     phase_cols = ("read_verify_s", "validity_s", "deserialize_s", "create_context_s", "allocate_io_s", "load_s")
-    loaded = col(run.verdict).in_(("PASS", "FAIL"))
+    loaded = col(run.verdict).in_((Verdict.PASS.outcome, Verdict.FAIL.outcome))
     query = (
         sa.select(
             col(ModelRecord.name).label("model"),

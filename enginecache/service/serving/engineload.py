@@ -40,6 +40,7 @@ from enginecache.core.blobfetch import fetch_if_missing
 from enginecache.core.blobpaths import blob_file
 from enginecache.core.lazyimport import import_backend
 from enginecache.core.valuetype import Frozen
+from enginecache.core.verdicts import Verdict
 from enginecache.errors import EngineRejectedError, IncompatibleEngineError, IntegrityCheckError, LoadFailedError
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy treats the name as True)
@@ -177,7 +178,7 @@ def _corrupt(facts: EngineFacts, err: BaseException, on_corrupt: Callable[[str],
     return EngineRejectedError(
         f"engine {facts.id} is CORRUPT and was refused (now marked CORRUPT): {err}",
         engine_id=facts.id,
-        verdict="CORRUPT",
+        verdict=Verdict.CORRUPT.outcome,
     )
 
 
@@ -312,5 +313,7 @@ def _load_in_place(
 def _refused(facts: EngineFacts, err: LoadFailedError) -> EngineRejectedError:
     """The verdict on a runtime's refusal: INCOMPATIBLE (its validity test) or ERROR (it could not load)."""
     if isinstance(err, IncompatibleEngineError):
-        return EngineRejectedError(str(err), engine_id=facts.id, verdict="INCOMPATIBLE", details=err.details)
-    return EngineRejectedError(str(err), engine_id=facts.id, verdict="ERROR")
+        return EngineRejectedError(
+            str(err), engine_id=facts.id, verdict=Verdict.INCOMPATIBLE.outcome, details=err.details
+        )
+    return EngineRejectedError(str(err), engine_id=facts.id, verdict=Verdict.ERROR.outcome)

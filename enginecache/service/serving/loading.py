@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from enginecache.core.backends.base import EngineSession, PhaseTimer
+from enginecache.core.verdicts import Verdict
 from enginecache.db import engines
 from enginecache.db.models import EngineRecord
 from enginecache.errors import EngineRejectedError
@@ -60,7 +61,7 @@ def load_engine_record(app: AppContext, engine: EngineRecord, timer: PhaseTimer)
     try:
         return load_engine(engine_facts(app, engine), timer, on_corrupt=_marker(app, engine_id, LOAD_OR_BUILD))
     except EngineRejectedError as err:
-        if err.verdict == "ERROR":
+        if err.verdict == Verdict.ERROR.outcome:
             with app.catalog.changes() as ex:
                 engines.note_load_error(ex, engine_id, load_error_note(str(err)))
         raise
