@@ -260,6 +260,8 @@ def test_verify_retire_and_a_build_s_outcomes(catalog_ctx: AppContext, changes: 
     assert (built.io, built.warnings) == ([{"name": "input"}], ["w"])
     retired = _row(app, ready)
     assert (retired.status, retired.retired_at, retired.error) == ("RETIRED", AT, "host-a could not load it")
+    with changes() as ex:
+        assert engines.ready_engine_ids(ex, retired.model_id) == sorted([corrupt, pending])
     assert [(e.action, e.target, e.details) for e in _audit(app)] == [
         (engines.ENGINE_READY, f"engine {corrupt}", {"by": "verify", "was": "CORRUPT", "reason": "ok"}),
         (engines.ENGINE_RETIRE, f"engine {ready}", {"by": "retire", "was": "READY", "model_id": 1}),

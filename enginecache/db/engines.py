@@ -18,6 +18,9 @@ concurrent change on PostgreSQL is read again rather than overwritten):
 - `retire`: no lookup returns it again (-> RETIRED, `retired_at`).
 - `note_load_error`: a runtime could not load it on some host (`error`; the status stays).
 
+It also answers the one status read both load paths make (`ready_engine_ids`, what a serving memo is
+valid for) and writes every load event (`record_load_event`).
+
 One audit rule, the same on every path: a change of status that `AUDITED` names writes one
 `audit_events` row (action, `engine <id>`, details `{"by", "was", "reason"?, ...}`, the actor given)
 in the same transaction; a call that changes nothing writes nothing. A build's own outcome (PENDING ->
@@ -227,6 +230,21 @@ def retire(
 def note_load_error(ex: Executor, engine_id: int, note: str) -> None:
     """A runtime could not load the engine on some host: `error` says so; its status stays."""
     ex.run("UPDATE engines SET error = :error WHERE id = :id", {"error": note, "id": engine_id})
+
+
+# -- reads both load paths share -----------------------------------------------------------------
+
+
+def ready_engine_ids(ex: Executor, model_id: int) -> list[int]:
+    """The model's READY engines' ids, ascending: the set a serving memo is valid for."""
+    rows = ex.rows(
+        "SELECT id FROM engines WHERE model_id = :model_id AND status = :ready ORDER BY id",
+        {
+            "model_id": model_id,
+            "ready": READY,
+        },
+    )
+    return [int(row[0]) for row in rows]
 
 
 # -- load events --------------------------------------------------------------------------------

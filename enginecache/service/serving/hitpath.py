@@ -40,7 +40,7 @@ from enginecache.core.pathtext import absolute_text
 from enginecache.db import engines
 from enginecache.db.catalogfile import REVISION_SQL, CatalogFile, head_revision, is_head, locate, sqlite_file_uri
 from enginecache.db.columns import decode_json, decode_row
-from enginecache.db.sqlexec import SqliteWrite
+from enginecache.db.sqlexec import SqliteExecutor, SqliteWrite
 from enginecache.errors import BackendUnavailableError, EngineRejectedError, TargetError
 from enginecache.service.serving.engineload import EngineFacts, load_engine, load_error_note
 from enginecache.service.serving.localhost import local_host
@@ -144,12 +144,7 @@ def _lookup(
             _log().debug("hit path: no memo %s for %s", key[:12], path)
             return None
         model_id, engine_id, remembered = int(memo[0]), int(memo[1]), str(memo[2])
-        ready = [
-            int(r[0])
-            for r in connection.execute(
-                "SELECT id FROM engines WHERE model_id = ? AND status = 'READY' ORDER BY id", (model_id,)
-            )
-        ]
+        ready = engines.ready_engine_ids(SqliteExecutor(connection), model_id)
         if ready_list(ready) != remembered or engine_id not in ready:
             _log().debug("hit path: model %s's READY engines are %s, the memo saw %s", model_id, ready, remembered)
             return None

@@ -21,15 +21,15 @@ from sqlmodel import Session, col, select
 from enginecache.core.backends.base import PhaseTimer
 from enginecache.core.backends.registry import get_backend
 from enginecache.core.fingerprint import HostFingerprint
-from enginecache.db.engines import phase_seconds
+from enginecache.db.engines import phase_seconds, ready_engine_ids
 from enginecache.db.models import (
     EngineMemoRecord,
     EngineRecord,
-    EngineStatus,
     LoadEventRecord,
     ModelRecord,
     utcnow,
 )
+from enginecache.db.sqlexec import AlchemyExecutor
 from enginecache.errors import EngineQueuedError, EngineRejectedError
 from enginecache.service.builds.plan import BuildPlan, build_engine, plan_build
 from enginecache.service.builds.submit import submit_build
@@ -58,10 +58,7 @@ def app_for(home: str | Path | None, db_url: str | None) -> AppContext:
 
 def _ready_engine_ids(app: AppContext, model_id: int) -> list[int]:
     with app.catalog.read() as session:
-        query = select(EngineRecord.id).where(
-            EngineRecord.model_id == model_id, EngineRecord.status == EngineStatus.READY
-        )
-        return sorted(int(i) for i in session.exec(query.order_by(col(EngineRecord.id))).all() if i is not None)
+        return ready_engine_ids(AlchemyExecutor(session.connection()), model_id)
 
 
 MEMOS_PER_MODEL_AND_HOST = 32  # a deploy (new code) or spec adds one; older ones are pruned
