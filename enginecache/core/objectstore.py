@@ -33,6 +33,7 @@ import obstore
 from obstore.exceptions import AlreadyExistsError, BaseError, PreconditionError
 from obstore.store import S3Store
 
+from enginecache.core import processes
 from enginecache.core.blobbackend import BlobSink
 from enginecache.core.blobpaths import is_digest
 from enginecache.core.hashing import CHUNK_BYTES, StreamHasher
@@ -49,6 +50,8 @@ CONTENT_TYPE = "application/octet-stream"
 # What obstore raises: its own BaseError tree, and for some operations a built-in ValueError or
 # OSError. A missing object is the built-in FileNotFoundError (an OSError: caught before these).
 FAILURES = (BaseError, OSError, ValueError)
+# obstore runs a tokio runtime, threads of its own a fork does not copy (core.processes).
+CLIENT_THREADS = "the S3 client (obstore's tokio runtime)"
 
 
 def blob_key(sha256: str) -> str:
@@ -62,6 +65,14 @@ class S3BlobStore:
     """Blobs in one bucket below one prefix (the endpoint, region and keys of `settings`)."""
 
     def __init__(self, settings: S3Settings) -> None:
+        forked_from = processes.threads_started_before_fork(CLIENT_THREADS)
+        if forked_from is not None:
+            raise StoreError(
+                f"the S3 client cannot run in this process: it is a fork of process {forked_from}, where the "
+                "client's runtime had started its threads (a fork does not copy them); start this work in a new "
+                "process instead"
+            )
+        processes.started_threads(CLIENT_THREADS)
         self.settings = settings
         client: ClientConfig = {"allow_http": settings.allow_http}
         retry: RetryConfig = {}

@@ -1,5 +1,10 @@
 """Processes on this host: whether one still runs (gc's temp folders, a job's child checking its
-worker), and the one way a process asks to die with its parent."""
+worker), the one way a process asks to die with its parent, and whether this process may fork.
+
+A fork copies only the thread that calls it. It is safe while no other thread exists, Python's or
+a library's own: a client that runs threads of its own (the S3 client's tokio runtime) says so with
+`started_threads` when it starts them, and `fork_hazard` names what makes a fork unsafe now. Every
+fork enginecache makes asks it first and starts a fresh interpreter instead where it answers."""
 
 from __future__ import annotations
 
@@ -7,9 +12,12 @@ import ctypes
 import os
 import signal
 import sys
+import threading
 from pathlib import Path
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+_THREAD_STARTERS: dict[str, int] = {}  # what started threads of its own here -> the pid it started them in
 
 
 def pid_alive(pid: int) -> bool:
@@ -43,3 +51,28 @@ def die_with_parent(signum: int = signal.SIGKILL) -> None:
     if libc.prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0) != 0:
         errno = ctypes.get_errno()
         raise OSError(errno, f"prctl(PR_SET_PDEATHSIG): {os.strerror(errno)}")
+
+
+def started_threads(what: str) -> None:
+    """Record that `what` (a client, named for the reader) now runs threads of its own in this process:
+    a fork of this process is unsafe from now on."""
+    _THREAD_STARTERS.setdefault(what, os.getpid())
+
+
+def threads_started_before_fork(what: str) -> int | None:
+    """The pid of the process `what` started its threads in, where that is not this one (this
+    process is a fork of it, and those threads are not here); None otherwise."""
+    pid = _THREAD_STARTERS.get(what)
+    return pid if pid is not None and pid != os.getpid() else None
+
+
+def fork_hazard() -> str | None:
+    """Why a fork of this process now would be unsafe (another thread may hold a lock, or a client's
+    threads would be missing from the copy), or None where a fork is safe."""
+    others = threading.active_count() - 1
+    if others:
+        return f"{others} other Python thread(s) run here"
+    here = sorted(what for what, pid in _THREAD_STARTERS.items() if pid == os.getpid())
+    if here:
+        return ", ".join(here) + " run(s) threads of its own here"
+    return None

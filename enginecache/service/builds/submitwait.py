@@ -21,6 +21,7 @@ from collections.abc import Callable
 
 from enginecache.core.backends.registry import BACKENDS
 from enginecache.core.fingerprint import host_fingerprint
+from enginecache.core.processes import fork_hazard
 from enginecache.db.models import JobRecord, JobStatus
 from enginecache.errors import BadInputError, JobWaitError
 from enginecache.service.builds.submit import TERMINAL, cancel_job, capable_workers, get_job, wait_for_job
@@ -178,7 +179,7 @@ class _LocalWorker:
             logger.exception("one-shot worker %s failed", self.config.name)
 
     def start(self) -> None:
-        if threading.active_count() == 1:  # a fork is safe only now: no other thread holds a lock
+        if fork_hazard() is None:  # a fork is safe only now: no other thread holds a lock
             # No database connection crosses the fork (SQLite forbids using one there, and a copy of
             # one would share this process's lock bookkeeping): the pool reconnects on next use.
             self.app.catalog.dispose()

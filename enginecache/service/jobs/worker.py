@@ -24,6 +24,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from enginecache.core.fingerprint import HostFingerprint, host_fingerprint
+from enginecache.core.processes import fork_hazard
 from enginecache.db import queue
 from enginecache.db.models import TERMINAL_JOB_STATUSES, utcnow
 from enginecache.db.queue import Clock
@@ -157,8 +158,9 @@ class Worker:
         (a fork is safe only then), and warm (`WARM_MODULES`) before the first claim, not inside the
         first attempt, whose lease would run out meanwhile with no heartbeat. Where other threads run,
         each attempt is a fresh interpreter instead (multiprocessing's spawn: seconds per attempt)."""
-        if threading.active_count() > 1:
-            logger.info("worker %s: other threads run here; each attempt starts a fresh interpreter", self.config.name)
+        hazard = fork_hazard()
+        if hazard is not None:
+            logger.info("worker %s: %s; each attempt starts a fresh interpreter", self.config.name, hazard)
             self._attempts.children = multiprocessing.get_context("spawn")
             return None
         self.app.catalog.dispose()  # no open connection may cross the fork

@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection, Pipe, wait
 from typing import Any
 
-from enginecache.core.processes import die_with_parent
+from enginecache.core.processes import die_with_parent, fork_hazard
 
 logger = logging.getLogger(__name__)
 
@@ -165,8 +165,9 @@ class Zygote:
     it when the worker is done)."""
 
     def __init__(self, *, warm: Sequence[str] = ()) -> None:
-        if threading.active_count() > 1:
-            raise RuntimeError("a zygote must be forked while this process has one thread")
+        hazard = fork_hazard()
+        if hazard is not None:
+            raise RuntimeError(f"a zygote must be forked while this process has one thread: {hazard}")
         sys.stdout.flush()  # nothing buffered here may be written twice
         sys.stderr.flush()
         parent = os.getpid()
