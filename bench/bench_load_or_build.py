@@ -37,7 +37,8 @@ import onnx  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 from sqlmodel import delete  # noqa: E402
 
-from enginecache.core.hashing import hash_file, read_verified  # noqa: E402
+from enginecache.core.hashing import hash_file  # noqa: E402
+from enginecache.core.verifiedread import read_verified  # noqa: E402
 from enginecache.db.models import StatCacheRecord  # noqa: E402
 from enginecache.service.context import AppContext  # noqa: E402
 from enginecache.service.serving.runtime import RuntimeSpec, load_or_build  # noqa: E402

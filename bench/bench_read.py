@@ -76,7 +76,7 @@ def child(mode: str, path: Path, digest: str = "") -> Command:
 
 
 NOTES = """
-**What read_verified does now** (enginecache/core/hashing.py). It used to zero-fill a fresh
+**What read_verified does now** (enginecache/core/verifiedread.py). It used to zero-fill a fresh
 `bytearray(size)` (a memset pass over 4 KiB page faults) before reading into it. Now the buffer
 is a private anonymous mapping advised `MADV_HUGEPAGE` (what the floor reads into; the caller
 gets a `memoryview` of it), or with `as_bytes=True` an uninitialised `bytes` made by CPython's
@@ -159,7 +159,7 @@ def run(report: Report) -> None:
         "Time from starting a new process to holding the engine's bytes in memory, verified for ours, "
         "files in the page cache. The floor reads into a buffer allocated the fastest way plain Python has "
         "(anonymous mmap with MADV_HUGEPAGE) and hashes nothing. Ours is `read_verified` "
-        "(enginecache/core/hashing.py). Peers: `f.read()` by hand, the textbook `bytearray(size)` + "
+        "(enginecache/core/verifiedread.py). Peers: `f.read()` by hand, the textbook `bytearray(size)` + "
         "`readinto`, and read_verified as it was before this change.",
         notes=NOTES.format(**rates),
         charts=[

@@ -122,7 +122,7 @@ def ort_session(mode: str, path: str, digest: str) -> object:
         sys.path.insert(0, ROOT)
         from pathlib import Path
 
-        from enginecache.core.hashing import read_verified
+        from enginecache.core.verifiedread import read_verified
 
         if mode == "ort_ours":
             model = read_verified(Path(path), blake3_digest=digest, as_bytes=True)
@@ -156,7 +156,7 @@ def main() -> None:
         sys.path.insert(0, ROOT)
         from pathlib import Path
 
-        from enginecache.core.hashing import read_verified
+        from enginecache.core.verifiedread import read_verified
 
         if mode == "sha256":
             data = read_verified(Path(path), sha256=digest)

@@ -21,8 +21,9 @@ import blake3
 import numpy as np
 import pytest
 
-from enginecache.core import hashing
-from enginecache.core.hashing import DigestResult, hash_file, read_verified, read_verified_into
+from enginecache.core import hashing, verifiedread
+from enginecache.core.hashing import DigestResult, hash_file
+from enginecache.core.verifiedread import read_verified, read_verified_into
 from enginecache.errors import IntegrityCheckError
 
 MiB = 1024 * 1024
@@ -43,7 +44,8 @@ def digests(data: bytes) -> tuple[str, str]:
 def small_thresholds(monkeypatch: pytest.MonkeyPatch) -> int:
     """Make the large-file machinery (uninitialised huge-page buffer, trailing hash thread) run on
     files of a few hundred KiB, read in 64 KiB chunks; returns the chunk size."""
-    monkeypatch.setattr(hashing, "LARGE_READ_BYTES", 128 * 1024)
+    monkeypatch.setattr(verifiedread, "LARGE_READ_BYTES", 128 * 1024)
+    monkeypatch.setattr(verifiedread, "PIPELINE_BYTES", 128 * 1024)
     monkeypatch.setattr(hashing, "PIPELINE_BYTES", 128 * 1024)
     return 64 * 1024
 
@@ -81,7 +83,7 @@ def test_default_thresholds_large_file(tmp_path: Path, as_bytes: bool) -> None:
 
 def test_between_thresholds_file(tmp_path: Path) -> None:
     """Uninitialised buffer but no helper thread (LARGE_READ_BYTES <= size < PIPELINE_BYTES)."""
-    size = hashing.LARGE_READ_BYTES + 12345
+    size = verifiedread.LARGE_READ_BYTES + 12345
     data = write(tmp_path / "blob", size, seed=3)
     sha, b3 = digests(data)
     assert read_verified(tmp_path / "blob", blake3_digest=b3, as_bytes=True) == data
@@ -144,7 +146,7 @@ def after_size_is_taken(monkeypatch: pytest.MonkeyPatch, action: Any) -> None:
 
     proxy = types.SimpleNamespace(**{name: getattr(os, name) for name in dir(os) if not name.startswith("__")})
     proxy.fstat = fstat
-    monkeypatch.setattr(hashing, "os", proxy)
+    monkeypatch.setattr(verifiedread, "os", proxy)
 
 
 def after_first_chunk(monkeypatch: pytest.MonkeyPatch, action: Any) -> None:
@@ -172,7 +174,7 @@ def after_first_chunk(monkeypatch: pytest.MonkeyPatch, action: Any) -> None:
                 action()
             return n
 
-    monkeypatch.setattr(hashing, "open", Stream, raising=False)
+    monkeypatch.setattr(verifiedread, "open", Stream, raising=False)
 
 
 def grow(path: Path, extra: int = 10) -> Any:
@@ -311,7 +313,7 @@ def test_non_cpython_falls_back_to_plain_buffers(
     data = write(tmp_path / "blob", 300_001)
     _, b3 = digests(data)
     fake_sys = types.SimpleNamespace(implementation=types.SimpleNamespace(name="pypy"), platform="linux")
-    monkeypatch.setattr(hashing, "sys", fake_sys)
+    monkeypatch.setattr(verifiedread, "sys", fake_sys)
     got = read_verified(tmp_path / "blob", blake3_digest=b3, as_bytes=True, chunk_bytes=small_thresholds)
     assert type(got) is bytes and got == data
 
@@ -323,7 +325,7 @@ def test_hash_thread_errors_reach_the_caller() -> None:
         calls.append(len(view))
         raise RuntimeError("hash failed")
 
-    hasher = hashing._TrailingHasher(update, memoryview(bytearray(100)))
+    hasher = verifiedread._TrailingHasher(update, memoryview(bytearray(100)))
     hasher.advance(50)
     with pytest.raises(RuntimeError, match="hash failed"):
         hasher.finish()
@@ -354,7 +356,7 @@ def test_the_head_digest_covers_exactly_the_first_head_bytes_whatever_the_chunks
 
 STANDALONE_READ = """
 import json, sys
-from enginecache.core.hashing import read_verified
+from enginecache.core.verifiedread import read_verified
 got = read_verified(sys.argv[1], blake3_digest=sys.argv[2])
 print(json.dumps({
     "type": type(got).__name__, "readonly": got.readonly, "over": type(got.obj).__name__,
@@ -367,7 +369,7 @@ def test_a_standalone_large_read_imports_no_ctypes(tmp_path: Path) -> None:
     """A verified read into memory that is not `bytes` (a test-load, say) gets a writable view of an
     anonymous mapping, in a new process that never imports ctypes (2-5 ms of its start): only
     `as_bytes=True` needs CPython's C API."""
-    size = hashing.LARGE_READ_BYTES + 4097
+    size = verifiedread.LARGE_READ_BYTES + 4097
     data = write(tmp_path / "blob", size, seed=11)
     _, b3 = digests(data)
     done = subprocess.run(
@@ -385,7 +387,7 @@ def test_a_standalone_large_read_imports_no_ctypes(tmp_path: Path) -> None:
 def test_the_view_of_a_large_read_is_writable_and_outlives_its_reader(tmp_path: Path) -> None:
     """The mapping lives as long as the view: the bytes stay readable and writable once read_verified
     returned, and a write lands in the caller's copy alone."""
-    size = hashing.LARGE_READ_BYTES + 1
+    size = verifiedread.LARGE_READ_BYTES + 1
     data = write(tmp_path / "blob", size, seed=12)
     _, b3 = digests(data)
     got = read_verified(tmp_path / "blob", blake3_digest=b3)

@@ -12,7 +12,7 @@ import blake3
 import pytest
 from sqlmodel import select
 
-from enginecache.core import hashing
+from enginecache.core import verifiedread
 from enginecache.core.backends.loadtypes import ENGINE_HEADER_BYTES
 from enginecache.core.backends.trt.backend import RTX_BACKEND
 from enginecache.core.blobpaths import blob_path
@@ -67,7 +67,7 @@ def test_an_engine_this_host_cannot_run_is_refused_on_its_verified_header_alone(
     app_ctx: AppContext, rtx_served: Served, monkeypatch: pytest.MonkeyPatch, path: str
 ) -> None:
     served = rtx_served
-    monkeypatch.setattr(hashing, "read_verified", refuse("the whole blob was read for a refused header"))
+    monkeypatch.setattr(verifiedread, "read_verified", refuse("the whole blob was read for a refused header"))
     verdict = _load(served, RTX, path, monkeypatch)
     assert verdict.verdict == "INCOMPATIBLE" and "CUDA" in str(verdict)
     last = events(app_ctx)[-1]

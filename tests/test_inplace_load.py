@@ -17,7 +17,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from enginecache.core import hashing
+from enginecache.core import verifiedread
 from enginecache.core.backends.ort.backend import ORT_BACKEND
 from enginecache.db.models import EngineStatus
 from enginecache.errors import EngineRejectedError
@@ -47,13 +47,13 @@ def _runs_like_the_model(served: Served, loaded: LoadedEngine) -> None:
 def _count_copies(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Every verified copy of a whole blob made from here on, by path."""
     copies: list[str] = []
-    real = hashing.read_verified
+    real = verifiedread.read_verified
 
     def counted(path: Any, **kwargs: Any) -> Any:
         copies.append(os.fspath(path))
         return real(path, **kwargs)
 
-    monkeypatch.setattr(hashing, "read_verified", counted)
+    monkeypatch.setattr(verifiedread, "read_verified", counted)
     return copies
 
 
@@ -61,7 +61,7 @@ def _count_copies(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 def test_an_ort_engine_loads_in_place_with_no_copy_of_ours(
     served: Served, monkeypatch: pytest.MonkeyPatch, path: str
 ) -> None:
-    monkeypatch.setattr(hashing, "read_verified", refuse("a verified copy was made"))
+    monkeypatch.setattr(verifiedread, "read_verified", refuse("a verified copy was made"))
     with _load(served, path, monkeypatch) as loaded:
         _runs_like_the_model(served, loaded)
         assert loaded.session.raw._model_path is None, "ORT's wrapper keeps the path of a descriptor now closed"
@@ -117,13 +117,13 @@ def test_a_file_changed_once_the_lease_broke_is_corrupt(
 ) -> None:
     """The writer's change lands after ORT read the file: the copy read next catches it."""
     _writer_arrives_during_the_load(monkeypatch)
-    real = hashing.read_verified
+    real = verifiedread.read_verified
 
     def changed_first(file: Any, **kwargs: Any) -> Any:
         corrupt_blob(Path(file))
         return real(file, **kwargs)
 
-    monkeypatch.setattr(hashing, "read_verified", changed_first)
+    monkeypatch.setattr(verifiedread, "read_verified", changed_first)
     with pytest.raises(EngineRejectedError) as rejected:
         _load(served, path, monkeypatch)
     assert rejected.value.verdict == "CORRUPT"

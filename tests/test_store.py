@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from enginecache.core.hashing import read_verified
 from enginecache.core.store import ArtifactStore, HashingWriter
+from enginecache.core.verifiedread import read_verified
 from enginecache.errors import IntegrityCheckError, StoreError
 from tests.conftest import corrupt_blob, files_under
 

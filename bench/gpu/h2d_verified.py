@@ -168,7 +168,7 @@ class FakeCuda:
 
 
 def child(mode: str, path: str, digest: str, dry_run: bool) -> None:
-    from enginecache.core.hashing import read_verified, read_verified_into
+    from enginecache.core.verifiedread import read_verified, read_verified_into
 
     size = os.stat(path).st_size
     phases: dict[str, float] = {}

@@ -36,7 +36,6 @@ from enginecache.core.accuracy import (
     reference_outputs,
 )
 from enginecache.core.backends.base import Backend, EngineSession, LoadSpec, PhaseTimer, TensorIO
-from enginecache.core.hashing import read_verified
 from enginecache.core.input_hints import read_input_hints
 from enginecache.core.inputs import (
     engine_slots,
@@ -48,6 +47,7 @@ from enginecache.core.inputs import (
 )
 from enginecache.core.tolerances import DEFAULT_TOLERANCES, Tolerances, tolerances_for
 from enginecache.core.verdicts import LOAD_OUTCOMES, Verdict
+from enginecache.core.verifiedread import read_verified
 from enginecache.errors import (
     BackendUnavailableError,
     EngineCacheError,

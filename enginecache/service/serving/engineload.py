@@ -201,7 +201,7 @@ def read_blob(facts: EngineFacts, timer: PhaseTimer, on_corrupt: Callable[[str],
 
 def _read_whole(facts: EngineFacts, timer: PhaseTimer, on_corrupt: Callable[[str], None]) -> bytes:
     """`read_blob` of a blob that is here."""
-    from enginecache.core.hashing import read_verified
+    from enginecache.core.verifiedread import read_verified
 
     try:
         with timer.phase("read_verify"):
