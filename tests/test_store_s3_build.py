@@ -98,14 +98,14 @@ def test_a_serving_host_without_the_blob_loads_it_from_the_bucket_verified(
     facts = EngineFacts.from_row(serving_home, row)
     assert not facts.blob.exists()
     corrupted: list[int] = []
-    session = load_engine(facts, PhaseTimer(), on_corrupt=lambda: corrupted.append(1))
+    session = load_engine(facts, PhaseTimer(), on_corrupt=lambda _reason: corrupted.append(1))
     session.close()
     assert facts.blob.read_bytes() == app_ctx.store.blob_path(engine.sha256 or "").read_bytes()
 
     other = EngineFacts.from_row(tmp_path / "another-host", row)
     server.s3().put_object(Bucket=BUCKET, Key=f"{prefix}/{blob_key(engine.sha256 or '')}", Body=b"not the engine")
     with pytest.raises(EngineRejectedError) as rejected:
-        load_engine(other, PhaseTimer(), on_corrupt=lambda: corrupted.append(1))
+        load_engine(other, PhaseTimer(), on_corrupt=lambda _reason: corrupted.append(1))
     assert rejected.value.verdict == "CORRUPT" and corrupted == [1] and not other.blob.exists()
 
 
