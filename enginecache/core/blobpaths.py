@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 _HEX = frozenset("0123456789abcdef")
+BLOB_FOLDER = "objects/sha256"
+"""The store's folder of engine blobs, relative to the home: `blob_relative` names a blob in it."""
 
 
 def is_digest(value: object) -> bool:
@@ -33,18 +35,23 @@ def _checked_blob_digest(sha256: str | None) -> str:
     return sha256
 
 
-def blob_path(home: Path, sha256: str | None) -> Path:
-    """The engine blob named by `sha256` under `home`. Raises IntegrityCheckError when the recorded
-    value is not a sha256 digest (nothing may be read in its place)."""
+def blob_relative(sha256: str | None) -> str:
+    """The engine blob named by `sha256` relative to the home: 'objects/sha256/<2 hex>/<sha256>'.
+    Raises IntegrityCheckError when the recorded value is not a sha256 digest (nothing may be read
+    in its place)."""
     digest = _checked_blob_digest(sha256)
-    return home / "objects" / "sha256" / digest[:2] / digest
+    return f"{BLOB_FOLDER}/{digest[:2]}/{digest}"
+
+
+def blob_path(home: Path, sha256: str | None) -> Path:
+    """The engine blob named by `sha256` under `home` (IntegrityCheckError as `blob_relative`)."""
+    return home / blob_relative(sha256)
 
 
 def blob_file(home: str | os.PathLike[str], sha256: str | None) -> str:
     """`blob_path` as a string (`home` as given, joined with os.path): for the cache hit, which
-    builds no `Path`. IntegrityCheckError as `blob_path`."""
-    digest = _checked_blob_digest(sha256)
-    return os.path.join(home, "objects", "sha256", digest[:2], digest)
+    builds no `Path`. IntegrityCheckError as `blob_relative`."""
+    return os.path.join(home, blob_relative(sha256))
 
 
 def model_dir(home: Path, digest: str) -> Path:

@@ -128,6 +128,17 @@ def copy_hashed(source: Path, dest: Path, *, chunk_bytes: int = CHUNK_BYTES) -> 
         return hash_stream(stream, chunk_bytes=chunk_bytes, sink=out.write)
 
 
+def check_file(path: StrPath, *, sha256: str | None, blake3_digest: str | None = None) -> DigestResult:
+    """Hash a file in one pass and check it against its recorded sha256, and its BLAKE3 where one is
+    recorded; its digests. IntegrityCheckError names the digest that does not match."""
+    got = hash_file(path)
+    if got.sha256 != sha256:
+        raise IntegrityCheckError(f"{path} hashes to sha256 {got.sha256}, recorded {sha256}")
+    if blake3_digest and got.blake3 != blake3_digest:
+        raise IntegrityCheckError(f"{path} hashes to blake3 {got.blake3}, recorded {blake3_digest}")
+    return got
+
+
 def sha256_file(path: Path) -> str:
     """The sha256 hex digest of a file, read in chunks."""
     return hash_file(path).sha256

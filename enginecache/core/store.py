@@ -45,7 +45,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
-from enginecache.core.hashing import CHUNK_BYTES, DigestResult, StreamHasher, copy_hashed, hash_file
+from enginecache.core.blobpaths import BLOB_FOLDER, is_digest
+from enginecache.core.blobpaths import blob_path as digest_blob_path
+from enginecache.core.hashing import CHUNK_BYTES, DigestResult, StreamHasher, check_file, copy_hashed, hash_file
 from enginecache.core.storelock import StoreLock
 from enginecache.errors import IntegrityCheckError, StoreError
 
@@ -106,7 +108,7 @@ class ArtifactStore:
         self, home: Path, *, tmp_dir: Path | None = None, remote: BlobBackend | _Remote | None = FROM_ENV
     ) -> None:
         self.home = home
-        self.objects_dir = home / "objects" / "sha256"
+        self.objects_dir = home / BLOB_FOLDER
         self.models_dir = home / "models"
         self.tmp_dir = tmp_dir or home / "tmp"  # must be on the same filesystem as objects/
         self._remote = remote
@@ -152,9 +154,9 @@ class ArtifactStore:
     # -- engine blobs -------------------------------------------------------------------
 
     def blob_path(self, sha256: str) -> Path:
-        if len(sha256) != 64 or any(c not in "0123456789abcdef" for c in sha256):
+        if not is_digest(sha256):
             raise StoreError(f"not a sha256 digest: {sha256!r}")
-        return self.objects_dir / sha256[:2] / sha256
+        return digest_blob_path(self.home, sha256)
 
     def relative(self, path: Path) -> str:
         return path.relative_to(self.home).as_posix()
@@ -258,10 +260,7 @@ class ArtifactStore:
         path = self.blob_path(sha256)
         if not path.is_file():
             raise IntegrityCheckError(f"blob {sha256} is missing from {path.parent}")
-        got = hash_file(path)
-        if got.sha256 != sha256:
-            raise IntegrityCheckError(f"blob {path} hashes to {got.sha256}, recorded {sha256}")
-        return got
+        return check_file(path, sha256=sha256)
 
     # -- the blob backend interface (core.blobbackend), local folder only ---------------
 

@@ -21,6 +21,7 @@ from sqlmodel import col
 
 from enginecache.core.backends.base import EngineRef
 from enginecache.core.backends.registry import all_backends
+from enginecache.core.targettext import split_targets
 from enginecache.db.models import EngineRecord, EngineStatus, ModelRecord, WorkerRecord
 from enginecache.service.context import AppContext
 from enginecache.service.engines.records import recorded_host, ref_verdict
@@ -147,7 +148,7 @@ def engine_groups(
             model_id=int(r[0]),
             backend=str(r[1]),
             precision=str(r[2]),
-            targets=tuple(t for t in str(r[3]).split(",") if t),
+            targets=split_targets(str(r[3])),
             backend_version=str(r[4]),
             os=str(r[5] or ""),
             status=str(r[6]),

@@ -8,6 +8,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlmodel import col, select
 
+from enginecache.core.targettext import split_targets
 from enginecache.core.verdicts import Verdict
 from enginecache.db.models import EngineRecord, LoadEventRecord, LoadRunRecord, ModelRecord
 from enginecache.service.context import AppContext
@@ -21,7 +22,7 @@ def load_run_to_dict(run: LoadRunRecord) -> dict[str, Any]:
         "job_id": run.job_id,
         "backend": run.backend,
         "precision": run.precision,
-        "targets": run.targets.split(",") if run.targets else [],
+        "targets": list(split_targets(run.targets)),
         "hostname": run.hostname,
         "host_target": run.host_target,
         "verdict": run.verdict,

@@ -24,7 +24,7 @@ from enginecache.core.backends.base import CompatibilityResult, EngineRef
 from enginecache.core.backends.registry import get_backend
 from enginecache.core.blobpaths import blob_path
 from enginecache.core.fingerprint import HostFingerprint, host_fingerprint
-from enginecache.core.hashing import DigestResult, hash_file
+from enginecache.core.hashing import DigestResult, check_file
 from enginecache.core.verdicts import Verdict
 from enginecache.db import engines
 from enginecache.db.models import EngineRecord, EngineStatus, ModelRecord, utcnow
@@ -92,12 +92,7 @@ def verify_blob_at(path: Path, engine: EngineRecord) -> DigestResult:
     """Re-hash the blob at `path` in one pass against the engine's recorded sha256 (and BLAKE3 where
     recorded: what a load checks); its digests. Raises IntegrityCheckError on a mismatch; OSError
     where unreadable."""
-    got = hash_file(path)
-    if got.sha256 != engine.sha256:
-        raise IntegrityCheckError(f"blob {path} hashes to sha256 {got.sha256}, recorded {engine.sha256}")
-    if engine.blake3 and got.blake3 != engine.blake3:
-        raise IntegrityCheckError(f"blob {path} hashes to blake3 {got.blake3}, recorded {engine.blake3}")
-    return got
+    return check_file(path, sha256=engine.sha256, blake3_digest=engine.blake3)
 
 
 def verify_engines(app: AppContext, engine_ids: list[int] | None = None) -> list[VerifyResult]:

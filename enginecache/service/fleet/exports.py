@@ -39,6 +39,7 @@ from enginecache.core.backends.registry import get_backend
 from enginecache.core.blobpaths import blob_path
 from enginecache.core.hashing import hash_file
 from enginecache.core.onnx_shapes import infer_output_shapes
+from enginecache.core.targettext import split_targets
 from enginecache.db.models import EngineRecord, EngineStatus, ModelRecord
 from enginecache.errors import ExportError
 from enginecache.service.context import AppContext
@@ -235,7 +236,7 @@ def export_tree(
                     "backend_version": engine.backend_version,
                     "precision": engine.precision,
                     "target": target,
-                    "targets": engine.targets.split(","),
+                    "targets": list(split_targets(engine.targets)),
                     "sha256": engine.sha256,
                     "blake3": engine.blake3,
                     "size_bytes": engine.size_bytes,

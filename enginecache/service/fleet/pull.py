@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from enginecache.core.blobfetch import ensure_local_blob
-from enginecache.core.blobpaths import blob_path
+from enginecache.core.blobpaths import blob_path, blob_relative
 from enginecache.core.fingerprint import HostFingerprint, host_fingerprint
 from enginecache.core.hashing import StreamHasher, hash_stream
 from enginecache.core.names import check_model_name
@@ -110,7 +110,7 @@ def _manifest(
             "blake3": engine.blake3,
             "size_bytes": engine.size_bytes,
         },
-        "blob": str(Path("objects") / "sha256" / str(engine.sha256)[:2] / str(engine.sha256)),
+        "blob": blob_relative(engine.sha256),
         "selected_for": {"host": host.hostname, "reason": profile.reason},
         "release": {
             "alias": release.alias if release else None,

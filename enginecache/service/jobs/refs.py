@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from enginecache.core.backends.base import EngineRef, TensorIO
+from enginecache.core.targettext import split_targets
 
 if TYPE_CHECKING:  # annotations only (routing imports this module)
     from enginecache.db.models import EngineRecord
@@ -15,7 +16,7 @@ if TYPE_CHECKING:  # annotations only (routing imports this module)
 
 def engine_targets(engine: EngineRecord) -> tuple[str, ...]:
     """The engine's targets ('sm86,sm89' -> ('sm86', 'sm89')); () where none are recorded."""
-    return tuple(t for t in engine.targets.split(",") if t)
+    return split_targets(engine.targets)
 
 
 def engine_ref(engine: EngineRecord, path: Path | None = None) -> EngineRef:

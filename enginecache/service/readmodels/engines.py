@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from sqlmodel import col
 
 from enginecache.core.cachekey import INGREDIENTS
+from enginecache.core.targettext import split_targets
 from enginecache.db.models import EngineRecord, ModelRecord
 from enginecache.service.context import AppContext
 
@@ -148,7 +149,7 @@ def engine_filter_options(app: AppContext) -> FilterOptions:
         precisions = session.execute(sa.select(col(EngineRecord.precision)).distinct()).scalars().all()
         statuses = session.execute(sa.select(col(EngineRecord.status)).distinct()).scalars().all()
         target_sets = session.execute(sa.select(col(EngineRecord.targets)).distinct()).scalars().all()
-    targets = sorted({t for joined in target_sets for t in str(joined).split(",") if t})
+    targets = sorted({t for joined in target_sets for t in split_targets(str(joined))})
     return FilterOptions(
         models=[(int(i), str(n)) for i, n in models],
         backends=sorted(str(b) for b in backends),

@@ -27,6 +27,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from enginecache.core.cachekey import INGREDIENTS
+from enginecache.core.targettext import split_targets
 from enginecache.db.reader import Column, RowSource, SqliteReader, columns_of
 from enginecache.errors import AmbiguousError, NotFoundError
 from enginecache.service.context import AppContext
@@ -102,7 +103,7 @@ def engine_dict(
         "backend": engine.backend,
         "backend_version": engine.backend_version,
         "precision": engine.precision,
-        "targets": engine.targets.split(",") if engine.targets else [],
+        "targets": list(split_targets(engine.targets)),
         "cache_key": engine.cache_key,
         "sha256": engine.sha256,
         "blake3": engine.blake3,

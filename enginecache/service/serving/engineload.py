@@ -39,6 +39,7 @@ from enginecache.core.backends.registry import get_backend
 from enginecache.core.blobfetch import fetch_if_missing
 from enginecache.core.blobpaths import blob_file
 from enginecache.core.lazyimport import import_backend
+from enginecache.core.targettext import split_targets
 from enginecache.core.valuetype import Frozen
 from enginecache.core.verdicts import Verdict
 from enginecache.errors import EngineRejectedError, IncompatibleEngineError, IntegrityCheckError, LoadFailedError
@@ -121,7 +122,7 @@ class EngineFacts(Frozen):
             backend=str(row["backend"]),
             backend_version=str(row["backend_version"]),
             precision=str(row.get("precision") or ""),
-            targets=tuple(t for t in str(row.get("targets") or "").split(",") if t),
+            targets=split_targets(str(row.get("targets") or "")),
             home=home,
             sha256=row.get("sha256"),
             blake3=row.get("blake3"),

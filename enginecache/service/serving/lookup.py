@@ -22,6 +22,7 @@ from enginecache.core.backends.base import EngineRef
 from enginecache.core.backends.registry import get_backend
 from enginecache.core.cachekey import FieldDiff, diff_ingredients
 from enginecache.core.fingerprint import HostFingerprint
+from enginecache.core.targettext import split_targets
 from enginecache.db.models import EngineRecord, EngineStatus, ModelRecord
 from enginecache.errors import MissError
 from enginecache.service.builds.plan import BuildPlan, find_ready_engine
@@ -107,8 +108,13 @@ def find_engine(app: AppContext, plan: BuildPlan, host: HostFingerprint) -> Engi
     with app.catalog.read() as session:
         rows = session.connection().execute(query)  # Core: row by row, nothing kept but the answer
         for engine_id, backend, version, targets, precision, os_name, text in rows:
-            split = tuple(t for t in targets.split(",") if t)
-            ref = EngineRef(backend=backend, backend_version=version, targets=split, precision=precision, os=os_name)
+            ref = EngineRef(
+                backend=backend,
+                backend_version=version,
+                targets=split_targets(targets),
+                precision=precision,
+                os=os_name,
+            )
             if ref not in loadable:
                 loadable[ref] = _loadable(ref, host)
             if loadable[ref] and _target_free(_parse(text)) == wanted:
@@ -189,7 +195,7 @@ class _Nearest:
 
     @property
     def target_tuple(self) -> tuple[str, ...]:
-        return tuple(t for t in self.targets.split(",") if t)
+        return split_targets(self.targets)
 
 
 _ID_BITS = 48

@@ -14,6 +14,7 @@ from enginecache.core.backends.ort.dtypes import ort_dtype
 from enginecache.core.backends.ort.errors import ort_errors
 from enginecache.core.distributions import first_version
 from enginecache.core.lazyimport import import_backend
+from enginecache.core.targettext import split_requested
 from enginecache.errors import BuildFailedError, IncompatibleEngineError
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy treats the name as True)
@@ -71,7 +72,7 @@ class OnnxRuntimeBackend:
         from enginecache.core.backends.base import local_targets_only
 
         local = self.default_targets(host)
-        wanted = tuple(p.strip() for value in requested for p in value.split(",") if p.strip())
+        wanted = split_requested(requested)
         return local_targets_only(
             local,
             wanted or None,

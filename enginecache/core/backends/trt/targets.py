@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 
+from enginecache.core.targettext import split_requested
 from enginecache.errors import TargetError
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy treats the name as True)
@@ -50,7 +51,7 @@ def capability_to_sm(major: int, minor: int) -> str:
 
 def parse_rtx_targets(values: Iterable[str] | None) -> tuple[str, ...]:
     """Validate TensorRT-RTX targets; empty or None means the library's default set."""
-    items = [part for value in (values or ()) for part in value.split(",") if part.strip()]
+    items = split_requested(values)
     if not items:
         return RTX_DEFAULT_TARGETS
     targets: list[str] = []
@@ -69,7 +70,7 @@ def parse_rtx_targets(values: Iterable[str] | None) -> tuple[str, ...]:
 
 def parse_capabilities(requested: Iterable[str]) -> tuple[str, ...]:
     """Normalize any compute capabilities (comma lists allowed), deduplicated and sorted."""
-    items = {normalize_sm(part) for value in requested for part in value.split(",") if part.strip()}
+    items = {normalize_sm(part) for part in split_requested(requested)}
     return tuple(sorted(items, key=sm_to_capability))
 
 
