@@ -407,3 +407,13 @@ def test_verify_file_checks_a_file_where_it_lies(tmp_path: Path, size: int, algo
     (tmp_path / "blob").write_bytes(data)
     with pytest.raises(IntegrityCheckError, match=rf"^the store's blob: {algorithm} .* does not match"):
         hashing.verify_file(tmp_path / "blob", name="the store's blob", **expected)
+
+
+def test_a_durable_copy_keeps_the_sources_mode_and_its_digests(tmp_path: Path) -> None:
+    data = write(tmp_path / "source", 300_001)
+    (tmp_path / "source").chmod(0o640)
+    got = hashing.copy_hashed(tmp_path / "source", tmp_path / "copy", durable=True)
+    assert (got.sha256, got.blake3) == digests(data) and got.size == len(data)
+    assert (tmp_path / "copy").read_bytes() == data and (tmp_path / "copy").stat().st_mode & 0o777 == 0o640
+    with pytest.raises(FileExistsError):
+        hashing.copy_hashed(tmp_path / "source", tmp_path / "copy", durable=True)

@@ -8,6 +8,7 @@ sees it is `core.verifiedread`. `hashlib` (sha256) is imported on first use: a c
 from __future__ import annotations
 
 import os
+import stat
 
 import blake3
 
@@ -121,11 +122,18 @@ def hash_file(path: StrPath, *, chunk_bytes: int = CHUNK_BYTES) -> DigestResult:
         return hash_stream(stream, chunk_bytes=chunk_bytes)
 
 
-def copy_hashed(source: Path, dest: Path, *, chunk_bytes: int = CHUNK_BYTES) -> DigestResult:
-    """Copy `source` to `dest` (a new file: an existing one raises FileExistsError) in one pass that
-    hashes the bytes it writes: the digests are the copy's, whatever `source` does afterwards."""
+def copy_hashed(source: Path, dest: Path, *, chunk_bytes: int = CHUNK_BYTES, durable: bool = False) -> DigestResult:
+    """Copy `source` to `dest` (a new file: an existing one raises FileExistsError; a missing source
+    raises FileNotFoundError before `dest` is made) in one pass that hashes the bytes it writes: the
+    digests are the copy's, whatever `source` does afterwards. `durable`: the copy keeps the source's
+    permission bits and is on disk (fsync) when this returns."""
     with open(source, "rb", buffering=0) as stream, open(dest, "xb") as out:
-        return hash_stream(stream, chunk_bytes=chunk_bytes, sink=out.write)
+        got = hash_stream(stream, chunk_bytes=chunk_bytes, sink=out.write)
+        if durable:
+            out.flush()
+            os.fchmod(out.fileno(), stat.S_IMODE(os.fstat(stream.fileno()).st_mode))
+            os.fsync(out.fileno())
+    return got
 
 
 def check_file(path: StrPath, *, sha256: str | None, blake3_digest: str | None = None) -> DigestResult:

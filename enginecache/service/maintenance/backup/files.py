@@ -1,8 +1,8 @@
 """Files for backup and restore: a copy hashed as it is written, model bundle digests and file paths,
 safe relative paths, publishing a complete folder by a rename, and removing a half-made one.
 
-A copy reads each byte once, writes it and feeds it to `core.hashing.StreamHasher` (sha256 and
-BLAKE3 over the same chunks), then fsyncs the copy: the digest it returns is of the bytes that were
+A copy (`core.hashing.copy_hashed`, durable) reads each byte once, writes it and hashes it (sha256
+and BLAKE3 over the same chunks), then fsyncs the copy: the digest it returns is of the bytes that were
 written, so the caller compares it with the one recorded before anything relies on the copy.
 """
 
@@ -12,11 +12,11 @@ import hashlib
 import logging
 import os
 import shutil
-import stat
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
-from enginecache.core.hashing import CHUNK_BYTES, DigestResult, StreamHasher
+from enginecache.core import hashing
+from enginecache.core.hashing import DigestResult
 from enginecache.core.store import fsync_dir
 from enginecache.errors import BackupRefusedError, IntegrityCheckError
 
@@ -28,18 +28,7 @@ def copy_hashed(source: Path, dest: Path) -> DigestResult:
     the copy and keep the source's permission bits. A missing source raises FileNotFoundError
     before `dest` is made."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    hasher = StreamHasher()
-    buffer = bytearray(CHUNK_BYTES)
-    view = memoryview(buffer)
-    with open(source, "rb", buffering=0) as src, open(dest, "xb") as out:
-        while n := src.readinto(view):
-            chunk = view[:n]
-            out.write(chunk)
-            hasher.update(chunk)
-        out.flush()
-        os.fchmod(out.fileno(), stat.S_IMODE(os.fstat(src.fileno()).st_mode))
-        os.fsync(out.fileno())
-    return hasher.result()
+    return hashing.copy_hashed(source, dest, durable=True)
 
 
 def bundle_digest(model_file: str, files: dict[str, DigestResult]) -> str:
