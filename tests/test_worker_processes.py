@@ -427,3 +427,31 @@ def test_timeout_kills_the_attempt_even_while_a_catalog_write_waits(
     assert dead.started_at is not None and dead.finished_at is not None
     assert dead.finished_at - dead.started_at < timedelta(seconds=20)
     assert files_under(app.home / "tmp") == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("after", [0.05, 0.3], ids=["as-the-child-starts", "just-after"])
+def test_sigterm_to_the_workers_process_group_early_in_an_attempt_lets_it_finish(
+    app_ctx: AppContext, after: float
+) -> None:
+    """A service manager or a terminal signals the whole group (systemd's control group, ^C): the
+    zygote and a child still starting get the SIGTERM too. The attempt must finish and count once,
+    as a SIGTERM to the worker alone lets it; before, the job was left RUNNING by an exited worker."""
+    app = app_ctx
+    job_id = _enqueue(app, "sleep", {"seconds": 2})
+    log = app.home.parent / "group.log"
+    with open(log, "wb") as sink:
+        worker = subprocess.Popen(
+            _cli(app, "worker", "--name", "group"),
+            cwd=ROOT,
+            stdout=sink,
+            stderr=sink,
+            env=_worker_env(),
+            start_new_session=True,  # its own group, so the signal reaches it and its descendants only
+        )
+    wait_for(lambda: _job(app, job_id).status == JobStatus.RUNNING, 60, f"job {job_id} claimed")
+    time.sleep(after)  # a point inside the attempt's start, not a margin: the outcome must not depend on it
+    os.killpg(worker.pid, signal.SIGTERM)
+    assert worker.wait(timeout=120) == 0, log.read_text()
+    job = _job(app, job_id)
+    assert job.status == JobStatus.SUCCEEDED and job.attempts == 1, (job.status, job.attempts, job.error)
