@@ -10,10 +10,15 @@ STAMP_CORPUS := $(ENGINECACHE_CORPUS)/.fetched
 STAMP_BENCH := $(VENV)/.installed-bench
 # The OIDC provider the login tests run (tests/oidc/provider.mjs, `oidc-provider` from npm, as locked).
 STAMP_OIDC := tests/oidc/node_modules/.installed
+# checkov, the policy checker tests/test_k8s_manifests.py runs on deploy/k8s, in a venv of its own (its
+# pins clash with the dev dependencies); the stamp names the version, so a new pin reinstalls.
+CHECKOV_VENV := .venv-checkov
+CHECKOV_VERSION := 3.3.30
+STAMP_CHECKOV := $(CHECKOV_VENV)/.installed-$(CHECKOV_VERSION)
 export ENGINECACHE_HOME ?= $(CURDIR)/engines
 PORT ?= 8501
 
-.PHONY: run test test-fast lint typecheck clean corpus oidc
+.PHONY: run test test-fast lint typecheck clean corpus oidc checkov
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +48,13 @@ $(STAMP_OIDC): tests/oidc/package.json tests/oidc/package-lock.json
 
 oidc: $(STAMP_OIDC)
 
+$(STAMP_CHECKOV):
+	$(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/pip install --quiet 'checkov==$(CHECKOV_VERSION)'
+	touch $@
+
+checkov: $(STAMP_CHECKOV)
+
 run: $(STAMP_RUN)
 	$(BIN)/enginecache serve --port $(PORT)
 
@@ -54,7 +66,7 @@ lint: $(STAMP_DEV)
 typecheck: $(STAMP_DEV)
 	$(BIN)/mypy enginecache
 
-test: $(STAMP_DEV) corpus oidc lint typecheck
+test: $(STAMP_DEV) corpus oidc checkov lint typecheck
 	$(BIN)/pytest -q -p no:cacheprovider
 
 # The fast lane (goal: under 90 s on 2 cores): every test but those needing PostgreSQL, model files
@@ -75,4 +87,4 @@ bench: $(STAMP_BENCH)
 	$(BIN)/python bench/run_all.py $(if $(QUICK),--quick)
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache tests/oidc/node_modules
+	rm -rf $(VENV) $(CHECKOV_VENV) .mypy_cache .ruff_cache .pytest_cache tests/oidc/node_modules
