@@ -262,6 +262,15 @@ def test_verify_retire_and_a_build_s_outcomes(catalog_ctx: AppContext, changes: 
     assert (retired.status, retired.retired_at, retired.error) == ("RETIRED", AT, "host-a could not load it")
     with changes() as ex:
         assert engines.ready_engine_ids(ex, retired.model_id) == sorted([corrupt, pending])
+        assert engines.engine_fields(ex, pending, ["status", "io", "finished_at", "retired_at", "build_options"]) == {
+            "status": "READY",
+            "io": [{"name": "input"}],
+            "finished_at": AT,
+            "retired_at": None,
+            "build_options": {},
+        }
+        assert engines.engine_fields(ex, ready, ["retired_at"]) == {"retired_at": AT}
+        assert engines.engine_fields(ex, 10_000, ["status"]) is None
     assert [(e.action, e.target, e.details) for e in _audit(app)] == [
         (engines.ENGINE_READY, f"engine {corrupt}", {"by": "verify", "was": "CORRUPT", "reason": "ok"}),
         (engines.ENGINE_RETIRE, f"engine {ready}", {"by": "retire", "was": "READY", "model_id": 1}),

@@ -18,8 +18,9 @@ concurrent change on PostgreSQL is read again rather than overwritten):
 - `retire`: no lookup returns it again (-> RETIRED, `retired_at`).
 - `note_load_error`: a runtime could not load it on some host (`error`; the status stays).
 
-It also answers the one status read both load paths make (`ready_engine_ids`, what a serving memo is
-valid for) and writes every load event (`record_load_event`).
+It also reads engine rows without the ORM (`engine_fields`, decoded as `db.columns` says;
+`ready_engine_ids`, the READY set a serving memo is valid for, which both load paths ask) and writes
+every load event (`record_load_event`).
 
 One audit rule, the same on every path: a change of status that `AUDITED` names writes one
 `audit_events` row (action, `engine <id>`, details `{"by", "was", "reason"?, ...}`, the actor given)
@@ -29,12 +30,13 @@ READY or FAILED) is not audited here: the build request and the job record it.
 
 from __future__ import annotations
 
+from enginecache.db.columns import COLUMN_KINDS, DECODERS
 from enginecache.db.sqlexec import json_text
 from enginecache.errors import EngineCacheError
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy treats the name as True)
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Mapping, Sequence
     from datetime import datetime
     from typing import Any, Protocol
 
@@ -87,6 +89,7 @@ FIELD_KINDS = {
     "verified_at": "time",
     "retired_at": "time",
 }
+_KINDS = {**COLUMN_KINDS["engines"], **FIELD_KINDS}
 LOAD_PHASES = ("validity", "deserialize", "create_context", "allocate_io")  # a load event's `load_s`
 CHANGE_TRIES = 8  # reads of `was` before a status that keeps changing under us is an error
 
@@ -232,7 +235,21 @@ def note_load_error(ex: Executor, engine_id: int, note: str) -> None:
     ex.run("UPDATE engines SET error = :error WHERE id = :id", {"error": note, "id": engine_id})
 
 
-# -- reads both load paths share -----------------------------------------------------------------
+# -- reads --------------------------------------------------------------------------------------
+
+
+def engine_fields(ex: Executor, engine_id: int, columns: Sequence[str]) -> dict[str, Any] | None:
+    """The engine row's `columns`, each decoded by its kind (`db.columns`, and `FIELD_KINDS` for the
+    columns only this module writes); None where there is no such engine."""
+    if not all(name.isidentifier() for name in columns):
+        raise ValueError(f"not column names: {columns}")
+    found = ex.rows(f"SELECT {', '.join(columns)} FROM engines WHERE id = :id", {"id": engine_id})
+    if not found:
+        return None
+    return {
+        name: DECODERS[_KINDS[name]](value) if _KINDS.get(name) else value
+        for name, value in zip(columns, found[0], strict=True)
+    }
 
 
 def ready_engine_ids(ex: Executor, model_id: int) -> list[int]:

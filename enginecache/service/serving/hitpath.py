@@ -39,7 +39,7 @@ from enginecache.core.lazyimport import import_backend
 from enginecache.core.pathtext import absolute_text
 from enginecache.db import engines
 from enginecache.db.catalogfile import REVISION_SQL, CatalogFile, head_revision, is_head, locate, sqlite_file_uri
-from enginecache.db.columns import decode_json, decode_row
+from enginecache.db.columns import decode_json
 from enginecache.db.sqlexec import SqliteExecutor, SqliteWrite
 from enginecache.errors import BackendUnavailableError, EngineRejectedError, TargetError
 from enginecache.service.serving.engineload import EngineFacts, load_engine, load_error_note
@@ -149,12 +149,9 @@ def _lookup(
             _log().debug("hit path: model %s's READY engines are %s, the memo saw %s", model_id, ready, remembered)
             return None
         model = connection.execute("SELECT name, digest FROM models WHERE id = ?", (model_id,)).fetchone()
-        row = connection.execute(
-            f"SELECT {', '.join(_ENGINE_COLUMNS)} FROM engines WHERE id = ?", (engine_id,)
-        ).fetchone()
-        if model is None or model[1] != digest or row is None:
+        engine = engines.engine_fields(SqliteExecutor(connection), engine_id, _ENGINE_COLUMNS)
+        if model is None or model[1] != digest or engine is None:
             return None
-        engine = decode_row("engines", dict(zip(_ENGINE_COLUMNS, row, strict=True)))
         return _Found(digest, model_id, str(model[0]), engine)
     finally:
         connection.execute("COMMIT")
@@ -213,16 +210,15 @@ def engine_record_loader(where: CatalogFile, engine_id: int) -> Callable[[], Eng
     def load() -> EngineRecord:
         from enginecache.db.models import EngineRecord
 
+        columns = list(EngineRecord.__table__.columns.keys())  # type: ignore[attr-defined]
         connection = _connect(where.path)
         try:
-            connection.row_factory = sqlite3.Row
-            row = connection.execute("SELECT * FROM engines WHERE id = ?", (engine_id,)).fetchone()
+            fields = engines.engine_fields(SqliteExecutor(connection), engine_id, columns)
         finally:
             connection.close()
-        if row is None:
+        if fields is None:
             raise LookupError(f"engine {engine_id} is no longer in the catalog")
-        columns = set(EngineRecord.__table__.columns.keys())  # type: ignore[attr-defined]
-        return EngineRecord(**{k: v for k, v in decode_row("engines", dict(row)).items() if k in columns})
+        return EngineRecord(**fields)
 
     return load
 
