@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from enginecache.dashboard.uploads import (
 )
 from enginecache.db.models import ModelRecord
 from enginecache.errors import StoreError
+from enginecache.service.builds.submit import list_jobs
 from enginecache.service.context import DB_URL_ENV, AppContext
 from tests.boundedkit import GIB, assert_nothing_extracted, dashboard_upload_error, mount, tar_of, upload
 from tests.clirunner import run_cli
@@ -89,3 +91,30 @@ def test_a_dashboard_upload_onto_a_full_store_says_unavailable_not_rejected(
             assert session.exec(select(ModelRecord)).first() is None
     finally:
         app.close()
+
+
+@pytest.mark.slow
+def test_an_ort_build_that_cannot_write_its_engine_on_a_full_disk_is_retried(tmp_path: Path) -> None:
+    """ONNX Runtime reports a full disk as "SaveToOrtFormat Failed" with no errno: the attempt is
+    judged by the room left under its working folder, so the job is retried (and ends DEAD with the
+    disk named once out of attempts), never FAILED on its first attempt as a bad input."""
+    where = tmp_path / "disk"
+    where.mkdir()
+    mount("-t", "tmpfs", "-o", "size=8m", "tmpfs", str(where))
+    try:
+        home, catalog = where / "home", f"sqlite:///{tmp_path / 'catalog.db'}"
+        model = make_mlp(tmp_path / "src" / "mlp.onnx", features=512, hidden=512)  # 2 MiB
+        cli = [sys.executable, "-m", "enginecache.cli", "--home", str(home), "--db", catalog]
+        subprocess.run([*cli, "model", "add", str(model), "--name", "mlp"], check=True, capture_output=True)
+        fill(where, leave=model.stat().st_size + 512 * 1024)  # room to stage the model, not to write its engine
+        done = subprocess.run([*cli, "build", "mlp", "--backend", "ort", "--json"], capture_output=True, text=True)
+        assert done.returncode != 0
+        app = AppContext.from_settings(home, catalog)
+        try:
+            [job] = list_jobs(app)
+        finally:
+            app.close()
+        assert job.attempts == job.max_attempts > 1, (job.status, job.attempts, job.error)
+        assert job.status == "DEAD" and "full" in (job.error or ""), job.error
+    finally:
+        subprocess.run(["umount", str(where)], check=True)

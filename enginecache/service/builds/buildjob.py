@@ -5,8 +5,10 @@ error was wrapped on the way up (a BuildFailedError carries the backend's or the
 as its cause):
 
 - transient: an UnavailableError (the catalog or the store) or an OSError of the host's disks
-  (ENOSPC, EDQUOT, EIO) anywhere among the causes. The attempt is counted and the job retried after
-  a backoff, DEAD once out of attempts (the child raises; `service.jobs.supervisor` records it);
+  (ENOSPC, EDQUOT, EIO) anywhere among the causes, or a build that failed where the disk under its
+  working folder has no room left for an engine (`disk_too_full`: a runtime that hides the errno).
+  The attempt is counted and the job retried after a backoff, DEAD once out of attempts (the child
+  raises; `service.jobs.supervisor` records it);
 - deterministic, any other EngineCacheError (a BadInputError such as ExternalDataError or
   PrecisionError among the causes, the backend's own refusal, a CORRUPT model). The job is FAILED
   on this attempt: the same input fails the same way on every attempt;
@@ -24,6 +26,7 @@ from __future__ import annotations
 import collections
 import errno
 import logging
+import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -39,6 +42,7 @@ from enginecache.errors import (
     ExternalDataError,
     InvalidModelError,
     StaleLeaseError,
+    StoreError,
     UnavailableError,
 )
 from enginecache.service.builds.plan import BuildResult, find_ready_engine, plan_build, run_build
@@ -54,6 +58,9 @@ PROGRESS_INTERVAL_SECONDS = 0.5
 LOG_TAIL_LINES = 30
 # OSErrors that say the host's disks are full or failing, not that the input is wrong.
 HOST_DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO})
+# Room a build needs beside its model's size for the engine's own writes, when a failure is judged
+# by the space left (`disk_too_full`): less than the model and this much free is a full disk.
+DISK_MARGIN_BYTES = 16 * 2**20
 # What hashing a stored bundle raises where one of its files is gone (it is not what was registered).
 _GONE = (ExternalDataError, FileNotFoundError, IsADirectoryError, NotADirectoryError)
 
@@ -73,6 +80,17 @@ def failure_is_transient(err: BaseException) -> bool:
     """Whether an attempt that failed with `err` may succeed when retried: the catalog or the store
     was unavailable, or a disk was full or failing, whatever wrapped that on the way up."""
     return any(isinstance(e, UnavailableError) or _host_disk_error(e) for e in causes(err))
+
+
+def disk_too_full(folder: Path, need_bytes: int) -> bool:
+    """Whether the filesystem holding `folder` has less room than `need_bytes` left: a build there
+    cannot write its engine, whatever its runtime said about it (ONNX Runtime's "Failed to save"
+    names no errno). False where the folder is gone or cannot be asked."""
+    try:
+        st = os.statvfs(folder)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < need_bytes
 
 
 def _host_disk_error(err: BaseException) -> bool:
@@ -199,6 +217,8 @@ def run_build_job(app: AppContext, spec: ChildSpec, *, before_publish: BeforePub
         raise
     except EngineCacheError as err:  # BuildFailedError (the engine row is FAILED), or around the build
         writer.flush(force=True)
+        if not failure_is_transient(err) and disk_too_full(spec.work_dir, plan.model.size_bytes + DISK_MARGIN_BYTES):
+            raise StoreError(f"the disk under {spec.work_dir.parent} is full: {err}") from err  # retried
         return _failed(app, spec, err, engine_id=getattr(err, "engine_id", None))
     logger.info("job %s built engine %s", spec.job_id, result.engine.id)
     return EXIT_RECORDED
