@@ -39,45 +39,20 @@ class GpuInfo(Frozen):
     """One GPU as NVML reports it. (The fingerprint's types are `core.valuetype` values, not
     dataclasses: every serving start creates them; `replace(...)` is `dataclasses.replace`.)"""
 
-    __slots__ = _fields = ("index", "name", "uuid", "compute_capability", "memory_total_bytes")
-
     index: int
     name: str
     uuid: str
     compute_capability: str  # "sm86"
     memory_total_bytes: int
 
-    def __init__(self, index: int, name: str, uuid: str, compute_capability: str, memory_total_bytes: int) -> None:
-        init = object.__setattr__
-        init(self, "index", index)
-        init(self, "name", name)
-        init(self, "uuid", uuid)
-        init(self, "compute_capability", compute_capability)
-        init(self, "memory_total_bytes", memory_total_bytes)
-
 
 class GpuFacts(Frozen):
     """What NVML said: status ("ok", or why not), GPUs, driver and CUDA driver version."""
 
-    __slots__ = _fields = ("nvml", "gpus", "driver_version", "cuda_driver_version")
-
     nvml: str
-    gpus: tuple[GpuInfo, ...]
-    driver_version: str | None
-    cuda_driver_version: str | None
-
-    def __init__(
-        self,
-        nvml: str,
-        gpus: tuple[GpuInfo, ...] = (),
-        driver_version: str | None = None,
-        cuda_driver_version: str | None = None,
-    ) -> None:
-        init = object.__setattr__
-        init(self, "nvml", nvml)
-        init(self, "gpus", gpus)
-        init(self, "driver_version", driver_version)
-        init(self, "cuda_driver_version", cuda_driver_version)
+    gpus: tuple[GpuInfo, ...] = ()
+    driver_version: str | None = None
+    cuda_driver_version: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.asdict(), "gpus": [g.asdict() for g in self.gpus]}

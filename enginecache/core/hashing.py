@@ -39,17 +39,10 @@ class DigestResult(Frozen):
     `head_blake3` is the BLAKE3 of its first HEAD_BYTES bytes (all of them when shorter), "" where
     BLAKE3 was not asked for."""
 
-    __slots__ = _fields = ("sha256", "blake3", "size", "head_blake3")
     sha256: str
     blake3: str
     size: int
-    head_blake3: str
-
-    def __init__(self, sha256: str, blake3: str, size: int, head_blake3: str = "") -> None:
-        object.__setattr__(self, "sha256", sha256)
-        object.__setattr__(self, "blake3", blake3)
-        object.__setattr__(self, "size", size)
-        object.__setattr__(self, "head_blake3", head_blake3)
+    head_blake3: str = ""
 
 
 def head_digest(head: bytes | bytearray | memoryview) -> str:

@@ -8,7 +8,7 @@ the backend registry which libraries to report.
 from __future__ import annotations
 
 from enginecache.core.gpufacts import GpuInfo
-from enginecache.core.valuetype import Frozen
+from enginecache.core.valuetype import Frozen, field
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy treats the name as True)
 if TYPE_CHECKING:
@@ -19,22 +19,6 @@ _ISA_LEVELS: tuple[str, ...] = ("avx512f", "avx2", "avx", "sse4_2", "neon", "asi
 
 
 class HostFingerprint(Frozen):
-    __slots__ = _fields = (
-        "hostname",
-        "os",
-        "os_release",
-        "machine",
-        "python",
-        "cpu_model",
-        "cpu_isa",
-        "gpus",
-        "driver_version",
-        "cuda_driver_version",
-        "cuda_runtime_version",
-        "nvml",
-        "packages",
-    )
-
     hostname: str
     os: str
     os_release: str
@@ -42,43 +26,12 @@ class HostFingerprint(Frozen):
     python: str
     cpu_model: str
     cpu_isa: tuple[str, ...]
-    gpus: tuple[GpuInfo, ...]
-    driver_version: str | None
-    cuda_driver_version: str | None
-    cuda_runtime_version: str | None
-    nvml: str
-    packages: dict[str, str | None]
-
-    def __init__(
-        self,
-        hostname: str,
-        os: str,
-        os_release: str,
-        machine: str,
-        python: str,
-        cpu_model: str,
-        cpu_isa: tuple[str, ...],
-        gpus: tuple[GpuInfo, ...] = (),
-        driver_version: str | None = None,
-        cuda_driver_version: str | None = None,
-        cuda_runtime_version: str | None = None,
-        nvml: str = "unavailable",
-        packages: dict[str, str | None] | None = None,
-    ) -> None:
-        init = object.__setattr__
-        init(self, "hostname", hostname)
-        init(self, "os", os)
-        init(self, "os_release", os_release)
-        init(self, "machine", machine)
-        init(self, "python", python)
-        init(self, "cpu_model", cpu_model)
-        init(self, "cpu_isa", cpu_isa)
-        init(self, "gpus", gpus)
-        init(self, "driver_version", driver_version)
-        init(self, "cuda_driver_version", cuda_driver_version)
-        init(self, "cuda_runtime_version", cuda_runtime_version)
-        init(self, "nvml", nvml)
-        init(self, "packages", {} if packages is None else packages)
+    gpus: tuple[GpuInfo, ...] = ()
+    driver_version: str | None = None
+    cuda_driver_version: str | None = None
+    cuda_runtime_version: str | None = None
+    nvml: str = "unavailable"
+    packages: dict[str, str | None] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         data = self.asdict()

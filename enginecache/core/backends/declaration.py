@@ -27,28 +27,9 @@ class BackendDeclaration(Frozen):
     - `warm`: whether a worker's fork server imports the library before its first job.
     """
 
-    __slots__ = _fields = ("backend", "library", "distributions", "install_hint", "error_modules", "warm")
-
     backend: str
     library: str
     distributions: tuple[str, ...]
     install_hint: str
-    error_modules: tuple[str, ...]
-    warm: bool
-
-    def __init__(
-        self,
-        backend: str,
-        library: str,
-        distributions: tuple[str, ...],
-        install_hint: str,
-        error_modules: tuple[str, ...] = (),
-        warm: bool = False,
-    ) -> None:
-        init = object.__setattr__
-        init(self, "backend", backend)
-        init(self, "library", library)
-        init(self, "distributions", distributions)
-        init(self, "install_hint", install_hint)
-        init(self, "error_modules", error_modules)
-        init(self, "warm", warm)
+    error_modules: tuple[str, ...] = ()
+    warm: bool = False

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 
 from enginecache.core.hashing import HEAD_BYTES
-from enginecache.core.valuetype import Frozen, Mutable
+from enginecache.core.valuetype import Frozen, Mutable, field
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy treats the name as True)
 if TYPE_CHECKING:
@@ -50,10 +50,7 @@ class _Phase:
 class PhaseTimer(Mutable):
     """Seconds per named phase, in the order they ran (a phase run twice adds up)."""
 
-    __slots__ = _fields = ("phases",)
-
-    def __init__(self, phases: dict[str, float] | None = None) -> None:
-        self.phases: dict[str, float] = {} if phases is None else phases
+    phases: dict[str, float] = field(default_factory=dict)
 
     def phase(self, name: str) -> _Phase:
         """`with timer.phase(name):` adds the block's seconds to `phases[name]`, also when it raises."""
@@ -66,41 +63,17 @@ class PhaseTimer(Mutable):
 class LoadSpec(Frozen):
     """How to load: the shapes to prepare I/O for (the profile's opt shapes by default)."""
 
-    __slots__ = _fields = ("input_shapes", "label", "backend_version", "targets")
-
-    input_shapes: Mapping[str, tuple[int, ...]]
-    label: str
-    backend_version: str | None  # the version that built it (checked where the format is tied to it)
-    targets: tuple[str, ...]
-
-    def __init__(
-        self,
-        input_shapes: Mapping[str, tuple[int, ...]] | None = None,
-        label: str = "engine",
-        backend_version: str | None = None,
-        targets: tuple[str, ...] = (),
-    ) -> None:
-        init = object.__setattr__
-        init(self, "input_shapes", {} if input_shapes is None else input_shapes)
-        init(self, "label", label)
-        init(self, "backend_version", backend_version)
-        init(self, "targets", targets)
+    input_shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    label: str = "engine"
+    backend_version: str | None = None  # the version that built it (checked where the format is tied to it)
+    targets: tuple[str, ...] = ()
 
 
 class TensorIO(Frozen):
-    __slots__ = _fields = ("name", "mode", "dtype", "shape")
-
     name: str
     mode: str  # "input" | "output"
     dtype: str
     shape: tuple[int | str, ...]
-
-    def __init__(self, name: str, mode: str, dtype: str, shape: tuple[int | str, ...]) -> None:
-        init = object.__setattr__
-        init(self, "name", name)
-        init(self, "mode", mode)
-        init(self, "dtype", dtype)
-        init(self, "shape", shape)
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "mode": self.mode, "dtype": self.dtype, "shape": list(self.shape)}
@@ -109,44 +82,15 @@ class TensorIO(Frozen):
 class TritonInfo(Frozen):
     """How Triton Inference Server serves a backend's engines: what an export writes into config.pbtxt."""
 
-    __slots__ = _fields = (
-        "platform",
-        "backend",
-        "instance_kind",
-        "file_suffix",
-        "rank",
-        "warning",
-        "infer_output_shapes",
-    )
-
     platform: str  # "tensorrt_plan" | "onnxruntime_onnx"
     backend: str | None  # Triton's backend where the config must name one ("onnxruntime"), else None
     instance_kind: str  # "KIND_GPU" | "KIND_CPU"
     file_suffix: str  # the model file's suffix in the version folder (".plan", ".ort")
     rank: int  # preference when an export names no backend: the lowest rank present is exported
-    warning: str | None  # said with every Triton export of these engines (in its result and config.pbtxt)
+    warning: str | None = None  # said with every Triton export of these engines (in its result and config.pbtxt)
     # Its engines keep the model's declared output shapes (ONNX Runtime merges them with its own
     # inference, leniently): an export takes output shapes from a shape inference of the graph instead.
-    infer_output_shapes: bool
-
-    def __init__(
-        self,
-        platform: str,
-        backend: str | None,
-        instance_kind: str,
-        file_suffix: str,
-        rank: int,
-        warning: str | None = None,
-        infer_output_shapes: bool = False,
-    ) -> None:
-        init = object.__setattr__
-        init(self, "platform", platform)
-        init(self, "backend", backend)
-        init(self, "instance_kind", instance_kind)
-        init(self, "file_suffix", file_suffix)
-        init(self, "rank", rank)
-        init(self, "warning", warning)
-        init(self, "infer_output_shapes", infer_output_shapes)
+    infer_output_shapes: bool = False
 
 
 def numpy_dtype(name: str) -> np.dtype[Any]:

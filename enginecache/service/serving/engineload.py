@@ -40,7 +40,7 @@ from enginecache.core.blobfetch import fetch_if_missing
 from enginecache.core.blobpaths import blob_file
 from enginecache.core.lazyimport import import_backend
 from enginecache.core.targettext import split_targets
-from enginecache.core.valuetype import Frozen
+from enginecache.core.valuetype import Frozen, field
 from enginecache.core.verdicts import Verdict
 from enginecache.errors import EngineRejectedError, IncompatibleEngineError, IntegrityCheckError, LoadFailedError
 
@@ -64,19 +64,6 @@ class EngineFacts(Frozen):
     `blob` as a `Path`). A `core.valuetype` value (as the frozen dataclass it was; no `dataclasses`
     import on a cache hit, and no `pathlib` until `blob` is asked for)."""
 
-    __slots__ = _fields = (
-        "id",
-        "backend",
-        "backend_version",
-        "precision",
-        "targets",
-        "home",
-        "sha256",
-        "blake3",
-        "input_shapes",
-        "header_blake3",
-    )
-
     id: int
     backend: str
     backend_version: str
@@ -85,33 +72,8 @@ class EngineFacts(Frozen):
     home: str
     sha256: str | None
     blake3: str | None
-    input_shapes: Mapping[str, tuple[int, ...]]
-    header_blake3: str | None
-
-    def __init__(
-        self,
-        id: int,
-        backend: str,
-        backend_version: str,
-        precision: str,
-        targets: tuple[str, ...],
-        home: str | os.PathLike[str],
-        sha256: str | None,
-        blake3: str | None,
-        input_shapes: Mapping[str, tuple[int, ...]] | None = None,
-        header_blake3: str | None = None,
-    ) -> None:
-        init = object.__setattr__
-        init(self, "id", id)
-        init(self, "backend", backend)
-        init(self, "backend_version", backend_version)
-        init(self, "precision", precision)
-        init(self, "targets", targets)
-        init(self, "home", os.fspath(home))
-        init(self, "sha256", sha256)
-        init(self, "blake3", blake3)
-        init(self, "input_shapes", {} if input_shapes is None else input_shapes)
-        init(self, "header_blake3", header_blake3)
+    input_shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    header_blake3: str | None = None
 
     @classmethod
     def from_row(cls, home: str | os.PathLike[str], row: Mapping[str, Any]) -> EngineFacts:
@@ -123,7 +85,7 @@ class EngineFacts(Frozen):
             backend_version=str(row["backend_version"]),
             precision=str(row.get("precision") or ""),
             targets=split_targets(str(row.get("targets") or "")),
-            home=home,
+            home=os.fspath(home),
             sha256=row.get("sha256"),
             blake3=row.get("blake3"),
             input_shapes={name: tuple(p["opt"]) for name, p in profiles.items()},

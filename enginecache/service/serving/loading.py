@@ -35,7 +35,7 @@ def engine_facts(app: AppContext, engine: EngineRecord) -> EngineFacts:
         backend_version=engine.backend_version,
         precision=engine.precision,
         targets=engine_targets(engine),
-        home=app.home,  # the blob's path follows from its sha256, never from the row's blob_path
+        home=str(app.home),  # the blob's path follows from its sha256, never from the row's blob_path
         sha256=engine.sha256,
         blake3=engine.blake3,
         input_shapes={name: tuple(p["opt"]) for name, p in profiles.items()},

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from enginecache.core.valuetype import Frozen, Mutable
+from enginecache.core.valuetype import Frozen, Mutable, field
 
 PENDING_JOIN_SECONDS = 60.0  # a load event still being written when the engine is closed (a slow catalog)
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy treats the name as True)
@@ -35,46 +35,14 @@ else:
 class RuntimeSpec(Frozen):
     """Which engine to serve: the build request less the model (the model is the ONNX file)."""
 
-    __slots__ = _fields = (
-        "backend",
-        "precision",
-        "targets",
-        "profiles",
-        "calibration",
-        "converter",
-        "opt_level",
-        "workspace_bytes",
-    )
-
-    backend: str
-    precision: str
-    targets: tuple[str, ...]
-    profiles: tuple[str, ...]
-    calibration: Path | None
-    converter: str | None
-    opt_level: int | None
-    workspace_bytes: int | None
-
-    def __init__(
-        self,
-        backend: str = "rtx",
-        precision: str = "fp32",
-        targets: tuple[str, ...] = (),
-        profiles: tuple[str, ...] = (),
-        calibration: Path | None = None,
-        converter: str | None = None,
-        opt_level: int | None = None,
-        workspace_bytes: int | None = None,
-    ) -> None:
-        init = object.__setattr__
-        init(self, "backend", backend)
-        init(self, "precision", precision)
-        init(self, "targets", targets)
-        init(self, "profiles", profiles)
-        init(self, "calibration", calibration)
-        init(self, "converter", converter)
-        init(self, "opt_level", opt_level)
-        init(self, "workspace_bytes", workspace_bytes)
+    backend: str = "rtx"
+    precision: str = "fp32"
+    targets: tuple[str, ...] = ()
+    profiles: tuple[str, ...] = ()
+    calibration: Path | None = None
+    converter: str | None = None
+    opt_level: int | None = None
+    workspace_bytes: int | None = None
 
     def request(self, model: str) -> BuildRequest:
         from enginecache.service.builds.plan import BuildRequest
@@ -97,50 +65,19 @@ class LoadedEngine(Mutable):
     touches it imports no SQLAlchemy; `engine_id` and `facts` need nothing.
     """
 
-    __slots__ = _fields = (
-        "session",
-        "_engine",
-        "outcome",
-        "phases",
-        "onnx_digest",
-        "facts",
-        "model_name",
-        "state_file",
-        "via",
-        "_pending",
-    )
-
     session: EngineSession
     _engine: EngineRecord | Callable[[], EngineRecord]
     outcome: str  # "hit" | "built"
-    phases: dict[str, float]
-    onnx_digest: str
-    facts: EngineFacts | None
-    model_name: str
-    state_file: Path | None  # the serving state written for this load, removed on close
-    via: str  # "hitpath": answered by service.serving.hitpath (stdlib sqlite3, the memo)
+    phases: dict[str, float] = field(default_factory=dict)
+    onnx_digest: str = ""
+    facts: EngineFacts | None = None
+    model_name: str = ""
+    state_file: Path | None = None  # the serving state written for this load, removed on close
+    via: str = "fullpath"  # "hitpath": answered by service.serving.hitpath (stdlib sqlite3, the memo)
 
-    def __init__(
-        self,
-        session: EngineSession,
-        _engine: EngineRecord | Callable[[], EngineRecord],
-        outcome: str,
-        phases: dict[str, float] | None = None,
-        onnx_digest: str = "",
-        facts: EngineFacts | None = None,
-        model_name: str = "",
-        state_file: Path | None = None,
-        via: str = "fullpath",
-    ) -> None:
-        self.session = session
-        self._engine = _engine
-        self.outcome = outcome
-        self.phases = {} if phases is None else phases
-        self.onnx_digest = onnx_digest
-        self.facts = facts
-        self.model_name = model_name
-        self.state_file = state_file
-        self.via = via
+    __slots__ = ("_pending",)
+
+    def __post_init__(self) -> None:
         self._pending: threading.Thread | None = None  # a background write close() waits for (service.serving.pulled)
 
     def __repr__(self) -> str:  # as the dataclass's: `_engine` (a record or its loader) left out
