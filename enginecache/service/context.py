@@ -7,15 +7,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from enginecache.db.reader import sqlite_url
+from enginecache.db import catalogfile
+from enginecache.db.catalogfile import DB_URL_ENV as DB_URL_ENV  # re-exported, as HOME_ENV
+from enginecache.db.catalogfile import HOME_ENV as HOME_ENV
+from enginecache.db.catalogfile import sqlite_url
 
 if TYPE_CHECKING:  # imported on first use: a read command that needs neither never loads them
     from enginecache.core.store import ArtifactStore
     from enginecache.db.catalog import Catalog
 
-HOME_ENV = "ENGINECACHE_HOME"
-DB_URL_ENV = "ENGINECACHE_DB_URL"
-DEFAULT_HOME = Path("engines")
+DEFAULT_HOME = Path(catalogfile.DEFAULT_HOME)
 
 
 @dataclass
@@ -29,8 +30,10 @@ class AppContext:
 
     @classmethod
     def from_settings(cls, home: str | Path | None = None, db_url: str | None = None) -> AppContext:
+        """The home and catalog URL from the arguments, else the environment, else the defaults
+        (`db.catalogfile`'s names; `catalogfile.locate` finds the same catalog without SQLAlchemy)."""
         resolved_home = Path(home or os.environ.get(HOME_ENV) or DEFAULT_HOME).expanduser().resolve()
-        url = db_url or os.environ.get(DB_URL_ENV) or sqlite_url(resolved_home / "catalog.db")
+        url = db_url or os.environ.get(DB_URL_ENV) or sqlite_url(resolved_home / catalogfile.CATALOG_FILE)
         return cls(home=resolved_home, db_url=url)
 
     @property
