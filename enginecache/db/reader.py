@@ -19,6 +19,7 @@ from __future__ import annotations
 import abc
 import os
 import sqlite3
+from typing import TYPE_CHECKING
 
 from enginecache.db.catalogfile import REVISION_SQL, is_head
 from enginecache.db.catalogfile import head_revision as head_revision  # re-exported, as the two below
@@ -27,7 +28,6 @@ from enginecache.db.catalogfile import sqlite_url as sqlite_url
 from enginecache.db.columns import COLUMN_KINDS as COLUMN_KINDS  # re-exported: the kinds rows decode by
 from enginecache.db.columns import DECODERS
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy treats the name as True)
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping, Sequence
     from typing import Any
