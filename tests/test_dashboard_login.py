@@ -86,3 +86,20 @@ def test_an_auth_section_without_a_provider_is_no_login_for_the_dashboard_as_for
     at.run()
     assert not at.exception and "Log in" not in _buttons(at)
     audit.use_actor_source(None)
+
+
+def test_started_to_require_a_login_the_dashboard_shows_nothing_while_streamlit_offers_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """serve listens beyond loopback counting on a login (LOGIN_REQUIRED_ENV); if the running app's
+    Streamlit has none after all, every page is a refusal, not the dashboard as the local admin."""
+    from enginecache.service.access.exposure import LOGIN_REQUIRED_ENV
+
+    serve_home(tmp_path / "home", monkeypatch)
+    monkeypatch.setenv(LOGIN_REQUIRED_ENV, "1")
+    at = AppTest.from_string("from enginecache.dashboard import app\napp.main()\n", default_timeout=TIMEOUT)
+    at.run()
+    assert not at.exception
+    assert [e.value for e in at.error] and "require a login" in at.error[0].value
+    assert not at.button and not at.tabs and not at.dataframe, "nothing of the dashboard is shown"
+    audit.use_actor_source(None)

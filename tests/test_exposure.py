@@ -3,12 +3,19 @@ explicit --insecure-no-auth (warned about)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from enginecache.errors import EXIT_BAD_INPUT, ServeError, exit_code_for
-from enginecache.service.access.exposure import LOOPBACK, decide_exposure, is_loopback, login_configured
+from enginecache.service.access.exposure import (
+    LOOPBACK,
+    LoginProbe,
+    decide_exposure,
+    is_loopback,
+    streamlit_login_configured,
+)
 
 
 def test_without_a_login_serve_listens_on_loopback_and_says_so() -> None:
@@ -26,27 +33,64 @@ def test_another_address_without_a_login_is_refused_unless_insecure_is_explicit(
     assert warned.address == address and warned.note.startswith("WARNING") and "NO LOGIN" in warned.note
 
 
-def test_with_a_login_any_address_is_allowed() -> None:
-    assert decide_exposure("0.0.0.0", login=True, insecure_no_auth=False).address == "0.0.0.0"
+def test_with_a_login_any_address_is_allowed_and_the_dashboard_must_enforce_it() -> None:
+    exposure = decide_exposure("0.0.0.0", login=True, insecure_no_auth=False)
+    assert exposure.address == "0.0.0.0" and exposure.login_required
+    assert not decide_exposure("127.0.0.1", login=True, insecure_no_auth=False).login_required
 
 
-def test_a_login_is_an_auth_section_with_a_provider(tmp_path: Path) -> None:
-    secrets = tmp_path / "secrets.toml"
-    assert not login_configured([secrets]), "no file: no login"
+AUTH = (
+    '[auth]\nredirect_uri = "http://x/oauth2callback"\ncookie_secret = "s"\n'
+    'client_id = "c"\nclient_secret = "p"\nserver_metadata_url = "http://idp/.well-known/openid-configuration"\n'
+)
+
+
+def _probe(folder: Path, monkeypatch: pytest.MonkeyPatch, **env: str) -> LoginProbe:
+    """Streamlit's answer for a dashboard started in `folder` by a user whose home is `folder` too."""
+    monkeypatch.setenv("HOME", str(folder))
+    for name in [n for n in os.environ if n.startswith("STREAMLIT_")]:
+        monkeypatch.delenv(name)
+    return streamlit_login_configured({**os.environ, **env}, cwd=folder)
+
+
+def test_a_login_is_an_auth_section_with_a_provider(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    secrets = tmp_path / ".streamlit" / "secrets.toml"
+    secrets.parent.mkdir()
+    assert not _probe(tmp_path, monkeypatch).configured, "no file: no login"
     secrets.write_text('[auth]\nredirect_uri = "http://x/oauth2callback"\ncookie_secret = "s"\n')
-    assert not login_configured([secrets]), "no provider"
-    secrets.write_text(
-        '[auth]\nredirect_uri = "http://x/oauth2callback"\ncookie_secret = "s"\n'
-        'client_id = "c"\nclient_secret = "p"\nserver_metadata_url = "http://idp/.well-known/openid-configuration"\n'
-    )
-    assert login_configured([secrets])
+    assert not _probe(tmp_path, monkeypatch).configured, "no provider"
+    secrets.write_text(AUTH)
+    probe = _probe(tmp_path, monkeypatch)
+    assert probe.configured and str(secrets) in probe.files
     secrets.write_text(
         '[auth]\ncookie_secret = "s"\n[auth.corp]\nclient_id = "c"\nserver_metadata_url = "http://idp/"\n'
     )
-    assert login_configured([tmp_path / "missing.toml", secrets]), "a named provider counts too"
+    assert _probe(tmp_path, monkeypatch).configured, "a named provider counts too"
     secrets.write_text("[auth\n")
-    with pytest.raises(ServeError, match="cannot read"):
-        login_configured([secrets])
+    assert not _probe(tmp_path, monkeypatch).configured, "secrets Streamlit cannot load are no login"
+
+
+def test_the_secrets_streamlit_loads_decide_not_the_default_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full [auth] in ./.streamlit/secrets.toml while the config names other secrets files: Streamlit
+    loads only those, so the dashboard has no login (serve said "login required" and listened on
+    0.0.0.0 with every visitor the local admin)."""
+    streamlit_dir = tmp_path / ".streamlit"
+    streamlit_dir.mkdir()
+    (streamlit_dir / "secrets.toml").write_text(AUTH)
+    (tmp_path / "empty.toml").write_text("")
+    (streamlit_dir / "config.toml").write_text(f'[secrets]\nfiles = ["{tmp_path / "empty.toml"}"]\n')
+    probe = _probe(tmp_path, monkeypatch)
+    assert not probe.configured and probe.files == (str(tmp_path / "empty.toml"),)
+    with pytest.raises(ServeError, match=r"refusing to listen on 0\.0\.0\.0 without a login"):
+        decide_exposure("0.0.0.0", login=probe.configured, insecure_no_auth=False)
+    (streamlit_dir / "config.toml").unlink()
+    elsewhere = tmp_path / "mounted" / "secrets.toml"
+    elsewhere.parent.mkdir()
+    elsewhere.write_text(AUTH)
+    (streamlit_dir / "secrets.toml").write_text("")
+    assert _probe(tmp_path, monkeypatch, STREAMLIT_SECRETS_FILES=str(elsewhere)).configured, "named by the environment"
 
 
 @pytest.mark.parametrize(

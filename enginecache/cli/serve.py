@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -46,12 +47,15 @@ def register(app: typer.Typer) -> None:
         worker_name: Annotated[str | None, typer.Option("--worker-name", help="Name of the local worker.")] = None,
     ) -> None:
         """Start the dashboard and one local worker on this catalog; ^C stops both."""
-        from enginecache.service.access.exposure import decide_exposure, login_configured, streamlit_secrets_files
+        from enginecache.service.access.exposure import (
+            LOGIN_REQUIRED_ENV,
+            decide_exposure,
+            streamlit_login_configured,
+        )
         from enginecache.service.access.serve import ServeSpec, run_serve
 
-        exposure = decide_exposure(
-            address, login=login_configured(streamlit_secrets_files()), insecure_no_auth=insecure_no_auth
-        )
+        login = streamlit_login_configured(os.environ)
+        exposure = decide_exposure(address, login=login.configured, insecure_no_auth=insecure_no_auth)
         typer.echo(exposure.note, err=True)
         app_ctx = app_context(ctx)
         app_ctx.catalog  # noqa: B018 - migrate once here, before two processes open the catalog
@@ -63,6 +67,7 @@ def register(app: typer.Typer) -> None:
             max_upload_mb=max_upload_mb,
             worker=worker,
             worker_name=worker_name,
+            extra_env={LOGIN_REQUIRED_ENV: "1"} if exposure.login_required else {},
         )
 
         def ready(served: Served) -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -37,7 +38,7 @@ if _ROOT not in sys.path:
 import streamlit as st  # noqa: E402
 
 from enginecache.service.access.audit import Actor, acting_as, use_actor_source  # noqa: E402
-from enginecache.service.access.exposure import has_login_provider  # noqa: E402
+from enginecache.service.access.exposure import LOGIN_REQUIRED_ENV, has_login_provider  # noqa: E402
 from enginecache.service.access.roles import Role  # noqa: E402
 from enginecache.service.readmodels.display import markdown_literal  # noqa: E402
 
@@ -134,6 +135,13 @@ def gate_login() -> bool:
     """Where a login is configured: True for a logged-in user whose token has not expired; else
     shows the login button (and logs an expired session out) and returns False."""
     if not login_configured():
+        if os.environ.get(LOGIN_REQUIRED_ENV) == "1":  # serve listens beyond loopback counting on a login
+            st.title("enginecache")
+            st.error(
+                "This dashboard was started to require a login, but Streamlit offers none (no [auth] provider "
+                "in the secrets it loads): nothing is shown. Fix the secrets, or restart serve on 127.0.0.1."
+            )
+            return False
         return True
     if st.user.get("is_logged_in") is True and not session_expired(st.user.to_dict(), time.time()):
         st.sidebar.caption(f"Signed in as {markdown_literal(str(st.user.get('email') or st.user.get('name')))}")

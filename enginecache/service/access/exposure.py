@@ -4,13 +4,20 @@ Without a login (Streamlit's native OIDC `[auth]` section in its secrets.toml) a
 the port can browse, build, retire and download engines, so `serve` listens on 127.0.0.1 only and
 says so. Any other address needs a login, or an explicit `--insecure-no-auth`, which is warned
 about every time (behind a reverse proxy that does its own authentication, for instance).
+
+Whether a login is configured is Streamlit's answer, not a reading of our own: a child process in
+the dashboard's folder and environment resolves Streamlit's config and loads the secrets it names
+(`streamlit_login_configured`). The running dashboard confirms it on every page: started to require
+a login (`LOGIN_REQUIRED_ENV`), it shows nothing but a refusal while Streamlit offers no login.
 """
 
 from __future__ import annotations
 
 import ipaddress
-import tomllib
-from collections.abc import Iterable, Mapping
+import json
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,25 +26,55 @@ from enginecache.errors import ServeError
 LOOPBACK = "127.0.0.1"
 
 
-def streamlit_secrets_files(cwd: Path | None = None) -> tuple[Path, ...]:
-    """Where Streamlit reads secrets.toml: the working folder's `.streamlit/`, then the user's."""
-    return ((cwd or Path.cwd()) / ".streamlit" / "secrets.toml", Path.home() / ".streamlit" / "secrets.toml")
+# Run by `streamlit_login_configured` in a child with the dashboard's working folder and environment:
+# `streamlit run`'s own parsing of its flags and STREAMLIT_* variables (click), its own config
+# resolution (~/.streamlit and ./.streamlit config.toml: `[secrets] files` among them) and its own
+# loading of the secrets that names, in a process of its own (loading secrets puts their top-level
+# values into the environment, which no other child may inherit).
+_PROBE = """
+import json, sys
+from streamlit.web import bootstrap, cli
+from streamlit import config
+from streamlit.runtime.secrets import Secrets
+from enginecache.service.access.exposure import has_login_provider
+params = cli.main_run.make_context("run", sys.argv[1:]).params
+bootstrap.load_config_options(flag_options={k: v for k, v in params.items() if k not in ("target", "args")})
+secrets = Secrets()
+auth = secrets.get("auth") if secrets.load_if_toml_exists() else None
+print(json.dumps({"login": has_login_provider(auth), "files": list(config.get_option("secrets.files"))}))
+"""
+PROBE_SECONDS = 120
 
 
-def login_configured(secrets_files: Iterable[Path]) -> bool:
-    """Whether a secrets.toml has an `[auth]` section with a provider Streamlit can log in with
-    (`server_metadata_url` and `client_id`, directly or in a named provider's table)."""
-    for path in secrets_files:
-        try:
-            data = tomllib.loads(path.read_text())
-        except FileNotFoundError:
-            continue
-        except (OSError, tomllib.TOMLDecodeError) as err:
-            raise ServeError(f"cannot read {path}: {err}") from err
-        auth = data.get("auth")
-        if has_login_provider(auth):
-            return True
-    return False
+@dataclass(frozen=True)
+class LoginProbe:
+    configured: bool
+    files: tuple[str, ...]  # where Streamlit reads secrets, in its order
+
+
+def streamlit_login_configured(
+    env: Mapping[str, str], cwd: Path | None = None, run_args: Sequence[str] = ("app.py",)
+) -> LoginProbe:
+    """Whether the dashboard, started with `env` in `cwd`, will offer a login: asked of Streamlit
+    itself, so every place its config can name secrets from (`[secrets] files`, STREAMLIT_SECRETS_FILES)
+    counts; `run_args` are what follows `streamlit run` (the script, then its flags). A secrets file
+    Streamlit cannot load is no login. ServeError where the probe fails."""
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _PROBE],
+            env=dict(env),
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=PROBE_SECONDS,
+        )
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise ServeError(f"could not ask Streamlit whether a login is configured: {err}") from err
+    if done.returncode != 0:
+        tail = done.stderr.strip().splitlines()[-1:] or [f"exit status {done.returncode}"]
+        raise ServeError(f"could not ask Streamlit whether a login is configured: {tail[0]}")
+    answer = json.loads(done.stdout.strip().splitlines()[-1])
+    return LoginProbe(bool(answer["login"]), tuple(str(f) for f in answer["files"]))
 
 
 def has_login_provider(auth: object) -> bool:
@@ -59,10 +96,16 @@ def is_loopback(address: str) -> bool:
         return False  # a host name: it may resolve to anything
 
 
+# Set by `serve` in the dashboard's environment where it listens beyond loopback because a login is
+# configured: the running app then refuses every page while Streamlit offers no login after all.
+LOGIN_REQUIRED_ENV = "ENGINECACHE_LOGIN_REQUIRED"
+
+
 @dataclass(frozen=True)
 class Exposure:
     address: str
     note: str  # what `serve` prints about who can reach it
+    login_required: bool = False  # the dashboard must refuse to serve without a login
 
 
 def decide_exposure(requested: str | None, *, login: bool, insecure_no_auth: bool) -> Exposure:
@@ -70,7 +113,7 @@ def decide_exposure(requested: str | None, *, login: bool, insecure_no_auth: boo
     loopback is asked for with no login and no `--insecure-no-auth`."""
     address = requested or LOOPBACK
     if login:
-        return Exposure(address, f"login required (Streamlit OIDC); listening on {address}")
+        return Exposure(address, f"login required (Streamlit OIDC); listening on {address}", not is_loopback(address))
     if is_loopback(address):
         return Exposure(
             address, f"no login is configured: listening on {address} only (configure [auth] to serve others)"
