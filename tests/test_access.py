@@ -252,7 +252,7 @@ def _open(monkeypatch: pytest.MonkeyPatch, email: str, module: str) -> AppTest:
     monkeypatch.setattr(dashboard_app, "VIEWS", tuple(sorted(views, key=lambda v: v[0] != module)))
     at = AppTest.from_string("from enginecache.dashboard import app\napp.main()\n", default_timeout=TIMEOUT)
     at.secrets["auth"] = AUTH
-    at.user = {"is_logged_in": True, "email": email, "exp": time.time() + 3600}
+    at.user = {"is_logged_in": True, "email": email, "email_verified": True, "exp": time.time() + 3600}
     at.run()
     assert not at.exception
     return at

@@ -57,11 +57,11 @@ def test_the_router_runs_each_page_as_the_streamlit_user(served: AppContext, mon
     grant_role(served, "alice@example.com")  # the Audit view is for admins
     grant_role(served, "[Bob](http://evil)")
     at = AppTest.from_string("from enginecache.dashboard import app\napp.main()\n", default_timeout=TIMEOUT)
-    at.user = {"is_logged_in": True, "email": "alice@example.com", "name": "Alice"}
+    at.user = {"is_logged_in": True, "email": "alice@example.com", "email_verified": True, "name": "Alice"}
     at.run()
     assert not at.exception and at.title[0].value == "Audit"
     assert f"recorded as {markdown_literal('alice@example.com')} (dashboard)" in at.caption[0].value
-    at.user = {"is_logged_in": True, "name": "[Bob](http://evil)"}  # no e-mail: the name, escaped
+    at.user = {"is_logged_in": True, "sub": "[Bob](http://evil)", "name": "Bob"}  # no e-mail: the subject, escaped
     at.run()
     assert f"recorded as {markdown_literal('[Bob](http://evil)')} (dashboard)" in at.caption[0].value
     at.user = {"is_logged_in": False}
@@ -93,7 +93,7 @@ def test_a_script_run_outside_acting_as_is_recorded_as_the_streamlit_user(served
     """With dashboard.app's actor source, as main() sets it, code outside its `acting_as` still
     records the session's user; without it, that would have been the server's OS user."""
     at = AppTest.from_string(f"USE_SOURCE = {use_source}\n" + OUTSIDE_SCRIPT, default_timeout=TIMEOUT)
-    at.user = {"is_logged_in": True, "email": "carol@example.com"}
+    at.user = {"is_logged_in": True, "email": "carol@example.com", "email_verified": True}
     at.run()
     assert not at.exception
     outside = ("carol@example.com", "dashboard") if use_source else (local_actor().name, local_actor().origin)

@@ -308,7 +308,7 @@ def test_the_router_serves_coverage_at_its_own_path_and_reads_the_role_on_each_r
     monkeypatch.setattr(dashboard_app, "VIEWS", tuple(sorted(views, key=lambda v: v[0] != "coverage")))
     at = AppTest.from_string("from enginecache.dashboard import app\napp.main()\n", default_timeout=TIMEOUT)
     at.secrets["auth"] = AUTH
-    at.user = {"is_logged_in": True, "email": "viewer@example.com", "exp": time.time() + 3600}
+    at.user = {"is_logged_in": True, "email": "viewer@example.com", "email_verified": True, "exp": time.time() + 3600}
     at.run()
     assert not at.exception and at.title[0].value == "Coverage"
     assert at.button(key="coverage_build").disabled, "a viewer may look, not build"

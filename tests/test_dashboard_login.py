@@ -26,6 +26,9 @@ AUTH = {
     "server_metadata_url": "http://127.0.0.1:9/.well-known/openid-configuration",
 }
 
+ISSUER = "http://127.0.0.1:9"
+OPERATOR = {"is_logged_in": True, "iss": ISSUER, "sub": "u-17", "email": "op@example.com", "email_verified": True}
+
 
 @pytest.fixture
 def router(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[AppTest]:
@@ -52,7 +55,7 @@ def test_with_a_login_configured_a_visitor_sees_only_the_login(router: AppTest) 
 
 
 def test_a_logged_in_user_with_a_live_token_gets_the_dashboard(router: AppTest) -> None:
-    router.user = {"is_logged_in": True, "email": "op@example.com", "exp": time.time() + 3600}
+    router.user = {**OPERATOR, "exp": time.time() + 3600}
     router.run()
     assert not router.exception
     assert "Log in" not in _buttons(router) and "Log out" in _buttons(router)
@@ -61,7 +64,7 @@ def test_a_logged_in_user_with_a_live_token_gets_the_dashboard(router: AppTest) 
 
 
 def test_an_expired_token_ends_the_session(router: AppTest) -> None:
-    router.user = {"is_logged_in": True, "email": "op@example.com", "exp": time.time() - 1}
+    router.user = {**OPERATOR, "exp": time.time() - 1}
     router.run()
     assert _buttons(router) == ["Log in"]
 
@@ -103,3 +106,36 @@ def test_started_to_require_a_login_the_dashboard_shows_nothing_while_streamlit_
     assert [e.value for e in at.error] and "require a login" in at.error[0].value
     assert not at.button and not at.tabs and not at.dataframe, "nothing of the dashboard is shown"
     audit.use_actor_source(None)
+
+
+@pytest.mark.parametrize(
+    ("claims", "says"),
+    [
+        ({"name": "op@example.com", "sub": "u-66"}, "u-66"),  # a display name is not an identity
+        ({"email": "op@example.com", "email_verified": False, "sub": "u-66"}, "u-66"),
+        ({"email": "op@example.com", "sub": "u-66"}, "u-66"),  # no email_verified claim: not verified
+    ],
+    ids=["name-only", "email-not-verified", "email-unverified-by-omission"],
+)
+def test_an_unverified_email_or_a_display_name_gets_no_role_granted_to_that_email(
+    router: AppTest, claims: dict[str, object], says: str
+) -> None:
+    """op@example.com holds the operator role; a login whose token only claims that name or an
+    unverified e-mail is its subject, which holds no role."""
+    router.user = {"is_logged_in": True, "iss": ISSUER, "exp": time.time() + 3600, **claims}
+    router.run()
+    assert not router.exception
+    shown = [e.value.replace("\\", "") for e in router.error]  # markdown-escaped
+    assert any("has no role" in text and f"{ISSUER}#{says}" in text for text in shown), shown
+
+
+def test_identity_is_a_verified_email_else_the_issuers_subject() -> None:
+    from enginecache.service.access.roles import UNNAMED_LOGIN, login_identity, normalize_subject
+
+    assert login_identity({"email": "Op@Example.com", "email_verified": True, "sub": "1"}) == "Op@Example.com"
+    assert login_identity({"email": "op@example.com", "email_verified": "true", "iss": "https://idp", "sub": "Ab"}) == (
+        "https://idp#Ab"
+    ), "only a boolean true verifies"
+    assert login_identity({"name": "admin", "sub": "Ab"}) == "Ab" and login_identity({"name": "x"}) == UNNAMED_LOGIN
+    assert normalize_subject("Op@Example.com") == "op@example.com"
+    assert normalize_subject("https://idp#Ab") == "https://idp#Ab", "a subject keeps its case"

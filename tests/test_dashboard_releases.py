@@ -98,7 +98,7 @@ def test_a_viewer_sees_the_aliases_with_the_buttons_disabled(seeded: Seeded, mon
     )
     at = AppTest.from_string(script, default_timeout=TIMEOUT)
     at.secrets["auth"] = AUTH
-    at.user = {"is_logged_in": True, "email": "viewer@example.com", "exp": time.time() + 3600}
+    at.user = {"is_logged_in": True, "email": "viewer@example.com", "email_verified": True, "exp": time.time() + 3600}
     try:
         at.run()
         assert not at.exception

@@ -39,7 +39,7 @@ import streamlit as st  # noqa: E402
 
 from enginecache.service.access.audit import Actor, acting_as, use_actor_source  # noqa: E402
 from enginecache.service.access.exposure import LOGIN_REQUIRED_ENV, has_login_provider  # noqa: E402
-from enginecache.service.access.roles import Role  # noqa: E402
+from enginecache.service.access.roles import Role, login_identity  # noqa: E402
 from enginecache.service.readmodels.display import markdown_literal  # noqa: E402
 
 logger = logging.getLogger(__name__)
@@ -65,16 +65,16 @@ NO_ROLE = "your account {who} has no role on this dashboard; ask an admin"
 
 
 def session_actor() -> Actor:
-    """Who this session acts as: the logged-in user (e-mail, else name, else subject; not local:
-    their role is their row in `user_roles`), else `dashboard (no login)` (local: without a login the
-    dashboard listens on 127.0.0.1 only, and acts as the local admin); from `dashboard` and the
-    client's address where Streamlit knows it (none for a client on localhost)."""
+    """Who this session acts as: the logged-in user (`service.access.roles.login_identity`: a
+    verified e-mail, else the issuer's subject; not local: their role is their row in `user_roles`),
+    else `dashboard (no login)` (local: without a login the dashboard listens on 127.0.0.1 only, and
+    acts as the local admin); from `dashboard` and the client's address where Streamlit knows it
+    (none for a client on localhost)."""
     address = st.context.ip_address
     origin = f"dashboard {address}" if isinstance(address, str) and address else "dashboard"
     if st.user.get("is_logged_in") is not True:
         return Actor(NO_LOGIN, origin, local=True)
-    name = st.user.get("email") or st.user.get("name") or st.user.get("sub")
-    return Actor(str(name) if name else "dashboard (login without a name)", origin, local=False)
+    return Actor(login_identity(st.user.to_dict()), origin, local=False)
 
 
 def script_run_actor() -> Actor | None:
@@ -144,7 +144,7 @@ def gate_login() -> bool:
             return False
         return True
     if st.user.get("is_logged_in") is True and not session_expired(st.user.to_dict(), time.time()):
-        st.sidebar.caption(f"Signed in as {markdown_literal(str(st.user.get('email') or st.user.get('name')))}")
+        st.sidebar.caption(f"Signed in as {markdown_literal(login_identity(st.user.to_dict()))}")
         st.sidebar.button("Log out", on_click=st.logout, key="logout")
         return True
     if st.user.get("is_logged_in") is True:

@@ -17,6 +17,7 @@ it on every run); the table is imported by the functions that read or write it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
@@ -84,9 +85,29 @@ PERMISSIONS: dict[str, Role] = {
 }
 
 
+SUBJECT_SEPARATOR = "#"  # between a token's issuer and its subject: `https://idp.example#248289761001`
+UNNAMED_LOGIN = "dashboard (login without a subject)"
+
+
+def login_identity(claims: Mapping[str, object]) -> str:
+    """Who a login is, from its identity token's claims: the e-mail where the provider says it is
+    verified (`email_verified` true), else the subject as its issuer names it (`iss#sub`); never a
+    display name or an unverified e-mail, which a user may set to anything. `UNNAMED_LOGIN` (no role
+    can be granted to it) where the token has neither."""
+    email, verified = claims.get("email"), claims.get("email_verified")
+    if isinstance(email, str) and email.strip() and verified is True:
+        return email.strip()
+    subject, issuer = claims.get("sub"), claims.get("iss")
+    if isinstance(subject, str) and subject:
+        return f"{issuer}{SUBJECT_SEPARATOR}{subject}" if isinstance(issuer, str) and issuer else subject
+    return UNNAMED_LOGIN
+
+
 def normalize_subject(subject: str) -> str:
-    """A user's key in `user_roles`: their e-mail, stripped and lowercased."""
-    return subject.strip().lower()
+    """A user's key in `user_roles`: a verified e-mail stripped and lowercased, or an issuer's
+    subject (`iss#sub`) stripped, its case kept (a subject is case-sensitive)."""
+    stripped = subject.strip()
+    return stripped if SUBJECT_SEPARATOR in stripped else stripped.lower()
 
 
 def role_of(app: AppContext, actor: Actor) -> Role | None:
@@ -125,7 +146,8 @@ def _checked_subject(subject: str) -> str:
     key = normalize_subject(subject)
     if not key or len(key) > SUBJECT_MAX or any(c.isspace() or not c.isprintable() for c in key):
         raise BadInputError(
-            f"{subject!r} is not a user: give their login's e-mail (1-{SUBJECT_MAX} printable characters, no spaces)"
+            f"{subject!r} is not a user: give their login's verified e-mail or its issuer#subject "
+            f"(1-{SUBJECT_MAX} printable characters, no spaces)"
         )
     return key
 
