@@ -63,6 +63,19 @@ def normalize_url(url: str) -> str:
     return url
 
 
+# Connection parameters that carry a secret (libpq's conninfo keywords), wherever a URL puts them.
+SECRET_PARAMETERS = frozenset({"password", "sslpassword"})
+
+
+def safe_url(url: str) -> str:
+    """The catalog URL as it may be shown, logged and recorded: its password and every query
+    parameter that carries a secret (`?password=...`, libpq's `sslpassword`) replaced by ***."""
+    parsed = sa.engine.make_url(normalize_url(url))
+    hidden = {name: "***" for name in parsed.query if name.lower() in SECRET_PARAMETERS}
+    shown = parsed.update_query_dict(hidden) if hidden else parsed
+    return shown.render_as_string(hide_password=True).replace("%2A%2A%2A", "***")
+
+
 def pg_network_args(url: str) -> dict[str, str]:
     """`PG_NETWORK_DEFAULTS` less the ones `url` sets itself."""
     given = sa.engine.make_url(url).query
@@ -209,7 +222,7 @@ class Catalog:
 
     @property
     def safe_url(self) -> str:
-        return sa.make_url(self.url).render_as_string(hide_password=True)
+        return safe_url(self.url)
 
     @contextlib.contextmanager
     def read(self) -> Iterator[Session]:

@@ -18,12 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from enginecache.core.store import ArtifactStore
+from enginecache.db.catalog import safe_url
 from enginecache.errors import BackupRefusedError
 from enginecache.service.access import audit
 from enginecache.service.access import roles as access
 from enginecache.service.context import AppContext
 from enginecache.service.maintenance.backup.copy import copy_blobs, copy_models
-from enginecache.service.maintenance.backup.database import SQLITE, catalog_kind, safe_url, sqlite_path
+from enginecache.service.maintenance.backup.database import SQLITE, catalog_kind, sqlite_path
 from enginecache.service.maintenance.backup.files import fsync_tree, is_empty_dir, publish_folder, remove_tree
 from enginecache.service.maintenance.backup.manifest import CATALOG_FILES, MANIFEST, build_manifest, write_manifest
 from enginecache.service.maintenance.backup.postgres import postgres_snapshot

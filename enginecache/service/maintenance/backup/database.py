@@ -93,11 +93,6 @@ def sqlite_path(url: str) -> Path:
     return Path(database).expanduser().resolve()
 
 
-def safe_url(url: str) -> str:
-    """The catalog URL as it may be shown and recorded: without its password."""
-    return sa.make_url(normalize_url(url)).render_as_string(hide_password=True)
-
-
 @contextlib.contextmanager
 def open_catalog(url: str) -> Iterator[Catalog]:
     """A Catalog on `url` that migrates nothing, disposed of (its connections closed) afterwards."""

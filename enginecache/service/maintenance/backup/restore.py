@@ -20,6 +20,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from enginecache.core.store import ArtifactStore, fsync_dir
+from enginecache.db.catalog import safe_url
 from enginecache.db.reader import sqlite_url
 from enginecache.errors import BackupRefusedError, EngineCacheError, IntegrityCheckError
 from enginecache.service.access import audit
@@ -31,7 +32,6 @@ from enginecache.service.maintenance.backup.database import (
     CatalogState,
     catalog_kind,
     check_references,
-    safe_url,
     sqlite_path,
 )
 from enginecache.service.maintenance.backup.files import fsync_tree, is_empty_dir, publish_folder, remove_tree
