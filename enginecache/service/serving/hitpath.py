@@ -37,6 +37,7 @@ from enginecache.core.backends.loadtypes import PhaseTimer
 from enginecache.core.backends.registry import get_backend
 from enginecache.core.lazyimport import import_backend
 from enginecache.core.pathtext import absolute_text
+from enginecache.core.verdicts import Verdict
 from enginecache.db import engines
 from enginecache.db.catalogfile import REVISION_SQL, CatalogFile, head_revision, is_head, locate, sqlite_file_uri
 from enginecache.db.columns import decode_json
@@ -305,7 +306,7 @@ def _load(
     try:
         session = load_engine(facts, timer, on_corrupt=lambda reason: _mark_corrupt(connection, facts.id, reason))
     except EngineRejectedError as err:
-        if err.verdict == "ERROR":
+        if err.verdict == Verdict.ERROR.outcome:
             _mark_load_error(connection, facts.id, load_error_note(str(err)))
         _record(connection, event, "rejected", str(err), timer.phases, started)
         raise
