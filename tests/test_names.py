@@ -103,3 +103,28 @@ def test_the_dashboards_errors_show_a_hostile_message_as_literal_text() -> None:
     (shown,) = at.error
     assert "![" not in shown.value and "**" not in shown.value, "no image to fetch, no markup"
     assert shown.value.replace("\\", "") == "register: model ![x](http://evil/i.png) **bold**"
+
+
+HOSTILE_OUTPUT = "y\x1b]0;PWN\x07"
+
+
+def test_test_load_prints_a_hostile_output_name_escaped(
+    app_ctx: AppContext, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An output named with a terminal title escape: `test-load` wrote it raw (other commands
+    escaped it); every line the CLI writes now goes through one filter (`terminal_text`)."""
+    import onnx
+
+    from enginecache.service.builds.plan import BuildRequest, build_engine
+
+    model = onnx.load(str(make_mlp(tmp_path / "mlp.onnx")))
+    model.graph.node[-1].output[0] = HOSTILE_OUTPUT
+    model.graph.output[0].name = HOSTILE_OUTPUT
+    onnx.save(model, str(tmp_path / "hostile.onnx"))
+    register_model(app_ctx, tmp_path / "hostile.onnx", name="hostile")
+    engine = build_engine(app_ctx, BuildRequest(model="hostile", backend="ort")).engine
+    home = ["--home", str(app_ctx.home), "--db", app_ctx.db_url]
+    shown = run_cli(capsys, *home, "test-load", str(engine.id), "--here", "--iterations", "2")
+    assert shown.code == 0, shown.err
+    assert "\x1b" not in shown.out + shown.err and "\x07" not in shown.out + shown.err
+    assert printable(HOSTILE_OUTPUT) in shown.out

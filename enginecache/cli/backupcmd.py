@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from enginecache.cli.common import JsonOption, app_context, emit
+from enginecache.cli.common import JsonOption, app_context, emit, note_line
 
 PgBinOption = Annotated[
     Path | None,
@@ -18,7 +18,7 @@ PgBinOption = Annotated[
 def _progress(as_json: bool) -> Any:
     if as_json:
         return None
-    return lambda _phase, message: typer.echo(message, err=True)
+    return lambda _phase, message: note_line(message)
 
 
 def backup(

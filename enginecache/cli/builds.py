@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from enginecache.cli.common import JsonOption, app_context, emit, job_error, job_progress_printer
+from enginecache.cli.common import JsonOption, app_context, emit, job_error, job_progress_printer, note_line
 
 
 def build(
@@ -69,7 +69,7 @@ def build(
     submitted = submit_build(app_ctx, request)
     if not as_json:
         for note in submitted.notes:
-            typer.echo(note, err=True)
+            note_line(note)
     if submitted.cache_hit and submitted.engine is not None:
         hit = engine_to_dict(app_ctx, submitted.engine, cache_hit=True)
         _emit_engine(hit, notes=submitted.notes, as_json=as_json)

@@ -171,7 +171,9 @@ def error_document(message: str, kind: str, code: int) -> None:
 
 def emit(data: Any, as_json: bool, text: str) -> None:
     """The command's output: `data` as one JSON document with --json, else `text` for people."""
-    typer.echo(json.dumps(data, indent=2, default=str) if as_json else text, file=document_stream())
+    from enginecache.service.readmodels.display import terminal_text
+
+    typer.echo(json.dumps(data, indent=2, default=str) if as_json else terminal_text(text), file=document_stream())
 
 
 def inline(value: Any) -> str:
@@ -269,10 +271,19 @@ def print_listing(
         return stream_rows(rows, as_json, line, empty)
 
 
+def note_line(message: str) -> None:
+    """A note for people on stderr (progress of a backup, a build's notes, where serve listens)."""
+    from enginecache.service.readmodels.display import terminal_text
+
+    typer.echo(terminal_text(message), err=True)
+
+
 def error_line(message: str) -> None:
     """An error message on stderr, in the one style: `error: ...`, naming the object by kind and id
     (`error: job 29 FAILED: engine 27 failed to build: ...`)."""
-    typer.echo(ERROR_PREFIX + message, err=True)
+    from enginecache.service.readmodels.display import terminal_text
+
+    typer.echo(ERROR_PREFIX + terminal_text(message), err=True)
 
 
 def fail(message: str, code: int) -> NoReturn:
@@ -287,13 +298,15 @@ def job_progress_printer(as_json: bool) -> Callable[[JobProgress], None] | None:
     output is not JSON."""
     if as_json or not sys.stderr.isatty():
         return None
+    from enginecache.service.readmodels.display import terminal_text
     from enginecache.service.readmodels.statuses import TERMINAL_JOB_STATUSES
 
     def show(job: JobProgress) -> None:
         width = 30
         filled = int(job.progress * width)
         bar = "#" * filled + "-" * (width - filled)
-        typer.echo(f"\r[{bar}] {job.progress:4.0%} {job.status} {job.phase or ''}"[:120].ljust(120), err=True, nl=False)
+        line = terminal_text(f"[{bar}] {job.progress:4.0%} {job.status} {job.phase or ''}")
+        typer.echo(f"\r{line}"[:120].ljust(120), err=True, nl=False)
         if job.status in TERMINAL_JOB_STATUSES:
             typer.echo("", err=True)
 

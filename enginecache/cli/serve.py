@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from enginecache.cli.common import app_context
+from enginecache.cli.common import app_context, note_line
 
 if TYPE_CHECKING:
     from enginecache.service.access.serve import Served
@@ -56,7 +56,7 @@ def register(app: typer.Typer) -> None:
 
         login = streamlit_login_configured(os.environ)
         exposure = decide_exposure(address, login=login.configured, insecure_no_auth=insecure_no_auth)
-        typer.echo(exposure.note, err=True)
+        note_line(exposure.note)
         app_ctx = app_context(ctx)
         app_ctx.catalog  # noqa: B018 - migrate once here, before two processes open the catalog
         spec = ServeSpec(
@@ -72,7 +72,7 @@ def register(app: typer.Typer) -> None:
 
         def ready(served: Served) -> None:
             where = f"catalog {app_ctx.catalog.safe_url}, store {app_ctx.home}"
-            typer.echo(f"enginecache dashboard: {served.url} ({where})", err=True)
+            note_line(f"enginecache dashboard: {served.url} ({where})")
             typer.echo("worker: " + ("running" if served.worker else "none (--no-worker)"), err=True)
 
         code = run_serve(spec, on_ready=ready)

@@ -21,6 +21,12 @@ def printable(text: str) -> str:
     return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
 
 
+def terminal_text(text: str) -> str:
+    """`text` as a terminal may be given it: every line made `printable`, the line breaks between
+    them kept. The one filter every text the CLI writes goes through (output, errors, progress)."""
+    return "\n".join(printable(line) for line in text.split("\n"))
+
+
 def markdown_literal(text: str) -> str:
     """`text` (made printable) with every Markdown meta-character backslash-escaped, so a name
     inside a Markdown string renders as those characters and never as markup, a link or an image."""

@@ -7,7 +7,7 @@ Imports only the standard library, so a read command that shows text stays light
 
 from __future__ import annotations
 
-from enginecache.core.plaintext import markdown_literal, printable
+from enginecache.core.plaintext import markdown_literal, printable, terminal_text
 from enginecache.core.shapetext import shape_text
 
-__all__ = ["markdown_literal", "printable", "shape_text"]
+__all__ = ["markdown_literal", "printable", "shape_text", "terminal_text"]
