@@ -16,19 +16,20 @@ from enginecache.core.precision.spec import PrecisionSpec
 from enginecache.service.serving import memo
 from enginecache.service.serving.runtimetypes import RuntimeSpec
 
+# (precision, the backend family the recipe is for, whether ModelOpt is importable)
 PLANS = [
     ("fp16", "ort", True),
     ("fp16", "ort", False),
-    ("bf16", "rtx", True),
+    ("bf16", "tensorrt", True),
     ("int8", "ort", False),
-    ("int8", "rtx", True),
-    ("fp8", "rtx", True),
+    ("int8", "tensorrt", True),
+    ("fp8", "tensorrt", True),
 ]
 
 
-@pytest.mark.parametrize(("precision", "backend", "modelopt"), PLANS)
+@pytest.mark.parametrize(("precision", "family", "modelopt"), PLANS)
 def test_every_tool_a_recipe_records_is_one_the_memo_keys_by(
-    monkeypatch: pytest.MonkeyPatch, precision: str, backend: str, modelopt: bool
+    monkeypatch: pytest.MonkeyPatch, precision: str, family: str, modelopt: bool
 ) -> None:
     asked: list[str] = []
 
@@ -38,7 +39,7 @@ def test_every_tool_a_recipe_records_is_one_the_memo_keys_by(
 
     monkeypatch.setattr(recipes, "tool_version", version)
     monkeypatch.setattr(recipetools, "importable", lambda _name: modelopt)
-    spec = PrecisionSpec(precision, backend_family="tensorrt" if backend == "rtx" else "ort")
+    spec = PrecisionSpec(precision, backend_family=family)
     recipe = recipes.plan_recipe(spec, input_shapes={"input": (1, 16)})
     assert asked and set(asked) <= set(recipetools.RECIPE_TOOLS), recipe
     assert recipe["tool_version"] == "1.0"
