@@ -150,3 +150,21 @@ def test_a_copy_that_fails_midway_leaves_no_partial_model_for_the_backend(
         build_engine(app_ctx, BuildRequest(model="ext", backend="ort"))
     assert called == [], "the backend never saw a bundle that did not verify"
     assert get_model(app_ctx, "ext").status == ModelStatus.CORRUPT
+
+
+def test_a_miss_after_the_exact_engine_went_corrupt_names_it_and_the_fix(app_ctx: AppContext, tmp_path: Path) -> None:
+    """Once the exact match is CORRUPT, the next lookup's miss said nothing of it (it named another
+    backend's engine as nearest); it names the CORRUPT engine and the commands that fix it."""
+    from enginecache.errors import MissError
+    from enginecache.service.serving.runtime import load_or_build
+
+    served = serve_mlp(app_ctx, tmp_path / "src")
+    corrupt_blob(blob_path(app_ctx.home, served.engine.sha256))
+    with pytest.raises(EngineRejectedError):
+        load_or_build(served.onnx_path, spec=ORT, app=app_ctx, on_miss="fail")
+    with pytest.raises(MissError) as missed:
+        load_or_build(served.onnx_path, spec=ORT, app=app_ctx, on_miss="fail")
+    said = str(missed.value)
+    assert f"engine {served.engine.id} is the exact match but CORRUPT" in said, said
+    assert f"enginecache verify {served.engine.id}" in said and "enginecache build mlp --backend ort" in said
+    assert missed.value.nearest == {"id": served.engine.id, "status": "CORRUPT", "exact": True}

@@ -279,6 +279,15 @@ def _wanted(plan: BuildPlan, host: HostFingerprint) -> str:
 def explain_miss(app: AppContext, plan: BuildPlan, host: HostFingerprint) -> MissError:
     """'no engine for rtx fp16 for SM86; nearest: engine 4 (rtx fp16 SM89) built 2 days ago; differing fields: ...'."""
     head = f"no engine for {plan.model.name} {_wanted(plan, host)}"
+    corrupt = _corrupt_exact_match(app, plan)
+    if corrupt is not None:
+        targets = f" --target {','.join(plan.targets)}" if plan.targets else ""
+        return MissError(
+            f"{head}; engine {corrupt} is the exact match but CORRUPT (its blob no longer hashes to its digest): "
+            f"restore the blob and run `enginecache verify {corrupt}`, or build it again: `enginecache build "
+            f"{plan.model.name} --backend {plan.backend.name} --precision {plan.precision.precision}{targets}`",
+            nearest={"id": corrupt, "status": EngineStatus.CORRUPT.value, "exact": True},
+        )
     nearest = _nearest(app, plan)
     if nearest is None:
         return MissError(f"{head}; the model has no READY engine at all")
@@ -300,6 +309,17 @@ def explain_miss(app: AppContext, plan: BuildPlan, host: HostFingerprint) -> Mis
         nearest=summary,
         diffs=diffs,
     )
+
+
+def _corrupt_exact_match(app: AppContext, plan: BuildPlan) -> int | None:
+    """The newest engine of exactly this cache key that is CORRUPT, where one is."""
+    query = (
+        select(EngineRecord.id)
+        .where(EngineRecord.cache_key == plan.cache_key, EngineRecord.status == EngineStatus.CORRUPT)
+        .order_by(col(EngineRecord.id).desc())
+    )
+    with app.catalog.read() as session:
+        return session.exec(query).first()
 
 
 def unknown_model_miss(app: AppContext, path: Path, digest: str) -> MissError:
