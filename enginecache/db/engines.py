@@ -72,24 +72,15 @@ def audited_action(was: str, status: str) -> str | None:
     return None
 
 
-# The columns a transition may set beside `status`, and how each is stored (`db.columns`' kinds).
-FIELD_KINDS = {
-    "error": "",
-    "builder_log": "",
-    "variant_model_id": "",
-    "sha256": "",
-    "blake3": "",
-    "header_blake3": "",
-    "size_bytes": "",
-    "blob_path": "",
-    "build_seconds": "",
-    "io": "json",
-    "warnings": "json",
-    "finished_at": "time",
-    "verified_at": "time",
-    "retired_at": "time",
-}
-_KINDS = {**COLUMN_KINDS["engines"], **FIELD_KINDS}
+# How each engine column is stored (`db.columns`' kinds); `retired_at` is written only here and is
+# not among the reader's listed columns.
+_KINDS = {**COLUMN_KINDS["engines"], "retired_at": "time"}
+# The columns a transition may set beside `status`, each with its kind.
+_SETTABLE = (
+    "error builder_log variant_model_id sha256 blake3 header_blake3 size_bytes blob_path build_seconds io warnings"
+    " finished_at verified_at retired_at"
+)
+FIELD_KINDS = {name: _KINDS[name] for name in _SETTABLE.split()}
 LOAD_PHASES = ("validity", "deserialize", "create_context", "allocate_io")  # a load event's `load_s`
 CHANGE_TRIES = 8  # reads of `was` before a status that keeps changing under us is an error
 
@@ -239,8 +230,8 @@ def note_load_error(ex: Executor, engine_id: int, note: str) -> None:
 
 
 def engine_fields(ex: Executor, engine_id: int, columns: Sequence[str]) -> dict[str, Any] | None:
-    """The engine row's `columns`, each decoded by its kind (`db.columns`, and `FIELD_KINDS` for the
-    columns only this module writes); None where there is no such engine."""
+    """The engine row's `columns`, each decoded by its kind (`db.columns`, and `_KINDS` for the
+    column only this module writes); None where there is no such engine."""
     if not all(name.isidentifier() for name in columns):
         raise ValueError(f"not column names: {columns}")
     found = ex.rows(f"SELECT {', '.join(columns)} FROM engines WHERE id = :id", {"id": engine_id})
