@@ -37,6 +37,7 @@ __all__ = [
     "JsonOption",
     "LimitOption",
     "OffsetOption",
+    "add_group",
     "app_context",
     "document_stream",
     "emit",
@@ -258,6 +259,15 @@ def stream_rows(
     stream.write("".join(batch))
     stream.flush()
     return count
+
+
+def add_group(app: typer.Typer, name: str, help: str, commands: dict[str, Callable[..., None]]) -> None:
+    """Add the command group `name` to `app`: each of `commands` under its name; the group alone shows
+    its help."""
+    group = typer.Typer(help=help, no_args_is_help=True)
+    for command, function in commands.items():
+        group.command(command)(function)
+    app.add_typer(group, name=name)
 
 
 def print_listing(

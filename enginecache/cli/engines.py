@@ -13,6 +13,7 @@ from enginecache.cli.common import (
     JsonOption,
     LimitOption,
     OffsetOption,
+    add_group,
     app_context,
     emit,
     fail,
@@ -190,9 +191,9 @@ def register(app: typer.Typer) -> None:
     """Add `verify`, `check` and the `engine` group to the CLI."""
     app.command()(verify)
     app.command()(check)
-    group = typer.Typer(help="List, inspect, retire and delete engines.", no_args_is_help=True)
-    group.command("list")(engine_list)
-    group.command("show")(engine_show)
-    group.command("retire")(engine_retire)
-    group.command("delete")(engine_delete)
-    app.add_typer(group, name="engine")
+    add_group(
+        app,
+        "engine",
+        "List, inspect, retire and delete engines.",
+        {"list": engine_list, "show": engine_show, "retire": engine_retire, "delete": engine_delete},
+    )

@@ -10,6 +10,7 @@ from enginecache.cli.common import (
     JobIdArgument,
     JsonOption,
     OffsetOption,
+    add_group,
     app_context,
     emit,
     inline,
@@ -129,7 +130,4 @@ def register(app: typer.Typer) -> None:
     """Add `worker`, `jobs` and the `job` group to the CLI."""
     app.command()(worker)
     app.command("jobs")(jobs_list)
-    group = typer.Typer(help="Inspect and cancel jobs.", no_args_is_help=True)
-    group.command("show")(job_show)
-    group.command("cancel")(job_cancel)
-    app.add_typer(group, name="job")
+    add_group(app, "job", "Inspect and cancel jobs.", {"show": job_show, "cancel": job_cancel})

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from enginecache.cli.common import JsonOption, LimitOption, OffsetOption, app_context, emit, print_listing
+from enginecache.cli.common import JsonOption, LimitOption, OffsetOption, add_group, app_context, emit, print_listing
 
 
 def model_add(
@@ -102,8 +102,6 @@ def _model_text(data: dict[str, Any]) -> str:
 
 def register(app: typer.Typer) -> None:
     """Add the `model` group to the CLI."""
-    group = typer.Typer(help="Register and inspect ONNX models.", no_args_is_help=True)
-    group.command("add")(model_add)
-    group.command("list")(model_list)
-    group.command("show")(model_show)
-    app.add_typer(group, name="model")
+    add_group(
+        app, "model", "Register and inspect ONNX models.", {"add": model_add, "list": model_list, "show": model_show}
+    )

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from enginecache.cli.common import JsonOption, app_context, emit, stream_rows
+from enginecache.cli.common import JsonOption, add_group, app_context, emit, stream_rows
 
 NameArgument = Annotated[str, typer.Argument(metavar="NAME", help="The model name.")]
 AliasOption = Annotated[str, typer.Option("--alias", metavar="ALIAS", help="The alias, e.g. prod or canary.")]
@@ -59,8 +59,9 @@ def release_list(ctx: typer.Context, name: NameArgument, as_json: JsonOption = F
 
 def register(app: typer.Typer) -> None:
     """Add the `release` group to the CLI."""
-    group = typer.Typer(help="Versions and aliases of a model: promote, roll back, list.", no_args_is_help=True)
-    group.command("promote")(release_promote)
-    group.command("rollback")(release_rollback)
-    group.command("list")(release_list)
-    app.add_typer(group, name="release")
+    add_group(
+        app,
+        "release",
+        "Versions and aliases of a model: promote, roll back, list.",
+        {"promote": release_promote, "rollback": release_rollback, "list": release_list},
+    )

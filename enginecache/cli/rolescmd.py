@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 import typer
 
-from enginecache.cli.common import JsonOption, app_context, emit, stream_rows
+from enginecache.cli.common import JsonOption, add_group, app_context, emit, stream_rows
 
 ROLES = "viewer, operator or admin"  # as service.access.roles.Role (not imported: `--help` loads no service code)
 SubjectArgument = Annotated[
@@ -54,10 +54,9 @@ def role_list(ctx: typer.Context, as_json: JsonOption = False) -> None:
 
 def register(app: typer.Typer) -> None:
     """Add the `role` group to the CLI."""
-    group = typer.Typer(
-        help="Give dashboard users roles (viewer < operator < admin); deny by default.", no_args_is_help=True
+    add_group(
+        app,
+        "role",
+        "Give dashboard users roles (viewer < operator < admin); deny by default.",
+        {"set": role_set, "remove": role_remove, "list": role_list},
     )
-    group.command("set")(role_set)
-    group.command("remove")(role_remove)
-    group.command("list")(role_list)
-    app.add_typer(group, name="role")
