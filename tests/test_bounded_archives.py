@@ -166,3 +166,15 @@ def test_the_dashboard_refuses_a_bomb_and_stores_nothing(
     shown = dashboard_upload_error("bomb.tar.bz2", bomb)
     assert "upload rejected" in shown and "the compression ratio limit" in shown and "'model/weights.data'" in shown
     assert nothing_stored(app_ctx)
+
+
+@pytest.mark.parametrize("kind", ["tar", "zip"])
+def test_a_member_nested_thousands_of_folders_deep_is_refused_as_an_upload_error(tmp_path: Path, kind: str) -> None:
+    """A tar member 2,000 folders deep raised RecursionError (making its folders) instead of the
+    upload's own error; the depth is checked with the member's name, before any folder is made."""
+    members = [("/".join(["d"] * 2000) + "/m.onnx", b"x")]
+    archive, filename = (tar_of(members), "deep.tar") if kind == "tar" else (zip_of(members), "deep.zip")
+    dest = tmp_path / "staging" / "upload"
+    with pytest.raises(UploadError, match=r"is 2001 folders deep \(at most 64\)"):
+        extract_archive(upload(filename, archive), dest, max_extract_bytes=GIB)
+    assert_nothing_extracted(dest)

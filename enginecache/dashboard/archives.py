@@ -49,6 +49,11 @@ RATIO_GRACE_BYTES = 16 << 20  # what any archive may expand to, whatever its rat
 CENTRAL_DIRECTORY_BYTES_PER_ENTRY = 1024  # a zip's central directory may hold this much per allowed entry
 
 
+# How deep a member may lie: deeper paths are refused before any folder is made (an archive named a
+# member 2,000 folders deep, which the folder creation met with a RecursionError).
+MAX_MEMBER_DEPTH = 64
+
+
 def is_archive(name: str) -> bool:
     return name.lower().endswith(ARCHIVE_SUFFIXES)
 
@@ -61,6 +66,12 @@ def _check_member(name: str, what: str) -> PurePosixPath:
         raise UploadError(f"{what}: member {name!r} climbs out of the folder with '..'")
     if "\x00" in name:
         raise UploadError(f"{what}: member {name!r} has a NUL byte in its name")
+    if len(path.parts) > MAX_MEMBER_DEPTH:
+        shown = name if len(name) <= 80 else f"{name[:40]}...{name[-30:]}"
+        raise UploadError(
+            f"{what}: member {shown!r} is {len(path.parts)} folders deep (at most {MAX_MEMBER_DEPTH}): "
+            "a model's files are never nested that far"
+        )
     return path
 
 
