@@ -19,12 +19,29 @@ from enginecache.service.readmodels.days import utc_day
 
 
 @dataclass(frozen=True)
-class BuildTimeGroup:
+class EngineGroup:
+    """One model x backend x targets x precision, and how many of its engines a figure counts."""
+
     model: str
     backend: str
     targets: str
     precision: str
     engines: int
+
+
+def _group_fields(row: Any) -> dict[str, Any]:
+    """An `EngineGroup`'s fields from the first five columns of a grouped row (the group, the count)."""
+    return {
+        "model": str(row[0]),
+        "backend": str(row[1]),
+        "targets": str(row[2]),
+        "precision": str(row[3]),
+        "engines": int(row[4]),
+    }
+
+
+@dataclass(frozen=True)
+class BuildTimeGroup(EngineGroup):
     mean_seconds: float
     min_seconds: float
     max_seconds: float
@@ -74,11 +91,7 @@ def build_time_groups(app: AppContext, *, limit: int = 500) -> list[BuildTimeGro
         ).all()
     return [
         BuildTimeGroup(
-            model=str(r[0]),
-            backend=str(r[1]),
-            targets=str(r[2]),
-            precision=str(r[3]),
-            engines=int(r[4]),
+            **_group_fields(r),
             mean_seconds=float(r[5] or 0.0) / int(r[4]),
             min_seconds=float(r[6] or 0.0),
             max_seconds=float(r[7] or 0.0),
@@ -151,16 +164,12 @@ def serving_hit_rates(app: AppContext, *, days: int = 30, pairs: int = 10) -> Hi
 
 
 @dataclass(frozen=True)
-class ColdWarm:
-    """One model x backend x targets x precision: what building its engines took (cold start) and
+class ColdWarm(EngineGroup):
+    """One engine group: what building its engines took (cold start) and
     what the product's own cache hit took to hand the same engines to a serving process (warm
-    start: a `load_or_build` call that found the engine, its lookup, read and verify and load)."""
+    start: a `load_or_build` call that found the engine, its lookup, read and verify and load).
+    `engines` counts the engines with cache hits in the window."""
 
-    model: str
-    backend: str
-    targets: str
-    precision: str
-    engines: int  # engines with cache hits in the window
     build_s: float  # their mean recorded build time
     hits: int
     hit_s: float  # the mean total seconds of those hits
@@ -210,11 +219,7 @@ def cold_warm_starts(app: AppContext, *, days: int = 30, limit: int = 100) -> li
         ).all()
     return [
         ColdWarm(
-            model=str(r[0]),
-            backend=str(r[1]),
-            targets=str(r[2]),
-            precision=str(r[3]),
-            engines=int(r[4]),
+            **_group_fields(r),
             build_s=float(r[5] or 0.0),
             hits=int(r[6] or 0),
             hit_s=float(r[7] or 0.0) / int(r[6]) if r[6] else 0.0,
