@@ -2,8 +2,8 @@
 interpreter's last garbage collection.
 
 At exit the interpreter walks every object still alive, more than once as it clears the modules:
-SQLAlchemy's, pydantic's and onnx's classes and caches, 150-200 ms of a one-shot `build` or
-`model add` after its work is done (bench/bench_cli.py). `gc.freeze` moves them all to the permanent
+SQLAlchemy's, pydantic's and onnx's classes and caches, a share of a one-shot `build` or
+`model add` after its work is done (bench/bench_cli.py times it). `gc.freeze` moves them all to the permanent
 generation, which those collections skip. Everything else about exiting still happens, in its order:
 atexit handlers (temporary directories' finalizers among them), flushing, deallocating what reference
 counts free; only a reference cycle's `__del__` does not run, and the operating system closes what it

@@ -1,8 +1,8 @@
 """Installed library versions, by distribution name, without importing them or importlib.metadata.
 
 The `*.dist-info` / `*.egg-info` entries of the folders on `sys.path` are read directly: what
-`importlib.metadata` finds, in the same order, without importing it (that import alone costs a
-new process ~35 ms, and the host fingerprint runs in every serving start). A folder's listing is
+`importlib.metadata` finds, in the same order, without importing it (the host fingerprint runs in
+every serving start; what the import would cost is in docs/performance.md). A folder's listing is
 cached while its mtime stands; only where a path entry is an archive (a zip) is
 importlib.metadata itself asked.
 """
@@ -47,7 +47,7 @@ _SEPARATORS = str.maketrans("-.", "__")
 
 def _normalize(name: str) -> str:
     """PEP 503's normalized name with `_` for the separator (what a `.dist-info` folder is named by):
-    runs of `-`, `_`, `.` become one `_`, lower case (str methods: a regex per entry costs ~1 ms here)."""
+    runs of `-`, `_`, `.` become one `_`, lower case (str methods, no regular expression)."""
     normal = name.translate(_SEPARATORS).lower()
     while "__" in normal:
         normal = normal.replace("__", "_")

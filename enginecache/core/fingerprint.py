@@ -2,10 +2,10 @@
 
 It runs in every serving start, so it is cheap in a new process (docs/runtime.md, "Host fingerprint"):
 
-- CPU model and flags from the first block of /proc/cpuinfo (py-cpuinfo spent 1.2-1.4 s re-running
-  Python and spawning `lscpu`, `dmesg`).
+- CPU model and flags from the first block of /proc/cpuinfo (no subprocess: py-cpuinfo re-runs
+  Python and spawns `lscpu` and `dmesg`).
 - Library versions from the `*.dist-info` folders on `sys.path`, read directly (what
-  `importlib.metadata` finds, without importing it: that import alone costs ~35 ms), by
+  `importlib.metadata` finds, without importing it), by
   `core.distributions`.
 - GPUs, driver and CUDA driver version come from `core.gpufacts.gpu_facts()`: NVML asked once per
   process, its answer kept on disk per host state (boot id, loaded driver, device nodes, ...).
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 
 def _logger() -> Any:
-    """This module's logger, on first use: `logging` costs a new process ~3 ms it rarely needs here."""
+    """This module's logger, on first use: a serving start that logs nothing does not import `logging`."""
     import logging
 
     return logging.getLogger(__name__)

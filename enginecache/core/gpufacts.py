@@ -68,7 +68,7 @@ class GpuFacts(Frozen):
 
 
 def _logger() -> Any:
-    """This module's logger, on first use: `logging` costs a new process ~3 ms it rarely needs here."""
+    """This module's logger, on first use: a serving start that logs nothing does not import `logging`."""
     import logging
 
     return logging.getLogger(__name__)

@@ -4,8 +4,8 @@ Backends, the CUDA helpers and the validation harness all import their libraries
 `import_backend`, so a missing library is always a `BackendUnavailableError` saying how to install it
 (a backend's hint is its declaration's); `importable` says whether one could be, without importing it.
 
-Neither imports `importlib`: a cache hit's new process calls both, and `importlib.util` costs it
-2.5-5 ms (`importlib` itself ~0.5), which neither tensorrt_rtx nor onnxruntime imports.
+Neither imports `importlib`: a cache hit's new process calls both, and neither tensorrt_rtx nor
+onnxruntime imports `importlib.util` (its cost to a hit: docs/performance.md, "The import diet").
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Path strings without pathlib: what a serving process's cache hit needs of its paths.
 
-`import pathlib` costs a new process 5-8 ms on these machines (it imports fnmatch, ntpath,
-urllib.parse and ipaddress), and neither onnxruntime nor tensorrt_rtx imports it: a cache hit that
-builds no `Path` pays nothing for it. The hit path works on `str` paths; these give the strings
+Neither onnxruntime nor tensorrt_rtx imports `pathlib` (which imports fnmatch, ntpath,
+urllib.parse and ipaddress): a cache hit that builds no `Path` pays nothing for it (what it would
+pay: docs/performance.md, "The import diet"). The hit path works on `str` paths; these give the strings
 pathlib gives, for the two operations whose result is a catalog key or a store location
 (tests/test_pathtext.py compares them with pathlib's on the cases that differ from `os.path`).
 """

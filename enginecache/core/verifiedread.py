@@ -17,7 +17,7 @@ fast is in docs/performance.md ("Verified read"), measured by bench/bench_read.p
 - `as_bytes=True` hands back an immutable `bytes`, filled in place before anyone else holds a
   reference: ONNX Runtime's Python binding takes `bytes` only, and a `bytes` needs no copy.
   `as_bytes=False` returns a `memoryview`: a standalone verified read (a test-load, a device
-  copy) imports no ctypes (2-5 ms of a new process's start).
+  copy) imports no ctypes.
 - Past `PIPELINE_BYTES`, hashing trails the read on one helper thread over the same buffer
   (sha256 and BLAKE3 both release the GIL); the helper takes everything read so far in one
   `update`, and BLAKE3 may use every core for it (`max_threads=AUTO`), so the hash catches up

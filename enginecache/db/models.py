@@ -154,7 +154,7 @@ class JobRecord(SQLModel, table=True):
         # Not declared here: `ux_jobs_active_key`, unique on idempotency_key among QUEUED and RUNNING
         # jobs (migration 0002 makes it; tests/test_catalog_schema.py checks it on both databases). A
         # partial index needs a dialect's `*_where` keyword, and SQLAlchemy imports each dialect a keyword
-        # names to validate it: PostgreSQL's on every import of this module, about 100 ms for SQLite users.
+        # names to validate it: PostgreSQL's on every import of this module, which SQLite users never need.
     )
 
     id: int | None = Field(default=None, primary_key=True)

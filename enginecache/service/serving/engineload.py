@@ -20,11 +20,8 @@ catalog records: a damaged header is CORRUPT, a damaged body is CORRUPT wherever
 run (a host that refuses the header never looks at the body, and says INCOMPATIBLE). An engine
 recorded without `header_blake3` (built before migration 0015) is read whole first, as before,
 until `enginecache verify` records it.
-(Reading on a thread beside the runtime's import was tried twice: on 2 busy cores it was no faster,
-1.00-1.09x. Measured again on 2026-12-02 with the second core free: the import slowed from 160-230 to
-220-300 ms while a 47 MB read and hash beside it took 100-200 ms instead of 30, and the whole start was
-0.96x, within its noise: the copy and the hash contend with the import for the memory system even
-with the GIL released. A runtime's import is not free time on these machines.)
+The read does not overlap the runtime's import: on these machines the two contend for the memory
+system and the start was no faster.
 
 The blob is read from the path its sha256 implies (`core.blobpaths`, a string operation), never from
 the catalog's `blob_path`: an edited row cannot point a load at another file.

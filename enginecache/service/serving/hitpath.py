@@ -61,7 +61,7 @@ if TYPE_CHECKING:
 
 
 def _log() -> Any:
-    """This module's logger, on first use: a hit logs nothing, and `logging` costs a new process ~3 ms."""
+    """This module's logger, on first use: a hit logs nothing and does not import `logging`."""
     import logging
 
     return logging.getLogger(__name__)
@@ -258,10 +258,8 @@ def try_hit(
         host = host or local_host(probe_gpus=backend.device == "gpu")
     try:
         with timer.phase("import_runtime"):
-            # Here, before the lookup, rather than in load_engine (where it is then a no-op): in
-            # new processes started from a shell loop the same import ran 20-25 ms slower after the
-            # lookup, all of it in numpy's typing aliases; bench_start's children showed no such
-            # difference. Measured, not explained (docs/runtime.md).
+            # Here, before the lookup, rather than in load_engine (where it is then a no-op): the
+            # import's cost after the lookup's read transaction is in docs/runtime.md.
             import_backend(backend.module, backend.declaration.install_hint)
         with timer.phase("lookup"):
             backend_version = backend.version()

@@ -86,7 +86,7 @@ def remove_state(path: Path, pid: int) -> None:
 
 
 class ProbeResult:
-    """The probe's verdict (a plain class: `dataclasses` imports `inspect`, ~5 ms a probe would pay)."""
+    """The probe's verdict (a plain class: the probe imports no `dataclasses` or `inspect`)."""
 
     __slots__ = ("ready", "reason", "state")
 

@@ -15,7 +15,7 @@ if TYPE_CHECKING:  # the contract (`base`: dataclasses) is imported where a buil
     from enginecache.core.backends.base import LogCallback, ProgressCallback
 
 # TensorRT keeps one process-wide logger: one build at a time. `threading.Lock` is this lock; the
-# `_thread` builtin gives it without importing `threading` (~1 ms of a cache hit's new process).
+# `_thread` builtin gives it without importing `threading`, which a cache hit does not otherwise need.
 _BUILD_LOCK = _thread.allocate_lock()
 _LOGGERS: dict[str, Any] = {}
 
