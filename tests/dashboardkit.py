@@ -11,14 +11,16 @@ from __future__ import annotations
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
+from sqlmodel import Session
 from streamlit.testing.v1 import AppTest
 
 from enginecache.core.fingerprint import host_fingerprint
 from enginecache.db import queue
-from enginecache.db.models import JobRecord, JobStatus, utcnow
+from enginecache.db.models import EngineRecord, EngineStatus, JobRecord, JobStatus, utcnow
 from enginecache.service.builds.plan import BuildRequest, build_engine
 from enginecache.service.context import DB_URL_ENV, HOME_ENV, AppContext
 from enginecache.service.jobs.routing import worker_capabilities
@@ -83,6 +85,42 @@ def seed_catalog(home: Path, models_dir: Path) -> SeedIds:
         return SeedIds(home, model.id or 0, built.id or 0, failed.id or 0, model_file)
     finally:
         app.close()  # SQLite checkpoints its WAL: the home is one consistent set of files
+
+
+def rtx_engine(model_id: int, cache_key: str, **fields: Any) -> EngineRecord:
+    """An engine row of `model_id`: rtx, fp16, sm89, built on Linux, READY; `fields` override any column."""
+    defaults: dict[str, Any] = {
+        "backend": "rtx",
+        "backend_version": "1",
+        "precision": "fp16",
+        "targets": "sm89",
+        "status": EngineStatus.READY,
+        "onnx_digest": "d",
+        "os": "Linux",
+    }
+    return EngineRecord(model_id=model_id, cache_key=cache_key, **{**defaults, **fields})
+
+
+def add_failed_build(
+    session: Session, model_id: int, error: str, cache_key: str, **job_fields: Any
+) -> tuple[JobRecord, EngineRecord]:
+    """A FAILED rtx fp16 sm89 build job of `model_id` and the FAILED engine row it left, both with
+    `error`, added to `session` (the job flushed: it has its id)."""
+    job = JobRecord(
+        kind="build",
+        status=JobStatus.FAILED,
+        payload={"model": str(model_id), "backend": "rtx", "precision": "fp16", "targets": ["sm89"]},
+        error=error,
+        finished_at=utcnow(),
+        **job_fields,
+    )
+    session.add(job)
+    session.flush()
+    engine = rtx_engine(
+        model_id, cache_key, status=EngineStatus.FAILED, error=error, job_id=job.id, finished_at=utcnow()
+    )
+    session.add(engine)
+    return job, engine
 
 
 def copy_catalog(seed: SeedIds, home: Path, monkeypatch: pytest.MonkeyPatch) -> Seeded:

@@ -11,10 +11,10 @@ import pytest
 from sqlmodel import select
 from streamlit.testing.v1 import AppTest
 
-from enginecache.db.models import EngineRecord, EngineStatus, JobRecord, JobStatus, ModelRecord, utcnow
+from enginecache.db.models import EngineRecord, EngineStatus, ModelRecord
 from enginecache.service.models.register import register_model
 from enginecache.service.readmodels.models import grouped, model_rows
-from tests.dashboardkit import TIMEOUT, Seeded, frame, view
+from tests.dashboardkit import TIMEOUT, Seeded, add_failed_build, frame, rtx_engine, view
 from tests.modelfactory import make_mlp
 
 
@@ -41,20 +41,7 @@ def _variant(seeded: Seeded) -> ModelRecord:
         )
         session.add(variant)
         session.flush()
-        session.add(
-            EngineRecord(
-                model_id=seeded.model_id,
-                variant_model_id=variant.id,
-                backend="rtx",
-                backend_version="1",
-                precision="fp16",
-                targets="sm89",
-                cache_key="c" * 64,
-                status=EngineStatus.READY,
-                onnx_digest=variant.digest,
-                os="Linux",
-            )
-        )
+        session.add(rtx_engine(seeded.model_id, "c" * 64, variant_model_id=variant.id, onnx_digest=variant.digest))
     return variant
 
 
@@ -113,31 +100,7 @@ def test_engines_are_found_by_model_name_or_digest_and_filters_come_from_the_url
 def test_overview_lists_a_failed_build_once_with_its_whole_reason(seeded: Seeded) -> None:
     reason = "the builder refused layer conv: " + ("no kernel for this shape " * 20).strip()
     with seeded.app.catalog.write() as session:
-        job = JobRecord(
-            kind="build",
-            status=JobStatus.FAILED,
-            payload={"model": str(seeded.model_id), "backend": "rtx", "precision": "fp16", "targets": ["sm89"]},
-            error=reason,
-            finished_at=utcnow(),
-        )
-        session.add(job)
-        session.flush()
-        session.add(
-            EngineRecord(
-                model_id=seeded.model_id,
-                backend="rtx",
-                backend_version="1",
-                precision="fp16",
-                targets="sm89",
-                cache_key="e" * 64,
-                status=EngineStatus.FAILED,
-                onnx_digest="d",
-                os="Linux",
-                error=reason,
-                job_id=job.id,
-                finished_at=utcnow(),
-            )
-        )
+        job, _ = add_failed_build(session, seeded.model_id, reason, "e" * 64)
     at = view("overview").run()
     assert not at.exception
     heads = [re.sub(r"\\(.)", r"\1", m.value) for m in at.markdown if " · " in m.value]

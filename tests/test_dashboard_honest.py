@@ -9,11 +9,11 @@ import re
 from sqlmodel import select
 from streamlit.testing.v1 import AppTest
 
-from enginecache.db.models import EngineRecord, EngineStatus, JobRecord, JobStatus, utcnow
+from enginecache.db.models import EngineRecord, JobRecord, JobStatus, utcnow
 from enginecache.service.builds.testload import submit_test_load
 from enginecache.service.engines.views import download_name
 from tests.conftest import corrupt_blob
-from tests.dashboardkit import Seeded, engine_view, texts
+from tests.dashboardkit import Seeded, add_failed_build, engine_view, texts
 
 
 def plain(text: object) -> str:
@@ -80,31 +80,11 @@ def test_verify_is_shown_beside_the_status_it_produced(seeded: Seeded) -> None:
 
 
 def test_a_failed_engine_shows_its_jobs_log_and_offers_nothing_that_cannot_work(seeded: Seeded) -> None:
+    log_tail = "[builder] parsing convnet\n[builder] error: no implementation for layer conv"
     with seeded.app.catalog.write() as session:
-        job = JobRecord(
-            kind="build",
-            status=JobStatus.FAILED,
-            payload={"model": str(seeded.model_id), "backend": "rtx", "precision": "fp16", "targets": ["sm89"]},
-            error="the builder refused the network",
-            log_tail="[builder] parsing convnet\n[builder] error: no implementation for layer conv",
-            finished_at=utcnow(),
+        _, failed = add_failed_build(
+            session, seeded.model_id, "the builder refused the network", "f" * 64, log_tail=log_tail
         )
-        session.add(job)
-        session.flush()
-        failed = EngineRecord(
-            model_id=seeded.model_id,
-            backend="rtx",
-            backend_version="1.0",
-            precision="fp16",
-            targets="sm89",
-            cache_key="f" * 64,
-            status=EngineStatus.FAILED,
-            onnx_digest="d",
-            os="Linux",
-            error="the builder refused the network",
-            job_id=job.id,
-        )
-        session.add(failed)
     at = engine_view(failed.id or 0).run()
     assert not at.exception
     assert _status(at) == "FAILED"

@@ -13,11 +13,11 @@ from streamlit.testing.v1 import AppTest
 
 from enginecache.dashboard import live
 from enginecache.dashboard.views.build import Target, make_request
-from enginecache.db.models import EngineRecord, EngineStatus, JobRecord, JobStatus, utcnow
+from enginecache.db.models import EngineStatus, JobRecord, JobStatus, utcnow
 from enginecache.service.builds.plan import BuildRequest, build_engine, plan_build
 from enginecache.service.builds.submit import submit_build
 from enginecache.service.builds.testload import submit_test_load
-from tests.dashboardkit import Seeded, frame, view
+from tests.dashboardkit import Seeded, frame, rtx_engine, view
 
 SM89 = "TensorRT-RTX sm89"
 
@@ -113,16 +113,12 @@ def test_a_cell_whose_build_failed_before_is_a_retry_with_its_reason(seeded: See
     target = Target("rtx", "sm89", SM89)
     plan = plan_build(seeded.app, make_request(seeded.model_id, target, "fp16", {}))
     with seeded.app.catalog.write() as session:
-        failed = EngineRecord(
-            model_id=seeded.model_id,
-            backend="rtx",
+        failed = rtx_engine(
+            seeded.model_id,
+            plan.cache_key,
             backend_version=plan.backend_version,
-            precision="fp16",
-            targets="sm89",
-            cache_key=plan.cache_key,
             status=EngineStatus.FAILED,
             onnx_digest=plan.model.digest,
-            os="Linux",
             error="the builder refused layer conv: no fp16 kernel",
         )
         session.add(failed)
