@@ -8,7 +8,10 @@ verify, corrupt or retire never see each other's writes and never share a query 
 
 from __future__ import annotations
 
+import contextlib
+import re
 import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -137,6 +140,17 @@ def serve_home(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(liveness, "WORKER_ALIVE_SECONDS", LIVENESS_SECONDS)
 
 
+@contextlib.contextmanager
+def served_catalog(home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[AppContext]:
+    """An empty catalog at `home`, served to the views (`serve_home`); closed on exit."""
+    serve_home(home, monkeypatch)
+    ctx = AppContext.from_settings(home)
+    try:
+        yield ctx
+    finally:
+        ctx.close()
+
+
 def view(name: str) -> AppTest:
     return AppTest.from_string(
         f"from enginecache.dashboard.views import {name}\n{name}.render()\n", default_timeout=TIMEOUT
@@ -163,6 +177,11 @@ def frame(at: AppTest, *columns: str) -> pd.DataFrame:
         if all(c in value.columns for c in columns):
             return value
     raise AssertionError(f"no table with columns {columns}")
+
+
+def plain(text: object) -> str:
+    """What an element shows: the views escape user strings for Markdown (`markdown_literal`)."""
+    return re.sub(r"\\(.)", r"\1", str(text))
 
 
 def texts(at: AppTest) -> str:

@@ -15,17 +15,14 @@ from enginecache.service.access import audit
 from enginecache.service.access.audit import Actor, acting_as, current_actor, list_audit, local_actor, record
 from enginecache.service.context import AppContext
 from tests.auditkit import grant_role
-from tests.dashboardkit import TIMEOUT, frame, serve_home, view
+from tests.dashboardkit import TIMEOUT, frame, served_catalog, view
 
 
 @pytest.fixture
 def served(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[AppContext]:
     """The catalog the dashboard serves; no actor source is left behind for later tests."""
-    home = tmp_path / "home"
-    serve_home(home, monkeypatch)
-    ctx = AppContext.from_settings(home)
-    yield ctx
-    ctx.close()
+    with served_catalog(tmp_path / "home", monkeypatch) as ctx:
+        yield ctx
     audit.use_actor_source(None)
 
 

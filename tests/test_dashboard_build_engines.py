@@ -5,8 +5,6 @@ seeded once for the module."""
 
 from __future__ import annotations
 
-import re
-
 import pytest
 from sqlmodel import select
 
@@ -17,12 +15,7 @@ from enginecache.service.builds.plan import BuildRequest, build_engine
 from enginecache.service.readmodels.engines import EngineFilter, engine_page
 from enginecache.service.readmodels.hosts import HostRow
 from tests.conftest import corrupt_blob
-from tests.dashboardkit import Seeded, engine_view, frame, texts, view
-
-
-def plain(text: object) -> str:
-    """What an element shows: host names and reasons are escaped for Markdown (`markdown_literal`)."""
-    return re.sub(r"\\(.)", r"\1", str(text))
+from tests.dashboardkit import Seeded, engine_view, frame, plain, texts, view
 
 
 def test_build_matrix_submits_one_job_per_cell_and_marks_cached(seeded: Seeded) -> None:

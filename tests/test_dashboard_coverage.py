@@ -10,7 +10,6 @@ verdicts do not depend on the machine running the tests."""
 from __future__ import annotations
 
 import io
-import re
 import time
 from pathlib import Path
 from typing import Any
@@ -35,7 +34,7 @@ from enginecache.service.engines.records import engine_host_verdicts, get_engine
 from enginecache.service.fleet import coverage, hostcoverage
 from enginecache.service.jobs.routing import worker_capabilities
 from enginecache.service.models.register import register_model
-from tests.dashboardkit import TIMEOUT, Seeded, frame, serve_home, texts, view
+from tests.dashboardkit import TIMEOUT, Seeded, frame, plain, serve_home, texts, view
 from tests.modelfactory import make_mlp
 from tests.test_dashboard_login import AUTH
 
@@ -82,11 +81,6 @@ def _engine_like(app: AppContext, engine_id: int, **fields: Any) -> int:
         session.add(row)
         session.flush()
         return int(row.id or 0)
-
-
-def plain(text: object) -> str:
-    """Markdown-escaped text as it reads."""
-    return re.sub(r"\\(.)", r"\1", str(text))
 
 
 def _version(seeded: Seeded) -> str:

@@ -14,7 +14,7 @@ from streamlit.testing.v1 import AppTest
 from enginecache.db.models import EngineRecord, EngineStatus, ModelRecord
 from enginecache.service.models.register import register_model
 from enginecache.service.readmodels.models import grouped, model_rows
-from tests.dashboardkit import TIMEOUT, Seeded, add_failed_build, frame, rtx_engine, view
+from tests.dashboardkit import TIMEOUT, Seeded, add_failed_build, frame, plain, rtx_engine, view
 from tests.modelfactory import make_mlp
 
 
@@ -103,7 +103,7 @@ def test_overview_lists_a_failed_build_once_with_its_whole_reason(seeded: Seeded
         job, _ = add_failed_build(session, seeded.model_id, reason, "e" * 64)
     at = view("overview").run()
     assert not at.exception
-    heads = [re.sub(r"\\(.)", r"\1", m.value) for m in at.markdown if " · " in m.value]
+    heads = [plain(m.value) for m in at.markdown if " · " in m.value]
     assert sum(f"(job {job.id})" in h for h in heads) == 1 and not any(f"**job {job.id}**" in h for h in heads)
     assert [t.value for t in at.text].count(reason) == 1, "the whole reason, once"
     seeded_job = next(h for h in heads if f"**job {seeded.failed_job_id}**" in h)

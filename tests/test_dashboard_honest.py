@@ -13,11 +13,7 @@ from enginecache.db.models import EngineRecord, JobRecord, JobStatus, utcnow
 from enginecache.service.builds.testload import submit_test_load
 from enginecache.service.engines.views import download_name
 from tests.conftest import corrupt_blob
-from tests.dashboardkit import Seeded, add_failed_build, engine_view, texts
-
-
-def plain(text: object) -> str:
-    return re.sub(r"\\(.)", r"\1", str(text))
+from tests.dashboardkit import Seeded, add_failed_build, engine_view, plain, texts
 
 
 def _status(at: AppTest) -> str:

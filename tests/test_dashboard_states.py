@@ -6,7 +6,6 @@ _coverage, _testload, _finding)."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,7 @@ from enginecache.service.builds.plan import BuildRequest
 from enginecache.service.builds.submit import submit_build
 from enginecache.service.builds.testload import submit_test_load
 from enginecache.service.context import AppContext
-from tests.dashboardkit import Seeded, engine_view, frame, serve_home, texts, view
+from tests.dashboardkit import Seeded, engine_view, frame, plain, serve_home, texts, view
 
 EMPTY = {  # view -> what it says on an empty catalog
     "overview": "No builds in the last 30 days.",
@@ -68,7 +67,7 @@ def _running(seeded: Seeded, job_id: int, progress: float, phase: str) -> None:
 
 def _progress(at: AppTest) -> list[str]:
     """The progress bars' texts, as they read (their Markdown escapes removed)."""
-    return [re.sub(r"\\(.)", r"\1", str(p.proto.text)) for p in at.get("progress")]
+    return [plain(p.proto.text) for p in at.get("progress")]
 
 
 def test_a_running_build_shows_its_progress_in_the_job_list_the_matrix_and_coverage(seeded: Seeded) -> None:

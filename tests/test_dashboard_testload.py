@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import re
 from pathlib import Path
 
 import numpy as np
@@ -21,11 +20,7 @@ from enginecache.errors import TestInputError
 from enginecache.service.builds.plan import BuildRequest, build_engine
 from enginecache.service.builds.testinputs import check_engine_inputs, engine_expected_inputs
 from enginecache.service.builds.testload import run_test_load
-from tests.dashboardkit import Seeded, engine_view, frame
-
-
-def plain(text: object) -> str:
-    return re.sub(r"\\(.)", r"\1", str(text))
+from tests.dashboardkit import Seeded, engine_view, frame, plain
 
 
 def _npz(**arrays: np.ndarray) -> bytes:

@@ -5,7 +5,6 @@ are in test_dashboard_build_engines.py."""
 from __future__ import annotations
 
 import io
-import re
 import tarfile
 import zipfile
 from collections.abc import Iterator
@@ -17,23 +16,15 @@ from sqlmodel import select
 from enginecache.dashboard.views import overview
 from enginecache.db.models import ModelRecord
 from enginecache.service.context import AppContext
-from tests.dashboardkit import Seeded, frame, router, serve_home, texts, view
+from tests.dashboardkit import Seeded, frame, plain, router, served_catalog, texts, view
 from tests.modelfactory import make_external_data_model, make_mlp
-
-
-def plain(text: object) -> str:
-    """What an element shows: the Models view escapes user strings for Markdown (`markdown_literal`)."""
-    return re.sub(r"\\(.)", r"\1", str(text))
 
 
 @pytest.fixture
 def catalog(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[AppContext]:
     """An empty catalog."""
-    home = tmp_path / "home"
-    serve_home(home, monkeypatch)
-    ctx = AppContext.from_settings(home)
-    yield ctx
-    ctx.close()
+    with served_catalog(tmp_path / "home", monkeypatch) as ctx:
+        yield ctx
 
 
 def test_router_serves_the_overview_first(seeded: Seeded) -> None:
