@@ -1,10 +1,13 @@
-"""Starting `enginecache serve` in the end-to-end tests: a free port, waiting for the dashboard, and
-the Debian Chromium every browser test drives, with its flags and Playwright's limit."""
+"""Starting `enginecache serve` in the end-to-end tests: its command, a free port, waiting for the
+dashboard, stopping it, and the Debian Chromium every browser test drives, with its flags and
+Playwright's limit."""
 
 from __future__ import annotations
 
+import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -23,6 +26,22 @@ CHROMIUM_ARGS = [
 TIMEOUT_MS = 60_000  # every Playwright action, navigation and expect()
 HEALTH_SECONDS = 120.0  # `enginecache serve` answering /_stcore/health
 POLL_SECONDS = 0.5  # how often the health endpoint is polled (not a margin)
+
+
+def serve_command(home: Path, port: int, *options: str) -> list[str]:
+    """`enginecache --home HOME serve --port PORT [OPTIONS]`, run by this interpreter."""
+    return [sys.executable, "-m", "enginecache.cli", "--home", str(home), "serve", "--port", str(port), *options]
+
+
+def stop_serve(process: subprocess.Popen[bytes], timeout: float) -> str:
+    """SIGTERM `process` and wait up to `timeout` seconds for it to end (killed after that); its output."""
+    process.send_signal(signal.SIGTERM)
+    try:
+        out, _ = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        out, _ = process.communicate()
+    return out.decode(errors="replace")
 
 
 def free_port() -> int:

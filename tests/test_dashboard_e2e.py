@@ -29,17 +29,23 @@ from playwright.sync_api import Page, expect, sync_playwright
 
 from enginecache.db.models import EngineRecord, EngineStatus, JobRecord, LoadRunRecord, ModelRecord
 from enginecache.service.context import AppContext
-from tests.browserkit import expect_once, generous_expect  # noqa: F401 - autouse: expect() waits TIMEOUT_MS
+from tests.browserkit import (  # generous_expect: autouse, expect() waits TIMEOUT_MS
+    VIEWPORT,
+    expect_once,
+    generous_expect,  # noqa: F401
+    launch,
+    open_page,
+    register_upload,
+    submit_builds,
+    wait_for_app_run,
+    wait_for_charts,
+)
 from tests.modelfactory import make_conv, make_mlp
-from tests.servekit import CHROMIUM, CHROMIUM_ARGS, TIMEOUT_MS
 from tests.test_serve_e2e import (
     FRESH_SECONDS,
     POLL_SECONDS,
     READY_SECONDS,
-    VIEWPORT,
     _ready_engines,
-    _wait_for_app_run,
-    _wait_for_charts,
     served,  # noqa: F401 - the fixture: `enginecache serve` on a free port
 )
 
@@ -92,10 +98,8 @@ def test_two_models_mixed_precisions_coverage_retire_and_test_load_in_chromium(
     extra = os.environ.get("ENGINECACHE_SCREENSHOTS")
 
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport=VIEWPORT)
-        page.set_default_timeout(TIMEOUT_MS)
-        page.set_default_navigation_timeout(TIMEOUT_MS)
+        browser = launch(pw)
+        page = open_page(browser)
         # Offline: every request the page makes (documents, scripts, fonts, the favicon, the
         # WebSocket, images) goes to the dashboard's own host; data: and blob: URLs have none.
         requested: list[str] = []
@@ -104,11 +108,11 @@ def test_two_models_mixed_precisions_coverage_retire_and_test_load_in_chromium(
 
         def open_view(path: str) -> None:
             page.goto(f"{url}{path}")
-            _wait_for_app_run(page)
+            wait_for_app_run(page)
 
         def shot(name: str) -> None:
-            _wait_for_app_run(page)
-            _wait_for_charts(page)
+            wait_for_app_run(page)
+            wait_for_charts(page)
             path = shots / f"{name}.png"
             page.screenshot(path=str(path), full_page=True)
             if extra:
@@ -118,11 +122,7 @@ def test_two_models_mixed_precisions_coverage_retire_and_test_load_in_chromium(
         # Models: two uploads, each registered under its file's name
         for model in (detector, encoder):
             open_view("/models")  # a fresh uploader: it keeps every file given to it
-            page.locator("input[type=file]").first.set_input_files(str(model))
-            register = page.get_by_role("button", name="Register upload")
-            expect(register).to_be_enabled()
-            register.click()
-            expect(page.get_by_text(f"Registered: {model.stem}")).to_be_visible()
+            register_upload(page, model)
         detector_id, encoder_id = _model_id(app, "detector"), _model_id(app, "encoder")
 
         # Build: the detector at fp32 + fp16 + int8 in one submit (calibration for the int8 cell only)
@@ -131,11 +131,7 @@ def test_two_models_mixed_precisions_coverage_retire_and_test_load_in_chromium(
         expect(page.get_by_role("button", name="Submit 1 build(s)")).to_be_enabled()
         _choose(page, "Precisions", "fp16", "int8")
         page.locator("input[type=file]").first.set_input_files(str(calibration))
-        submit = page.get_by_role("button", name="Submit 3 build(s)")
-        expect(submit).to_be_enabled()
-        submit.click()
-        expect(page.get_by_text("queued job").first).to_be_visible()
-        expect(page.get_by_text(re.compile(r"· (QUEUED|RUNNING|SUCCEEDED)")).first).to_be_visible()
+        submit_builds(page, 3)
         shot("build")
         engines = _ready_engines(app, 3)
         assert sorted(e.precision for e in engines) == ["fp16", "fp32", "int8"]
@@ -185,7 +181,7 @@ def test_two_models_mixed_precisions_coverage_retire_and_test_load_in_chromium(
         # the same link in a new tab reproduces the view: its filters and its matrix
         again = browser.new_page(viewport=VIEWPORT)
         again.goto(f"{url}{deep}")
-        _wait_for_app_run(again)
+        wait_for_app_run(again)
         for chip in ("encoder", "ONNX Runtime", "fp32"):
             expect(again.get_by_test_id("stMultiSelect").get_by_text(chip, exact=True)).to_be_visible()
         expect(
@@ -213,7 +209,7 @@ def test_two_models_mixed_precisions_coverage_retire_and_test_load_in_chromium(
                 expect(uploader).to_be_attached(timeout=15_000)
                 break
             except AssertionError:
-                _wait_for_app_run(page)
+                wait_for_app_run(page)
         uploader.set_input_files(str(inputs))
         expect(page.get_by_text("encoder-inputs.npz fits the engine's inputs: input float32 [4, 16]")).to_be_visible()
         test_load = page.get_by_role("button", name="Test-load")

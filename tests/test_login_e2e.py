@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import os
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -27,9 +26,9 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from enginecache.service.context import DB_URL_ENV, HOME_ENV, AppContext
 from tests import oidckit
-from tests.browserkit import generous_expect  # noqa: F401 - autouse: expect() waits TIMEOUT_MS
+from tests.browserkit import generous_expect, launch, wait_for_app_run  # noqa: F401 - generous_expect: autouse
 from tests.conftest import skip_or_fail
-from tests.servekit import CHROMIUM, CHROMIUM_ARGS, TIMEOUT_MS, free_port, wait_for_dashboard
+from tests.servekit import CHROMIUM, TIMEOUT_MS, free_port, serve_command, stop_serve, wait_for_dashboard
 
 STOP_SECONDS = 60.0  # serve stopping its dashboard on SIGTERM (no worker here)
 PASSWORD = "any-password"  # the provider's development login takes any password
@@ -93,21 +92,14 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
         (cwd / ".streamlit").mkdir(parents=True)
         (cwd / ".streamlit" / "secrets.toml").write_text(_secrets_toml(redirect_uri, provider))
         _seed_model(home)
-        command = [sys.executable, "-m", "enginecache.cli", "--home", str(home), "serve", "--port", str(port)]
-        command.append("--no-worker")
+        command = serve_command(home, port, "--no-worker")
         env = _child_env(ENGINECACHE_IMPORT_ROOTS=str(import_root))
         process = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         try:
             wait_for_dashboard(port, process)
             yield Site(f"http://localhost:{port}", home, provider, import_root)
         finally:
-            process.send_signal(signal.SIGTERM)
-            try:
-                out, _ = process.communicate(timeout=STOP_SECONDS)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                out, _ = process.communicate()
-        log = out.decode(errors="replace")
+            log = stop_serve(process, STOP_SECONDS)
         assert process.returncode == 0, log[-3000:]
         assert "login required (Streamlit OIDC)" in log, log[-3000:]  # serve saw the [auth] section too
 
@@ -127,7 +119,7 @@ def _seed_model(home: Path) -> None:
 @pytest.fixture(scope="module")
 def browser(site: Site) -> Iterator[Browser]:
     with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
+        launched = launch(playwright)
         yield launched
         launched.close()
 
@@ -142,19 +134,12 @@ def new_page(browser: Browser) -> Iterator[Page]:
     context.close()
 
 
-def _wait_for_app_run(page: Page) -> None:
-    """Until the script run ended and every element rendered (as tests/test_serve_e2e.py waits)."""
-    page.locator("[data-testid='stApp'][data-test-connection-state='CONNECTED']").wait_for(state="attached")
-    page.locator("[data-testid='stApp'][data-test-script-state='notRunning']").wait_for(state="attached")
-    expect(page.get_by_test_id("stSkeleton")).to_have_count(0)
-
-
 def _log_in(page: Page, site: Site, email: str) -> None:
     """From the logged-out dashboard through the provider's login and consent, back signed in."""
     page.goto(f"{site.url}/")
     login = page.get_by_role("button", name="Log in")
     expect(login).to_be_visible()
-    _wait_for_app_run(page)
+    wait_for_app_run(page)
     # Logged out, the login is all there is: no pages, no sidebar.
     expect(page.get_by_test_id("stSidebarNav")).to_have_count(0)
     expect(page.get_by_test_id("stSidebar")).to_have_count(0)
@@ -166,7 +151,7 @@ def _log_in(page: Page, site: Site, email: str) -> None:
     page.get_by_role("button", name="Sign-in").click()
     page.get_by_role("button", name="Continue").click()  # consent: openid email profile for `enginecache`
     page.wait_for_url(f"{site.url}/**")
-    _wait_for_app_run(page)
+    wait_for_app_run(page)
     # markdown_literal escapes the address in the caption's Markdown; the rendered text is plain.
     expect(page.get_by_test_id("stSidebar").get_by_test_id("stCaptionContainer").first).to_have_text(
         f"Signed in as {email}"
@@ -175,7 +160,7 @@ def _log_in(page: Page, site: Site, email: str) -> None:
 
 def _goto(page: Page, site: Site, path: str) -> None:
     page.goto(f"{site.url}/{path}")
-    _wait_for_app_run(page)
+    wait_for_app_run(page)
 
 
 @pytest.mark.slow
@@ -188,7 +173,7 @@ def test_login_through_a_real_oidc_provider(site: Site, new_page: Page) -> None:
     expect(page.get_by_test_id("stSidebarNav").get_by_text("Build", exact=True)).to_be_visible()
     # The session survives a reload: Streamlit's identity cookie, not the page's state.
     page.reload()
-    _wait_for_app_run(page)
+    wait_for_app_run(page)
     expect(page.get_by_text("Signed in as admin@example.com", exact=True)).to_be_visible()
     expect(page.get_by_role("button", name="Log in")).to_have_count(0)
     # Logging out ends the provider's session too (RP-initiated logout), then the login is back.
@@ -244,7 +229,7 @@ def test_operator_builds_until_the_role_is_removed(site: Site, new_page: Page) -
     # Roles are read on every run: removed now, the next rerun shows the no-role page.
     _set_role(site, "operator@example.com", None)
     page.reload()
-    _wait_for_app_run(page)
+    wait_for_app_run(page)
     expect(page.get_by_text(NO_ROLE, exact=False).first).to_be_visible()
     expect(page.get_by_test_id("stSidebarNav")).to_have_count(0)
 

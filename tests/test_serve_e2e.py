@@ -7,10 +7,7 @@ walk through the dashboard."""
 from __future__ import annotations
 
 import os
-import re
-import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,36 +16,29 @@ import pytest
 from sqlmodel import select
 
 pytest.importorskip("playwright.sync_api")
-from playwright.sync_api import Page, expect, sync_playwright
+from playwright.sync_api import expect, sync_playwright
 
 from enginecache.db.models import EngineRecord, EngineStatus, JobRecord
 from enginecache.service.context import DB_URL_ENV, HOME_ENV, AppContext
-from tests.browserkit import generous_expect  # noqa: F401 - autouse: expect() waits TIMEOUT_MS
+from tests.browserkit import (  # generous_expect: autouse, expect() waits TIMEOUT_MS
+    generous_expect,  # noqa: F401
+    launch,
+    open_page,
+    register_upload,
+    submit_builds,
+    wait_for_app_run,
+    wait_for_charts,
+)
 from tests.conftest import shared_model, skip_or_fail
-from tests.servekit import CHROMIUM, CHROMIUM_ARGS, TIMEOUT_MS, free_port, wait_for_dashboard
+from tests.servekit import CHROMIUM, free_port, serve_command, stop_serve, wait_for_dashboard
 
 ROOT = Path(__file__).resolve().parents[1]
-VIEWPORT = {"width": 1440, "height": 1600}
 # Generous everywhere: the machines running this are shared, and a wait ends as soon as its
 # condition holds, so a long limit costs nothing when things are fast.
 READY_SECONDS = 600.0  # both builds READY (fp16 converts the model first)
 FRESH_SECONDS = 120.0  # a cached list showing what the worker just wrote (TTLs are seconds)
 STOP_SECONDS = 120.0  # serve stopping its dashboard and worker on SIGTERM (the worker may get 30 s)
 POLL_SECONDS = 0.5  # how often the catalog is polled (not a margin)
-
-
-def _wait_for_app_run(page: Page) -> None:
-    """Until the script run ended and every element rendered (what Streamlit's own e2e suite waits
-    for): the websocket is connected, the script is not running, no skeleton is left."""
-    page.locator("[data-testid='stApp'][data-test-connection-state='CONNECTED']").wait_for(state="attached")
-    page.locator("[data-testid='stApp'][data-test-script-state='notRunning']").wait_for(state="attached")
-    expect(page.get_by_test_id("stSkeleton")).to_have_count(0)
-
-
-def _wait_for_charts(page: Page) -> None:
-    """Until every plotly chart on the page has drawn its SVG."""
-    for chart in page.locator(".js-plotly-plot").all():
-        expect(chart.locator(".main-svg").first).to_be_visible()
 
 
 @pytest.fixture
@@ -58,21 +48,16 @@ def served(tmp_path: Path) -> Iterator[tuple[str, AppContext]]:
     home = tmp_path / "home"
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in (HOME_ENV, DB_URL_ENV)}
-    command = [sys.executable, "-m", "enginecache.cli", "--home", str(home), "serve", "--port", str(port)]
+    command = serve_command(home, port)
     process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     app = AppContext.from_settings(home)
     try:
         wait_for_dashboard(port, process)
         yield f"http://127.0.0.1:{port}", app
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            out, _ = process.communicate(timeout=STOP_SECONDS)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            out, _ = process.communicate()
+        out = stop_serve(process, STOP_SECONDS)
         app.close()
-        assert process.returncode == 0, out.decode(errors="replace")[-3000:]
+        assert process.returncode == 0, out[-3000:]
     # serve stopped its worker: nothing of ours is left running
     leftover = subprocess.run(["pgrep", "-f", str(home)], capture_output=True, text=True).stdout.split()
     assert leftover == [], leftover
@@ -101,10 +86,8 @@ def test_upload_build_verify_and_charts_in_chromium(served: tuple[str, AppContex
     shots.mkdir()
 
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport=VIEWPORT)
-        page.set_default_timeout(TIMEOUT_MS)
-        page.set_default_navigation_timeout(TIMEOUT_MS)
+        browser = launch(pw)
+        page = open_page(browser)
 
         def goto_until(path: str, text: str, timeout: float = FRESH_SECONDS) -> None:
             """Open a page, reloading until `text` shows: the worker wrote the catalog from another
@@ -113,7 +96,7 @@ def test_upload_build_verify_and_charts_in_chromium(served: tuple[str, AppContex
             deadline = time.monotonic() + timeout
             while True:
                 page.goto(f"{url}{path}")
-                _wait_for_app_run(page)
+                wait_for_app_run(page)
                 if page.get_by_text(text).count() > 0:
                     expect(page.get_by_text(text).first).to_be_visible()
                     return
@@ -121,19 +104,15 @@ def test_upload_build_verify_and_charts_in_chromium(served: tuple[str, AppContex
                     raise AssertionError(f"{path} did not show {text!r} within {timeout:.0f} s")
 
         def shot(name: str) -> None:
-            _wait_for_app_run(page)
-            _wait_for_charts(page)
+            wait_for_app_run(page)
+            wait_for_charts(page)
             path = shots / f"{name}.png"
             page.screenshot(path=str(path))
 
         # Models: upload, see it registered with its digest and dynamic dims
         page.goto(f"{url}/models")
         expect(page.get_by_role("heading", name="Models", exact=True)).to_be_visible()
-        page.locator("input[type=file]").first.set_input_files(str(model))
-        register = page.get_by_role("button", name="Register upload")
-        expect(register).to_be_enabled()
-        register.click()
-        expect(page.get_by_text("Registered: mobilenet_v3_small")).to_be_visible()
+        register_upload(page, model)
         expect(page.get_by_text("Lineage")).to_be_visible()
 
         # Build: two precisions for one target, live progress; fp32 alone is preselected (fp16 has not
@@ -143,12 +122,7 @@ def test_upload_build_verify_and_charts_in_chromium(served: tuple[str, AppContex
         page.get_by_role("combobox", name="Precisions").click()
         page.get_by_role("option", name="fp16", exact=True).click()
         page.keyboard.press("Escape")
-        submit = page.get_by_role("button", name="Submit 2 build(s)")
-        expect(submit).to_be_enabled()
-        submit.click()
-        expect(page.get_by_text("queued job").first).to_be_visible()
-        # the job list, above the form, from the catalog: a card per job, QUEUED or RUNNING by now
-        expect(page.get_by_text(re.compile(r"· (QUEUED|RUNNING|SUCCEEDED)")).first).to_be_visible()
+        submit_builds(page, 2)
         shot("build")
         engines = _ready_engines(app, 2)
         assert sorted(e.precision for e in engines) == ["fp16", "fp32"]
