@@ -1,5 +1,6 @@
 """Helpers for the serving tests: a model with its ORT engine served once (stat cache and memo
-written), aged files, the load events, and running code in a new Python process."""
+written), aged files, the load events, and running code in a new Python process (what it
+printed, or which modules it imported)."""
 
 from __future__ import annotations
 
@@ -111,3 +112,13 @@ def run_python(
     )
     assert done.returncode == 0, done.stdout + done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def loaded_modules(code: str, *names: str) -> list[str]:
+    """The modules among `names` (each one or any of its submodules) that a new interpreter has
+    imported once it has run `code`, sorted."""
+    probe = (
+        f"{code}\nimport json, sys\nnames = {names!r}\n"
+        "print(json.dumps(sorted(m for m in sys.modules if any(m == n or m.startswith(n + '.') for n in names))))\n"
+    )
+    return list(run_python(probe))

@@ -3,14 +3,12 @@ active job's idempotency key (db.models, JobRecord), on SQLite and PostgreSQL.""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 import sqlalchemy as sa
 
 from enginecache.db.models import JobRecord, JobStatus
 from enginecache.service.context import AppContext
+from tests.servingkit import loaded_modules
 
 
 def _insert(app: AppContext, status: JobStatus) -> None:
@@ -28,6 +26,4 @@ def test_one_active_job_per_idempotency_key_and_any_number_finished(catalog_ctx:
 
 
 def test_importing_the_tables_loads_no_postgresql_dialect() -> None:
-    code = "import sys, enginecache.db.models; print('sqlalchemy.dialects.postgresql' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "False"
+    assert loaded_modules("import enginecache.db.models", "sqlalchemy.dialects.postgresql") == []

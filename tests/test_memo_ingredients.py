@@ -4,8 +4,6 @@ memo's key."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from enginecache.core import recipetools
@@ -15,6 +13,7 @@ from enginecache.core.precision import availability, recipes
 from enginecache.core.precision.spec import PrecisionSpec
 from enginecache.service.serving import memo
 from enginecache.service.serving.runtimetypes import RuntimeSpec
+from tests.servingkit import loaded_modules
 
 # (precision, the backend family the recipe is for, whether ModelOpt is importable)
 PLANS = [
@@ -72,14 +71,5 @@ def test_a_tool_upgrade_or_modelopt_appearing_is_another_memo(monkeypatch: pytes
     assert len(keys) == len(recipetools.RECIPE_TOOLS) + 2
 
 
-def test_the_hit_path_reads_the_recipe_environment_without_core_precision(tmp_path: Path) -> None:
-    import subprocess
-    import sys
-
-    code = (
-        "import sys\n"
-        "import enginecache.service.serving.memo\n"
-        "print(sorted(m for m in sys.modules if m.startswith('enginecache.core.precision') or m == 'onnx'))\n"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path)
-    assert done.stdout.strip() == "[]"
+def test_the_hit_path_reads_the_recipe_environment_without_core_precision() -> None:
+    assert loaded_modules("import enginecache.service.serving.memo", "enginecache.core.precision", "onnx") == []

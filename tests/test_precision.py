@@ -3,8 +3,6 @@ and the shared reference models have files of their own)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +25,7 @@ from tests.precisionkit import (
     run_ort,
     trt_build,
 )
+from tests.servingkit import loaded_modules
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -60,13 +59,8 @@ def test_missing_source(tmp_path: Path) -> None:
 
 
 def test_importing_core_precision_loads_no_heavy_library() -> None:
-    code = (
-        "import sys, enginecache.core.precision, enginecache.core.calibration\n"
-        "heavy = ['torch', 'modelopt', 'tensorrt_rtx', 'tensorrt', 'onnxruntime', 'onnxconverter_common']\n"
-        "print([m for m in heavy if m in sys.modules])"
-    )
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+    heavy = ("torch", "modelopt", "tensorrt_rtx", "tensorrt", "onnxruntime", "onnxconverter_common")
+    assert loaded_modules("import enginecache.core.precision, enginecache.core.calibration", *heavy) == []
 
 
 # --- fp32 / fp16 / bf16 --------------------------------------------------------------------
