@@ -107,3 +107,28 @@ def test_a_viewer_sees_the_aliases_with_the_buttons_disabled(seeded: Seeded, mon
         assert at.button(key="models_rollback_prod_").disabled
     finally:
         audit.use_actor_source(None)
+
+
+def test_choosing_version_2_in_the_model_selector_promotes_version_2(seeded: Seeded) -> None:
+    """Two versions of one name were two identical labels in the Model selector: choosing version 2
+    showed version 1's page again, and Promote moved the alias to version 1. Each version is labelled
+    `name vN`, and the promote acts on the version chosen."""
+    name = _name(seeded)
+    newest = _second_version(seeded)
+    script = (  # opened on version 1's address once; the selector decides from then on
+        "import streamlit as st\nfrom enginecache.dashboard.views import models\n"
+        f"if 'model' not in st.query_params:\n    st.query_params['model'] = '{seeded.model_id}'\nmodels.render()\n"
+    )
+    at = AppTest.from_string(script, default_timeout=TIMEOUT).run()
+    assert not at.exception and "version 1 of 2" in texts(at)
+    selector = at.selectbox(key="models_detail")
+    assert list(selector.options)[:2] == [f"{name} v2", f"{name} v1"], selector.options
+    selector.set_value(newest).run()
+    assert not at.exception and "version 2 of 2" in texts(at)
+    next(t for t in at.text_input if t.label == "Alias").set_value("prod")
+    next(b for b in at.button if b.label == "Promote").click()
+    at.run()
+    assert not at.exception and not at.error
+    [alias] = aliases(seeded.app, name)
+    assert (alias.alias, alias.version, alias.model_id) == ("prod", 2, newest)
+    assert frame(at, "name", "version", "kind")["version"].tolist()[:2] == [2, 1], "the Models table names versions"

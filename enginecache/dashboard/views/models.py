@@ -156,6 +156,7 @@ def render() -> None:
             [
                 {
                     "name": r.name if r.parent_id is None else f"  ↳ {r.name}",  # a dataframe cell is plain text
+                    "version": r.version,
                     "kind": "source" if r.parent_id is None else f"variant of {r.parent_name or r.parent_id}",
                     "engines": r.engines,
                     "with variants": r.family_engines if r.parent_id is None else None,
@@ -178,7 +179,11 @@ def render() -> None:
         },
     )
     ids = [r.id for r in rows]
-    labels = {r.id: r.name if r.parent_id is None else f"{r.name} (variant of {r.parent_name})" for r in rows}
+    # One label per model: two versions of a name under one label were one option to the selector.
+    labels = {
+        r.id: f"{r.name} v{r.version}" if r.parent_id is None else f"{r.name} (variant of {r.parent_name})"
+        for r in rows
+    }
     from_url("models_detail", "model", url_int, ids)
     wanted = st.session_state.get("models_selected_id")
     first_source = next((r.id for r in rows if r.parent_id is None), ids[0])

@@ -101,6 +101,7 @@ class ModelRow:
     engines: int  # built from this very file (a source's own, or a variant's)
     family_engines: int = 0  # a source: its engines and its variants' (what `engines` of them add up to)
     parent_name: str | None = None  # a variant: its source model's name
+    version: int | None = None  # a source: its version among the source models of its name (1 = oldest)
 
 
 def model_search(text: str | None) -> list[Any]:
@@ -139,6 +140,16 @@ def model_rows_query(search: str | None, limit: int) -> sa.Select[Any]:
         .group_by(col(engine.variant_model_id))
         .subquery()
     )
+    versions = (  # every source model's version, counted over all of them (a search must not renumber)
+        sa.select(
+            col(ModelRecord.id).label("sid"),
+            sa.func.row_number()
+            .over(partition_by=col(ModelRecord.name), order_by=col(ModelRecord.id))
+            .label("version"),
+        )
+        .where(col(ModelRecord.parent_id).is_(None))
+        .subquery()
+    )
     parent = sa.orm.aliased(ModelRecord)
     return (
         sa.select(  # each column named as its ModelRow field
@@ -151,8 +162,10 @@ def model_rows_query(search: str | None, limit: int) -> sa.Select[Any]:
             (sa.func.coalesce(by_source.c.own, 0) + sa.func.coalesce(by_variant.c.n, 0)).label("engines"),
             sa.func.coalesce(by_source.c.family, 0).label("family_engines"),
             col(parent.name).label("parent_name"),
+            versions.c.version,
         )
         .outerjoin(by_source, by_source.c.mid == col(ModelRecord.id))
+        .outerjoin(versions, versions.c.sid == col(ModelRecord.id))
         .outerjoin(by_variant, by_variant.c.vid == col(ModelRecord.id))
         .outerjoin(parent, col(parent.id) == col(ModelRecord.parent_id))
         .where(*model_search(search))
