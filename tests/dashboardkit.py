@@ -18,7 +18,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from sqlmodel import Session
+from sqlmodel import Session, select
 from streamlit.testing.v1 import AppTest
 
 from enginecache.core.fingerprint import host_fingerprint
@@ -124,6 +124,12 @@ def add_failed_build(
     )
     session.add(engine)
     return job, engine
+
+
+def queued_jobs(app: AppContext) -> list[JobRecord]:
+    """The QUEUED jobs of the catalog."""
+    with app.catalog.read() as session:
+        return list(session.exec(select(JobRecord).where(JobRecord.status == JobStatus.QUEUED)).all())
 
 
 def copy_catalog(seed: SeedIds, home: Path, monkeypatch: pytest.MonkeyPatch) -> Seeded:

@@ -15,7 +15,7 @@ from enginecache.service.builds.plan import BuildRequest, build_engine
 from enginecache.service.readmodels.engines import EngineFilter, engine_page
 from enginecache.service.readmodels.hosts import HostRow
 from tests.conftest import corrupt_blob
-from tests.dashboardkit import Seeded, engine_view, frame, plain, texts, view
+from tests.dashboardkit import Seeded, engine_view, frame, plain, queued_jobs, texts, view
 
 
 def test_build_matrix_submits_one_job_per_cell_and_marks_cached(seeded: Seeded) -> None:
@@ -33,8 +33,7 @@ def test_build_matrix_submits_one_job_per_cell_and_marks_cached(seeded: Seeded) 
     assert at.button(key="build_submit").label == "Submit 3 build(s)"
     at.button(key="build_submit").click().run()
     assert not at.exception
-    with seeded.app.catalog.read() as session:
-        jobs = session.exec(select(JobRecord).where(JobRecord.status == JobStatus.QUEUED)).all()
+    jobs = queued_jobs(seeded.app)
     cells = sorted((j.payload["targets"][0], j.payload["precision"]) for j in jobs)
     assert cells == [("sm86", "fp16"), ("sm89", "fp16"), ("sm89", "fp32")]
     successes = [str(s.value) for s in at.success]

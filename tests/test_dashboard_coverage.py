@@ -34,7 +34,7 @@ from enginecache.service.engines.records import engine_host_verdicts, get_engine
 from enginecache.service.fleet import coverage, hostcoverage
 from enginecache.service.jobs.routing import worker_capabilities
 from enginecache.service.models.register import register_model
-from tests.dashboardkit import TIMEOUT, Seeded, frame, plain, serve_home, texts, view
+from tests.dashboardkit import TIMEOUT, Seeded, frame, plain, queued_jobs, serve_home, texts, view
 from tests.modelfactory import make_mlp
 from tests.test_dashboard_login import AUTH
 
@@ -195,8 +195,7 @@ def test_one_click_builds_the_missing_and_stale_cells_through_submit_build(fleet
     assert button.label == "Build 5 missing or stale cell(s)" and not button.disabled
     button.click().run()
     assert not at.exception, at.exception
-    with fleet.app.catalog.read() as session:
-        jobs = session.exec(select(JobRecord).where(JobRecord.status == JobStatus.QUEUED)).all()
+    jobs = queued_jobs(fleet.app)
     assert sorted(j.payload["targets"][0] for j in jobs) == ["sm120", "sm121", "sm75", "sm80", "sm89"]
     assert {j.payload["precision"] for j in jobs} == {"fp32"}
     assert len([s for s in at.success if "queued job" in str(s.value)]) == 5
@@ -217,8 +216,7 @@ def test_quantized_cells_wait_for_calibration_data_then_build_with_it(fleet: See
     assert button.label == "Build 6 missing or stale cell(s)" and not button.disabled
     button.click().run()
     assert not at.exception, at.exception
-    with fleet.app.catalog.read() as session:
-        jobs = session.exec(select(JobRecord).where(JobRecord.status == JobStatus.QUEUED)).all()
+    jobs = queued_jobs(fleet.app)
     assert len(jobs) == 6 and all(j.payload["precision"] == "int8" and j.payload["calibration"] for j in jobs)
 
 

@@ -29,17 +29,8 @@ from playwright.sync_api import Page, expect, sync_playwright
 
 from enginecache.db.models import EngineRecord, EngineStatus, JobRecord, LoadRunRecord, ModelRecord
 from enginecache.service.context import AppContext
-from tests.browserkit import (  # generous_expect: autouse, expect() waits TIMEOUT_MS
-    VIEWPORT,
-    expect_once,
-    generous_expect,  # noqa: F401
-    launch,
-    open_page,
-    register_upload,
-    submit_builds,
-    wait_for_app_run,
-    wait_for_charts,
-)
+from tests import browserkit
+from tests.browserkit import generous_expect  # noqa: F401 - autouse: expect() waits TIMEOUT_MS
 from tests.modelfactory import make_conv, make_mlp
 from tests.test_serve_e2e import (
     FRESH_SECONDS,
@@ -98,8 +89,8 @@ def test_two_models_mixed_precisions_coverage_retire_and_test_load_in_chromium(
     extra = os.environ.get("ENGINECACHE_SCREENSHOTS")
 
     with sync_playwright() as pw:
-        browser = launch(pw)
-        page = open_page(browser)
+        browser = browserkit.launch(pw)
+        page = browserkit.open_page(browser)
         # Offline: every request the page makes (documents, scripts, fonts, the favicon, the
         # WebSocket, images) goes to the dashboard's own host; data: and blob: URLs have none.
         requested: list[str] = []
@@ -108,11 +99,11 @@ def test_two_models_mixed_precisions_coverage_retire_and_test_load_in_chromium(
 
         def open_view(path: str) -> None:
             page.goto(f"{url}{path}")
-            wait_for_app_run(page)
+            browserkit.wait_for_app_run(page)
 
         def shot(name: str) -> None:
-            wait_for_app_run(page)
-            wait_for_charts(page)
+            browserkit.wait_for_app_run(page)
+            browserkit.wait_for_charts(page)
             path = shots / f"{name}.png"
             page.screenshot(path=str(path), full_page=True)
             if extra:
@@ -122,7 +113,7 @@ def test_two_models_mixed_precisions_coverage_retire_and_test_load_in_chromium(
         # Models: two uploads, each registered under its file's name
         for model in (detector, encoder):
             open_view("/models")  # a fresh uploader: it keeps every file given to it
-            register_upload(page, model)
+            browserkit.register_upload(page, model)
         detector_id, encoder_id = _model_id(app, "detector"), _model_id(app, "encoder")
 
         # Build: the detector at fp32 + fp16 + int8 in one submit (calibration for the int8 cell only)
@@ -131,16 +122,16 @@ def test_two_models_mixed_precisions_coverage_retire_and_test_load_in_chromium(
         expect(page.get_by_role("button", name="Submit 1 build(s)")).to_be_enabled()
         _choose(page, "Precisions", "fp16", "int8")
         page.locator("input[type=file]").first.set_input_files(str(calibration))
-        submit_builds(page, 3)
+        browserkit.submit_builds(page, 3)
         shot("build")
         engines = _ready_engines(app, 3)
         assert sorted(e.precision for e in engines) == ["fp16", "fp32", "int8"]
         # the matrix turns READY by itself: each cell links its engine, with no reload
         for engine in engines:
             link = page.get_by_role("link", name=f"{RTX_SM86} {engine.precision}: engine {engine.id}")
-            expect_once(link, timeout_ms=READY_SECONDS * 1000)
+            browserkit.expect_once(link, timeout_ms=READY_SECONDS * 1000)
         submit_none = page.get_by_role("button", name="Submit 0 build(s)")
-        expect_once(submit_none)
+        browserkit.expect_once(submit_none)
         expect(submit_none).to_be_disabled()
 
         # Coverage of the detector at fp32 on TensorRT-RTX, every target: the sm86 cell is built (READY,
@@ -171,17 +162,17 @@ def test_two_models_mixed_precisions_coverage_retire_and_test_load_in_chromium(
         ).to_be_visible()
         page.get_by_role("button", name="Build 1 missing or stale cell(s)").click()
         expect(page.get_by_text(re.compile(r"encoder fp32 ONNX Runtime .*: queued job \d+"))).to_be_visible()
-        expect_once(
+        browserkit.expect_once(
             page.get_by_text("READY 1 · INCOMPATIBLE 0 · STALE 0 · BUILDING 0 · FAILED 0 · MISSING 0"),
             timeout_ms=READY_SECONDS * 1000,
         )
         build_none = page.get_by_role("button", name="Build 0 missing or stale cell(s)")
-        expect_once(build_none)
+        browserkit.expect_once(build_none)
         expect(build_none).to_be_disabled()
         # the same link in a new tab reproduces the view: its filters and its matrix
-        again = browser.new_page(viewport=VIEWPORT)
+        again = browser.new_page(viewport=browserkit.VIEWPORT)
         again.goto(f"{url}{deep}")
-        wait_for_app_run(again)
+        browserkit.wait_for_app_run(again)
         for chip in ("encoder", "ONNX Runtime", "fp32"):
             expect(again.get_by_test_id("stMultiSelect").get_by_text(chip, exact=True)).to_be_visible()
         expect(
@@ -209,7 +200,7 @@ def test_two_models_mixed_precisions_coverage_retire_and_test_load_in_chromium(
                 expect(uploader).to_be_attached(timeout=15_000)
                 break
             except AssertionError:
-                wait_for_app_run(page)
+                browserkit.wait_for_app_run(page)
         uploader.set_input_files(str(inputs))
         expect(page.get_by_text("encoder-inputs.npz fits the engine's inputs: input float32 [4, 16]")).to_be_visible()
         test_load = page.get_by_role("button", name="Test-load")

@@ -8,7 +8,6 @@ import io
 from typing import Any
 
 import numpy as np
-from sqlmodel import select
 from streamlit.testing.v1 import AppTest
 
 from enginecache.dashboard import live
@@ -17,7 +16,7 @@ from enginecache.db.models import EngineStatus, JobRecord, JobStatus, utcnow
 from enginecache.service.builds.plan import BuildRequest, build_engine, plan_build
 from enginecache.service.builds.submit import submit_build
 from enginecache.service.builds.testload import submit_test_load
-from tests.dashboardkit import Seeded, frame, rtx_engine, view
+from tests.dashboardkit import Seeded, frame, queued_jobs, rtx_engine, view
 
 SM89 = "TensorRT-RTX sm89"
 
@@ -96,8 +95,7 @@ def test_the_matrix_follows_the_catalog_and_submit_counts_what_it_submits(seeded
     assert _matrix(at).loc[SM89, "fp32"] == "new build"
     assert at.button(key="build_submit").label == "Submit 1 build(s)"
     at.button(key="build_submit").click().run()
-    with seeded.app.catalog.read() as session:
-        job = session.exec(select(JobRecord).where(JobRecord.status == JobStatus.QUEUED)).one()
+    (job,) = queued_jobs(seeded.app)
     assert _matrix(at).loc[SM89, "fp32"] == f"queued (job {job.id})"
     submit = at.button(key="build_submit")
     assert submit.label == "Submit 0 build(s)" and submit.disabled, "nothing left to submit: disabled"
@@ -127,8 +125,7 @@ def test_a_cell_whose_build_failed_before_is_a_retry_with_its_reason(seeded: See
     assert cell.startswith("retry: failed before") and "no fp16 kernel" in cell
     assert at.button(key="build_submit").label == "Submit 1 build(s)"
     at.button(key="build_submit").click().run()
-    with seeded.app.catalog.read() as session:
-        jobs = session.exec(select(JobRecord).where(JobRecord.status == JobStatus.QUEUED)).all()
+    jobs = queued_jobs(seeded.app)
     assert [j.payload["precision"] for j in jobs] == ["fp16"]
 
 
@@ -146,8 +143,7 @@ def test_calibration_goes_to_the_int8_cells_only_so_one_submit_mixes_precisions(
     assert not _matrix_errors(at)
     assert _matrix(at).loc[SM89].tolist() == ["new build", "new build", "new build"]
     at.button(key="build_submit").click().run()
-    with seeded.app.catalog.read() as session:
-        jobs = session.exec(select(JobRecord).where(JobRecord.status == JobStatus.QUEUED)).all()
+    jobs = queued_jobs(seeded.app)
     calibrated = {j.payload["precision"]: j.payload["calibration"] for j in jobs}
     assert set(calibrated) == {"fp32", "fp16", "int8"}
     assert calibrated["fp32"] is None and calibrated["fp16"] is None and calibrated["int8"]
@@ -168,8 +164,7 @@ def test_the_matrix_and_the_job_list_redraw_themselves_while_a_job_runs(
     assert intervals == {"live__job_list": None, "live__matrix_section": None}, "nothing runs: no timer"
     at.button(key="build_submit").click().run()
     assert intervals == {"live__job_list": live.REFRESH_SECONDS, "live__matrix_section": live.REFRESH_SECONDS}
-    with seeded.app.catalog.read() as session:
-        job = session.exec(select(JobRecord).where(JobRecord.status == JobStatus.QUEUED)).one()
+    (job,) = queued_jobs(seeded.app)
     _finish(seeded, job.id or 0, JobStatus.CANCELLED)
     at.run()
     assert intervals == {"live__job_list": None, "live__matrix_section": None}
