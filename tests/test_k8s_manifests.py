@@ -555,3 +555,19 @@ def test_checkov_finds_no_failure_among_the_rules(tmp_path: Path) -> None:
     (broken / "build-workers.yaml").write_text(yaml.safe_dump_all(docs))
     caught = {r["check_id"] for r in _checkov(broken) if r["outcome"] == "failed"}
     assert {"CKV_K8S_20", "CKV_K8S_22", "CKV_K8S_28", "CKV_K8S_37"} <= caught
+
+
+def test_the_serving_example_pulls_exactly_what_its_server_loads() -> None:
+    """The server asked for one backend and precision while pull took fp16 of any backend: the
+    example crash-looped. The init container's pull names the server's RuntimeSpec."""
+    import ast
+
+    [config] = [c for c in _kind("ConfigMap") if "server.py" in c.get("data", {})]
+    server = ast.parse(config["data"]["server.py"])
+    [spec] = [n for n in ast.walk(server) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "RuntimeSpec"]
+    loads = {k.arg: ast.literal_eval(k.value) for k in spec.keywords}
+    [serving] = [d for d in _kind("Deployment") if d["metadata"]["name"].endswith("-serving")]
+    [init] = _pod(serving)["initContainers"]
+    args = init["args"]
+    pulled = {flag.strip("-"): args[args.index(flag) + 1] for flag in ("--backend", "--precision")}
+    assert pulled == {"backend": loads["backend"], "precision": loads.get("precision", "fp32")}, (pulled, loads)

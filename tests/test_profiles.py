@@ -15,7 +15,7 @@ from enginecache.errors import NotFoundError
 from enginecache.service.builds.plan import BuildRequest, build_engine
 from enginecache.service.context import AppContext
 from enginecache.service.engines.records import retire_engine
-from enginecache.service.fleet.profiles import PRECISION_PREFERENCE, model_profiles
+from enginecache.service.fleet.profiles import PRECISION_PREFERENCE, Wanted, model_profiles
 from enginecache.service.models.register import register_model
 from tests.enginerows import engine_row_like
 from tests.modelfactory import make_mlp
@@ -43,9 +43,9 @@ def test_ort_engines_on_this_host_are_compatible_and_the_preferred_precision_is_
     assert [p.engine_id for p in found.profiles] == sorted((e.id or 0 for e in mlp_engines.values()), reverse=True)
     assert all(p.verdict == "compatible" for p in found.profiles), [p.reason for p in found.profiles]
     assert found.selected is not None and found.selected.engine_id == mlp_engines["fp16"].id
-    asked = model_profiles(app_ctx, "mlp", precision="fp32").selected
+    asked = model_profiles(app_ctx, "mlp", wanted=Wanted(precision="fp32")).selected
     assert asked is not None and asked.engine_id == mlp_engines["fp32"].id
-    assert model_profiles(app_ctx, "mlp", precision="int8").selected is None
+    assert model_profiles(app_ctx, "mlp", wanted=Wanted(precision="int8")).selected is None
     data = found.to_dict()
     assert data["selected_engine_id"] == mlp_engines["fp16"].id and data["model"] == "mlp"
     assert sum(p["selected"] for p in data["profiles"]) == 1
@@ -88,7 +88,7 @@ def test_rtx_engines_exact_target_first_then_precision_fake_gpu_host(
     )
     assert found.selected is not None and found.selected.engine_id == exact_fp16.id, "GPU, exact target, then fp16"
     assert verdicts[base.id or 0].verdict == "compatible" and not verdicts[base.id or 0].on_gpu, "the CPU engine too"
-    asked = model_profiles(app_ctx, "mlp", precision="fp32", host=fake_gpu_host("sm86")).selected
+    asked = model_profiles(app_ctx, "mlp", wanted=Wanted(precision="fp32"), host=fake_gpu_host("sm86")).selected
     assert asked is not None and asked.engine_id == exact_fp32.id
     on_sm80 = model_profiles(app_ctx, "mlp", host=fake_gpu_host("sm80")).selected
     assert on_sm80 is not None and on_sm80.engine_id == wide.id, "the only GPU engine whose targets include SM80"
@@ -97,3 +97,39 @@ def test_rtx_engines_exact_target_first_then_precision_fake_gpu_host(
 def test_an_unknown_model_is_not_found(app_ctx: AppContext) -> None:
     with pytest.raises(NotFoundError):
         model_profiles(app_ctx, "nope")
+
+
+def test_a_gpu_host_never_gets_a_cpu_engine_unless_allowed_fake_gpu_host(
+    app_ctx: AppContext, mlp_engines: dict[str, EngineRecord]
+) -> None:
+    """An SM90 host with no engine for its GPU: pull took the ONNX Runtime engine and exited 0. Nothing
+    is selected now, and pull says what the host lacks; --allow-cpu takes the CPU engine."""
+    from enginecache.errors import NoEngineFitsError
+    from enginecache.service.fleet.pull import pull
+
+    host = fake_gpu_host("sm90")
+    found = model_profiles(app_ctx, "mlp", host=host)
+    assert found.selected is None and any(p.verdict == "compatible" and not p.on_gpu for p in found.profiles)
+    with pytest.raises(NoEngineFitsError, match=r"this host's GPU \(sm90\) has no engine.*--allow-cpu"):
+        pull(app_ctx, "mlp", app_ctx.home.parent / "pulled", host=host)
+    allowed = model_profiles(app_ctx, "mlp", wanted=Wanted(allow_cpu=True), host=host).selected
+    assert allowed is not None and allowed.backend == "ort"
+
+
+def test_pull_takes_what_the_server_loads_backend_precision_or_one_engine(
+    app_ctx: AppContext, mlp_engines: dict[str, EngineRecord]
+) -> None:
+    """The serving example's server loads one backend and precision; pull preferred fp16 of any
+    backend, and the server crash-looped on what it was given."""
+    import tensorrt_rtx
+
+    rtx = {"backend": "rtx", "backend_version": tensorrt_rtx.__version__}
+    gpu_fp16 = engine_row_like(app_ctx, mlp_engines["fp16"], **rtx, targets="sm86", precision="fp16")
+    host = fake_gpu_host("sm86")
+    assert model_profiles(app_ctx, "mlp", host=host).selected.engine_id == gpu_fp16.id  # type: ignore[union-attr]
+    served = Wanted(backend="ort", precision="fp32", allow_cpu=True)
+    chosen = model_profiles(app_ctx, "mlp", wanted=served, host=host).selected
+    assert chosen is not None and (chosen.backend, chosen.precision) == ("ort", "fp32")
+    pinned = model_profiles(app_ctx, "mlp", wanted=Wanted(engine_id=gpu_fp16.id), host=host).selected
+    assert pinned is not None and pinned.engine_id == gpu_fp16.id
+    assert model_profiles(app_ctx, "mlp", wanted=Wanted(backend="rtx", precision="fp32"), host=host).selected is None

@@ -16,6 +16,7 @@ from enginecache.db.models import EngineRecord
 from enginecache.errors import IntegrityCheckError, NoEngineFitsError, NotFoundError
 from enginecache.service.builds.plan import BuildRequest, build_engine
 from enginecache.service.context import AppContext
+from enginecache.service.fleet.profiles import Wanted
 from enginecache.service.fleet.pull import MANIFEST_FORMAT, manifest_path, pull
 from enginecache.service.models.register import register_model
 from tests.clirunner import run_cli
@@ -55,7 +56,7 @@ def test_pull_copies_the_selected_engine_with_its_manifest_and_then_is_up_to_dat
 
     again = pull(app_ctx, "mlp", dest)
     assert again.up_to_date and again.copied_bytes == 0 and again.engine_id == fp16.id
-    asked = pull(app_ctx, "mlp", tmp_path / "fp32", precision="fp32")
+    asked = pull(app_ctx, "mlp", tmp_path / "fp32", wanted=Wanted(precision="fp32"))
     assert asked.engine_id == engines["fp32"].id
 
 

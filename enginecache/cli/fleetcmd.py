@@ -16,6 +16,20 @@ PrecisionOption = Annotated[
     str | None,
     typer.Option(metavar="PRECISION", help="Only this precision (default: fp16, bf16, fp32, fp8, int8 in that order)."),
 ]
+BackendOption = Annotated[
+    str | None, typer.Option(metavar="BACKEND", help="Only this backend: the one the serving process loads with.")
+]
+EngineOption = Annotated[int | None, typer.Option("--engine", metavar="ID", help="Exactly this engine (pinned).")]
+AllowCpuOption = Annotated[
+    bool,
+    typer.Option("--allow-cpu", help="On a host with a GPU, take an engine for its CPU where none fits its GPU."),
+]
+
+
+def _wanted(backend: str | None, precision: str | None, engine: int | None, allow_cpu: bool) -> Any:
+    from enginecache.service.fleet.profiles import Wanted
+
+    return Wanted(backend=backend, precision=precision, engine_id=engine, allow_cpu=allow_cpu)
 
 
 def _profile_line(p: dict[str, Any]) -> str:
@@ -27,12 +41,18 @@ def _profile_line(p: dict[str, Any]) -> str:
 
 
 def profiles(
-    ctx: typer.Context, model: ModelArgument, precision: PrecisionOption = None, as_json: JsonOption = False
+    ctx: typer.Context,
+    model: ModelArgument,
+    backend: BackendOption = None,
+    precision: PrecisionOption = None,
+    engine: EngineOption = None,
+    allow_cpu: AllowCpuOption = False,
+    as_json: JsonOption = False,
 ) -> None:
     """Every engine of the model, compatible with this host or not and why; * marks the one pull takes."""
     from enginecache.service.fleet.profiles import model_profiles
 
-    found = model_profiles(app_context(ctx), model, precision=precision)
+    found = model_profiles(app_context(ctx), model, wanted=_wanted(backend, precision, engine, allow_cpu))
     data = found.to_dict()
     lines = [_profile_line(p) for p in data["profiles"]] or [f"model {model} has no engines"]
     emit(data, as_json, "\n".join(lines))
@@ -44,14 +64,17 @@ def pull(
     ctx: typer.Context,
     model: ModelArgument,
     dest: Annotated[Path, typer.Option("--dest", metavar="DIR", help="The folder to pull into (a store of its own).")],
+    backend: BackendOption = None,
     precision: PrecisionOption = None,
+    engine: EngineOption = None,
+    allow_cpu: AllowCpuOption = False,
     as_json: JsonOption = False,
 ) -> None:
     """Copy the engine that fits this host into DIR, verified, with a manifest; resumable and idempotent."""
     from enginecache.service.fleet.pull import pull as pull_engine
     from enginecache.service.readmodels.display import printable
 
-    result = pull_engine(app_context(ctx), model, dest, precision=precision)
+    result = pull_engine(app_context(ctx), model, dest, wanted=_wanted(backend, precision, engine, allow_cpu))
     done = "up to date" if result.up_to_date else f"pulled {result.copied_bytes} bytes"
     emit(
         result.to_dict(),

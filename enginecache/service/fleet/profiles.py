@@ -6,7 +6,12 @@ GPU compute capability or CPU target), decided from this host's fingerprint; it 
 and reads no blob (`enginecache check ID` adds the library's header check on a verified blob). An
 engine that is not READY is listed with its status as the reason and never selected.
 
-Selection among the compatible READY engines, in this documented order:
+What a serving process will load narrows the candidates first (`Wanted`, the one rule `pull` and
+`profiles` share with `load_or_build(spec)`'s pulled start): the backend and precision it asks for,
+or the one engine it pins. A host with a GPU is never given an engine for its CPU unless the caller
+allows it (`allow_cpu`): with no engine for its GPU nothing is selected, and pull exits 1 saying so.
+
+Selection among the compatible READY candidates, in this documented order:
 0. an engine for one of this host's GPUs (its targets name the GPU's compute capability) before one
    for its CPU: a host with a GPU is given one to use it;
 1. an engine built for exactly this host's target (one target: this GPU's compute capability, or
@@ -35,6 +40,36 @@ from enginecache.service.jobs.refs import engine_ref, engine_targets
 from enginecache.service.models.releases import AliasTarget, resolve_model
 
 PRECISION_PREFERENCE = ("fp16", "bf16", "fp32", "fp8", "int8")
+
+
+@dataclass(frozen=True)
+class Wanted:
+    """What the serving process will load: its backend and precision where it names them, one engine
+    where it pins one, and whether a CPU engine may stand in on a host with a GPU."""
+
+    backend: str | None = None
+    precision: str | None = None
+    engine_id: int | None = None
+    allow_cpu: bool = False
+
+    def admits(self, profile: Profile, host_has_gpu: bool) -> bool:
+        """Whether `profile` is a candidate at all (compatibility and status are judged apart)."""
+        if self.engine_id is not None and profile.engine_id != self.engine_id:
+            return False
+        if self.backend is not None and profile.backend != self.backend:
+            return False
+        if self.precision is not None and profile.precision != self.precision:
+            return False
+        return profile.on_gpu or not host_has_gpu or self.allow_cpu
+
+    def describe(self) -> str:
+        """The request in words, for a refusal: `backend ort, precision fp32`, or `any engine`."""
+        parts = [
+            f"engine {self.engine_id}" if self.engine_id is not None else "",
+            f"backend {self.backend}" if self.backend else "",
+            f"precision {self.precision}" if self.precision else "",
+        ]
+        return ", ".join(p for p in parts if p) or "any engine"
 
 
 @dataclass(frozen=True)
@@ -124,22 +159,25 @@ def selection_rank(profile: Profile, precision: str | None = None) -> tuple[int,
     return (0 if profile.on_gpu else 1, 0 if len(profile.targets) == 1 else 1, wanted, -profile.engine_id)
 
 
-def select_profile(profiles: Sequence[Profile], precision: str | None = None) -> Profile | None:
-    """The compatible READY profile this host takes, or None. With `precision`, only that precision."""
+def select_profile(
+    profiles: Sequence[Profile], wanted: Wanted | None = None, *, host_has_gpu: bool = False
+) -> Profile | None:
+    """The compatible READY profile this host takes among those `wanted` admits, or None."""
+    wanted = wanted or Wanted()
     candidates = [
         p
         for p in profiles
-        if p.verdict == Verdict.COMPATIBLE and p.status == EngineStatus.READY and precision in (None, p.precision)
+        if p.verdict == Verdict.COMPATIBLE and p.status == EngineStatus.READY and wanted.admits(p, host_has_gpu)
     ]
-    return min(candidates, key=lambda p: selection_rank(p, precision), default=None)
+    return min(candidates, key=lambda p: selection_rank(p, wanted.precision), default=None)
 
 
 def model_profiles(
-    app: AppContext, model_ref: str | int, *, precision: str | None = None, host: HostFingerprint | None = None
+    app: AppContext, model_ref: str | int, *, wanted: Wanted | None = None, host: HostFingerprint | None = None
 ) -> Profiles:
     """Every engine of the model (a name, id, digest, or `NAME@ALIAS`: `service.models.releases`; newest
     first, RETIRED ones left out), judged for `host` (default: this one), with the one
-    `select_profile` takes marked. An unknown model or an unset alias raises NotFoundError."""
+    `select_profile` takes for `wanted` marked. An unknown model or an unset alias raises NotFoundError."""
     host = host or host_fingerprint()
     model, release = resolve_model(app, model_ref, host)
     query = (
@@ -150,7 +188,7 @@ def model_profiles(
     with app.catalog.read() as session:
         engines = list(session.exec(query).all())
     judged = [_judge(engine, host) for engine in engines]
-    chosen = select_profile(judged, precision)
+    chosen = select_profile(judged, wanted, host_has_gpu=bool(host.gpus))
     marked = tuple(
         replace(p, selected=True) if chosen is not None and p.engine_id == chosen.engine_id else p for p in judged
     )

@@ -2,10 +2,12 @@
 into DIR with a manifest, as an init container (or NVIDIA NIM's download into its local cache) does
 ahead of a serving start.
 
-The engine is the one `service.fleet.profiles` selects for this host (its GPU first, exact target, the
-asked precision or the documented preference, newest), through each backend's one compatibility
-rule. DIR is laid out as a store of its own, so a serving process reads it as it reads the catalog's
-store (`service.serving.pulled` loads from it, with no catalog connection):
+The engine is the one `service.fleet.profiles` selects for this host among what the serving process
+will load (`Wanted`: its backend, precision or pinned engine; never a CPU engine on a host with a
+GPU unless allowed), then its GPU first, exact target, the documented precision preference, newest,
+through each backend's one compatibility rule. DIR is laid out as a store of its own, so a serving
+process reads it as it reads the catalog's store (`service.serving.pulled` loads from it, with no
+catalog connection):
 
     DIR/objects/sha256/<2>/<digest>   the engine blob, read-only
     DIR/manifests/<model>.json        what was pulled and why (`MANIFEST_FORMAT`)
@@ -45,7 +47,7 @@ from enginecache.db.models import EngineRecord
 from enginecache.errors import NoEngineFitsError, StoreError
 from enginecache.service.context import AppContext
 from enginecache.service.engines.records import get_engine
-from enginecache.service.fleet.profiles import Profile, model_profiles
+from enginecache.service.fleet.profiles import Profile, Wanted, model_profiles
 from enginecache.service.models.register import get_model
 from enginecache.service.models.releases import AliasTarget, version_of
 from enginecache.service.serving.pulled import MANIFEST_FORMAT
@@ -81,12 +83,19 @@ def _profile_line(p: Profile) -> str:
     return f"engine {p.engine_id} ({p.backend} {p.precision} {','.join(p.targets)}): {p.reason}"
 
 
-def _no_fit(model: str, host: HostFingerprint, profiles: tuple[Profile, ...], precision: str | None) -> str:
-    asked = f" in {precision}" if precision else ""
+def _no_fit(model: str, host: HostFingerprint, profiles: tuple[Profile, ...], wanted: Wanted) -> str:
+    asked = f" ({wanted.describe()})"
     if not profiles:
-        return f"model {model!r} has no engines{asked}: build one for this host first"
+        return f"model {model!r} has no engines: build one for this host first"
     lines = "; ".join(_profile_line(p) for p in profiles)
-    return f"no engine of model {model!r}{asked} fits this host ({host.hostname}): {lines}"
+    gpus = sorted({gpu.compute_capability for gpu in host.gpus})
+    lacking = ""
+    if gpus and not wanted.allow_cpu and not any(p.on_gpu for p in profiles if p.status == "READY"):
+        lacking = (
+            f"; this host's GPU ({', '.join(gpus)}) has no engine: build one for it, or pass --allow-cpu "
+            "to take an engine for its CPU"
+        )
+    return f"no engine of model {model!r}{asked} fits this host ({host.hostname}){lacking}: {lines}"
 
 
 def _manifest(
@@ -166,17 +175,17 @@ def pull(
     model_ref: str | int,
     dest: Path,
     *,
-    precision: str | None = None,
+    wanted: Wanted | None = None,
     host: HostFingerprint | None = None,
 ) -> PullResult:
     """Copy the engine that fits this host into `dest` (module docstring). Raises NoEngineFitsError
     when none does, NotFoundError for an unknown model, IntegrityCheckError where the source blob does
     not match its digest, StoreError where it cannot be read or `dest` written."""
-    host = host or host_fingerprint()
-    found = model_profiles(app, model_ref, precision=precision, host=host)
+    host, wanted = host or host_fingerprint(), wanted or Wanted()
+    found = model_profiles(app, model_ref, wanted=wanted, host=host)
     chosen = found.selected
     if chosen is None:
-        raise NoEngineFitsError(_no_fit(found.model, host, found.profiles, precision))
+        raise NoEngineFitsError(_no_fit(found.model, host, found.profiles, wanted))
     engine = get_engine(app, chosen.engine_id)
     sha256 = str(engine.sha256)
     manifest = _manifest(app, engine, chosen, host, found.release)
