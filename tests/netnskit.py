@@ -22,6 +22,7 @@ import subprocess
 from collections.abc import Sequence
 from typing import Any
 
+from enginecache.core.processes import pid_alive
 from tests.conftest import skip_or_fail
 
 
@@ -45,28 +46,18 @@ def netns_unavailable() -> str | None:
     return None
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _remove_stale() -> None:
     """Namespaces and bridges a killed run left (their names carry its pid; it is gone)."""
     listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=60).stdout
     for name in (line.split()[0] for line in listed.splitlines() if line.strip()):
         tag = name[2:].split("-", 1)[0]
-        if name.startswith("ec") and "-" in name and tag.isdigit() and not _pid_alive(int(tag)):
+        if name.startswith("ec") and "-" in name and tag.isdigit() and not pid_alive(int(tag)):
             with contextlib.suppress(RuntimeError):
                 _ip("netns", "del", name)
     links = subprocess.run(["ip", "-o", "link", "show", "type", "bridge"], capture_output=True, text=True, timeout=60)
     for line in links.stdout.splitlines():
         name = line.split(": ")[1].split("@")[0] if ": " in line else ""
-        if name.startswith("ecbr") and name[4:].isdigit() and not _pid_alive(int(name[4:])):
+        if name.startswith("ecbr") and name[4:].isdigit() and not pid_alive(int(name[4:])):
             with contextlib.suppress(RuntimeError):
                 _ip("link", "del", name)
 

@@ -63,6 +63,8 @@ def zygotes(monkeypatch: pytest.MonkeyPatch) -> list[Zygote]:
 
 
 def _alive(pid: int) -> bool:
+    """Whether `pid` still exists, a zombie too (unlike core.processes.pid_alive): a child not yet
+    reaped is alive here."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -18,7 +18,7 @@ import pytest
 from enginecache.core.objectstore import blob_key
 from enginecache.core.store import ArtifactStore, BlobInfo
 from enginecache.errors import StoreError
-from tests.s3kit import BUCKET, GatedProxy, S3Server, wait_for
+from tests.s3kit import BUCKET, GatedProxy, S3Server, running_server, wait_for
 
 MIB = 1024 * 1024
 BLOB_BYTES = 24 * MIB  # five 5 MiB parts
@@ -28,11 +28,8 @@ DEADLINE_SECONDS = 120.0
 
 @pytest.fixture
 def server() -> Iterator[S3Server]:
-    started = S3Server()
-    try:
-        yield started.start()
-    finally:
-        started.stop()
+    with running_server() as started:
+        yield started
 
 
 def use_env(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> None:
