@@ -19,7 +19,7 @@ from enginecache.core import storeconfig, storeenv
 from enginecache.core.blobfetch import ensure_local_blob
 from enginecache.core.objectstore import S3BlobStore, blob_key
 from enginecache.core.store import ArtifactStore
-from enginecache.errors import IntegrityCheckError, StoreError
+from enginecache.errors import IntegrityCheckError, StoreError, exit_code_for
 from tests.s3kit import BUCKET, REGION, S3Server, free_port, running_server
 
 MIB = 1024 * 1024
@@ -154,9 +154,37 @@ def test_an_unreachable_server_is_store_error(prefix: str, tmp_path: Path) -> No
     settings = storeconfig.s3_settings(env)
     assert settings is not None
     store = ArtifactStore(tmp_path / "home", remote=S3BlobStore(settings))
-    with pytest.raises(StoreError):
+    with pytest.raises(StoreError) as failed:
         store.write_blob([b"bytes nobody receives"])
     assert list(store.objects_dir.rglob("*")) == []
+    said = str(failed.value)  # a pager's line: the key, the endpoint, the client's answer; no dump
+    assert "\n" not in said and "Debug source" not in said, said
+    assert f"s3://{BUCKET}/{prefix}/objects/sha256/" in said and env["AWS_ENDPOINT_URL"] in said
+    assert "Connection refused" in said or "error sending request" in said, said
+
+
+def test_a_missing_bucket_is_a_configuration_error_naming_the_bucket(server: S3Server, tmp_path: Path) -> None:
+    """It was "blob ... is missing" (exit 1, as if the bytes were lost); it is the store's
+    configuration (exit 3), with the bucket named."""
+    env = {**server.env("p"), "ENGINECACHE_STORE": "s3://no-such-bucket/p"}
+    settings = storeconfig.s3_settings(env)
+    assert settings is not None
+    remote = S3BlobStore(settings)
+    blob, digest = blob_file(tmp_path, 64)
+    for attempt in (lambda: remote.read_blob(digest, lambda _chunk: None), lambda: remote.put_blob(digest, blob, 64)):
+        with pytest.raises(StoreError, match=r"bucket 'no-such-bucket' does not exist at http://") as failed:
+            attempt()
+        assert not isinstance(failed.value, IntegrityCheckError) and exit_code_for(failed.value) == 3
+
+
+def test_credentials_from_the_environment_only_never_ask_the_metadata_address() -> None:
+    env = {"ENGINECACHE_STORE": f"s3://{BUCKET}/p", "ENGINECACHE_STORE_CREDENTIALS": "env"}
+    with pytest.raises(StoreError, match="AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY are not both set"):
+        storeconfig.s3_settings(env)
+    keys = {"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s"}
+    assert storeconfig.s3_settings({**env, **keys}) is not None
+    with pytest.raises(StoreError, match="use `env`"):
+        storeconfig.s3_settings({**env, "ENGINECACHE_STORE_CREDENTIALS": "imds"})
 
 
 # -- never overwriting ------------------------------------------------------------------------

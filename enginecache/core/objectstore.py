@@ -38,6 +38,7 @@ from enginecache.core.blobbackend import BlobSink
 from enginecache.core.blobpaths import is_digest
 from enginecache.core.hashing import CHUNK_BYTES, StreamHasher
 from enginecache.core.storeconfig import S3Settings
+from enginecache.core.storeenv import STORE_ENV
 from enginecache.errors import IntegrityCheckError, StoreError
 
 if TYPE_CHECKING:
@@ -52,6 +53,17 @@ CONTENT_TYPE = "application/octet-stream"
 FAILURES = (BaseError, OSError, ValueError)
 # obstore runs a tokio runtime, threads of its own a fork does not copy (core.processes).
 CLIENT_THREADS = "the S3 client (obstore's tokio runtime)"
+
+
+_NO_SUCH_BUCKET = "NoSuchBucket"  # S3's error code for a bucket that does not exist
+_DEBUG_SOURCE = "Debug source:"  # where obstore's report turns into its Rust error's dump
+
+
+def one_line(err: BaseException) -> str:
+    """obstore's error as one line: its summary (the request, the retries, the server's answer or the
+    connection's failure), without the multi-line dump of the client's internals that follows."""
+    summary = str(err).split(_DEBUG_SOURCE, 1)[0]
+    return " ".join(summary.split()) or type(err).__name__
 
 
 def blob_key(sha256: str) -> str:
@@ -97,6 +109,23 @@ class S3BlobStore:
         except FAILURES as err:  # a configuration obstore refuses (a malformed endpoint, region)
             raise StoreError(f"could not open {settings.url}: {err}") from err
 
+    def _failure(self, action: str, key: str, err: BaseException) -> StoreError:
+        """One line a pager can read: what failed, the key, the endpoint and the server's answer; the
+        client's whole report is logged at INFO (`--verbose`)."""
+        logger.info("%s %s failed: %s", action, self._where(key), err)
+        if _NO_SUCH_BUCKET in str(err):
+            return self._missing_bucket()
+        return StoreError(f"could not {action} {self._where(key)} ({self._endpoint()}): {one_line(err)}")
+
+    def _missing_bucket(self) -> StoreError:
+        return StoreError(
+            f"bucket {self.settings.bucket!r} does not exist at {self._endpoint()}: check {STORE_ENV} "
+            "(s3://bucket/prefix) and the endpoint"
+        )
+
+    def _endpoint(self) -> str:
+        return self.settings.endpoint or f"AWS S3 {self.settings.region or 'us-east-1'}"
+
     def describe(self) -> str:
         where = f" at {self.settings.endpoint}" if self.settings.endpoint else ""
         return f"{self.settings.url}{where}"
@@ -113,7 +142,7 @@ class S3BlobStore:
         except FileNotFoundError:
             return None
         except FAILURES as err:
-            raise StoreError(f"could not look up {self._where(key)}: {err}") from err
+            raise self._failure("look up", key, err) from err
 
     def put_blob(self, sha256: str, source: Path, size: int) -> bool:
         key = blob_key(sha256)
@@ -125,7 +154,7 @@ class S3BlobStore:
                 self._check_existing(key, sha256, size)
                 return False
             except FAILURES as err:
-                raise StoreError(f"could not upload blob {sha256} to {self._where(key)}: {err}") from err
+                raise self._failure("upload", key, err) from err
             return True
         if self.stat_blob(sha256) is not None:
             self._check_existing(key, sha256, size)
@@ -141,7 +170,7 @@ class S3BlobStore:
                 max_concurrency=self.settings.max_concurrency,
             )
         except FAILURES as err:
-            raise StoreError(f"could not upload blob {sha256} ({size} bytes) to {self._where(key)}: {err}") from err
+            raise self._failure(f"upload ({size} bytes)", key, err) from err
         logger.debug("uploaded blob %s (%d bytes) to %s in parts", sha256, size, self._where(key))
         return True
 
@@ -150,9 +179,11 @@ class S3BlobStore:
         try:
             result = obstore.get(self._store, key)
         except FileNotFoundError as err:
+            if _NO_SUCH_BUCKET in str(err):
+                raise self._missing_bucket() from err
             raise IntegrityCheckError(f"blob {sha256} is missing from {self.describe()}") from err
         except FAILURES as err:
-            raise StoreError(f"could not download {self._where(key)}: {err}") from err
+            raise self._failure("download", key, err) from err
         stored = int(result.meta["size"])
         if size is not None and stored != size:
             raise IntegrityCheckError(f"{self._where(key)} is {stored} bytes, recorded {size}: it is not blob {sha256}")
@@ -163,7 +194,7 @@ class S3BlobStore:
             except StopIteration:
                 return
             except FAILURES as err:  # the connection cut part way: the sink's own errors are its own
-                raise StoreError(f"could not download {self._where(key)}: {err}") from err
+                raise self._failure("download", key, err) from err
             sink(memoryview(chunk))
 
     # -- checking an object that is there already --------------------------------------
@@ -174,7 +205,7 @@ class S3BlobStore:
         try:
             found = obstore.get(self._store, key, options={"head": True})
         except FAILURES as err:  # FileNotFoundError too: it existed a moment ago
-            raise StoreError(f"could not check the existing {self._where(key)}: {err}") from err
+            raise self._failure("check the existing", key, err) from err
         stored = int(found.meta["size"])
         claimed = found.attributes.get(DIGEST_ATTRIBUTE)
         refuse = f"{self._where(key)} exists but is not blob {sha256}"

@@ -8,7 +8,10 @@ publish returns; a blob missing locally is fetched from it (`ArtifactStore.fetch
 The connection comes from the usual AWS variables, read from the same environment: AWS_ACCESS_KEY_ID,
 AWS_SECRET_ACCESS_KEY (AWS_SESSION_TOKEN), AWS_REGION (AWS_DEFAULT_REGION), AWS_ENDPOINT_URL for an
 S3-compatible server (an `http://` endpoint is allowed: it is what a local server speaks); without
-keys, obstore's own chain (web identity, the instance's role). The transfer settings are ours:
+keys, obstore's own chain (web identity, then the instance's role from the cloud's metadata address).
+`ENGINECACHE_STORE_CREDENTIALS=env` keeps a host off that chain: the keys must be in the environment,
+and without them the store is refused before any request (a host outside a cloud never probes the
+metadata address). The transfer settings are ours:
 
     ENGINECACHE_STORE_MULTIPART_MB   blobs larger than this go up as a multipart upload (default 64)
     ENGINECACHE_STORE_CHUNK_MB       the part size of a multipart upload (default 16, at least 5)
@@ -36,6 +39,7 @@ MULTIPART_ENV = "ENGINECACHE_STORE_MULTIPART_MB"
 CHUNK_ENV = "ENGINECACHE_STORE_CHUNK_MB"
 CONCURRENCY_ENV = "ENGINECACHE_STORE_CONCURRENCY"
 RETRY_ENV = "ENGINECACHE_STORE_RETRY_SECONDS"
+CREDENTIALS_ENV = "ENGINECACHE_STORE_CREDENTIALS"  # "env": the environment's keys only; unset: the chain
 ENDPOINT_ENVS = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_ENDPOINT")  # obstore's order of precedence
 
 MIB = 1024 * 1024
@@ -86,6 +90,14 @@ def s3_settings(env: Mapping[str, str] | None = None) -> S3Settings | None:
     if chunk < MIN_PART_BYTES:
         raise StoreError(f"{CHUNK_ENV} must be at least 5 (S3's smallest part), got {env[CHUNK_ENV]!r}")
     concurrency = _number(env, CONCURRENCY_ENV)
+    credentials = env.get(CREDENTIALS_ENV, "").strip().lower()
+    if credentials not in ("", "chain", "env"):
+        raise StoreError(f"{CREDENTIALS_ENV}={credentials!r}: use `env` (the environment's keys only) or `chain`")
+    if credentials == "env" and not (env.get("AWS_ACCESS_KEY_ID") and env.get("AWS_SECRET_ACCESS_KEY")):
+        raise StoreError(
+            f"{CREDENTIALS_ENV}=env but AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY are not both set: "
+            f"no request was made to {value} (the instance metadata address is not asked)"
+        )
     return S3Settings(
         bucket=bucket,
         prefix=prefix.strip("/"),
