@@ -113,6 +113,7 @@ def test_the_cli_profiles_and_pull(
     assert sorted(p["verdict"] for p in data["profiles"]) == ["compatible", "compatible", "incompatible"]
     text = run_cli(capsys, *_cli(app_ctx, "profiles", "mlp"))
     assert text.code == 0 and f"* {engines['fp16'].id:>5}" in text.out and "incompatible" in text.out
+    assert text.out.splitlines()[0].split() == ["engine", "back", "prec", "targets", "verdict", "reason"], "a header"
 
     dest = tmp_path / "pulled"
     pulled = run_cli(capsys, *_cli(app_ctx, "pull", "mlp", "--dest", str(dest), "--json"))

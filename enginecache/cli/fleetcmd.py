@@ -54,7 +54,12 @@ def profiles(
 
     found = model_profiles(app_context(ctx), model, wanted=_wanted(backend, precision, engine, allow_cpu))
     data = found.to_dict()
-    lines = [_profile_line(p) for p in data["profiles"]] or [f"model {model} has no engines"]
+    header = f"  {'engine':>5}  {'back':<4} {'prec':<5} {'targets':<24} {'verdict':<12} reason"
+    lines = (
+        [header, *(_profile_line(p) for p in data["profiles"])]
+        if data["profiles"]
+        else [f"model {model} has no engines"]
+    )
     emit(data, as_json, "\n".join(lines))
     if found.selected is None:
         raise typer.Exit(EXIT_FAILED)

@@ -3,8 +3,9 @@ this host and why, and the one this host would select (`enginecache profiles MOD
 
 The verdict is the backend's one compatibility rule (`Backend.compatibility`: library version, OS,
 GPU compute capability or CPU target), decided from this host's fingerprint; it loads no library
-and reads no blob (`enginecache check ID` adds the library's header check on a verified blob). An
-engine that is not READY is listed with its status as the reason and never selected.
+and reads no blob (`enginecache check ID` adds the library's header check on a verified blob). A
+RETIRED or FAILED engine is no profile; one that is not READY yet (PENDING) or no longer (CORRUPT) is
+listed with its status as the reason and never selected.
 
 What a serving process will load narrows the candidates first (`Wanted`, the one rule `pull` and
 `profiles` share with `load_or_build(spec)`'s pulled start): the backend and precision it asks for,
@@ -176,13 +177,17 @@ def model_profiles(
     app: AppContext, model_ref: str | int, *, wanted: Wanted | None = None, host: HostFingerprint | None = None
 ) -> Profiles:
     """Every engine of the model (a name, id, digest, or `NAME@ALIAS`: `service.models.releases`; newest
-    first, RETIRED ones left out), judged for `host` (default: this one), with the one
-    `select_profile` takes for `wanted` marked. An unknown model or an unset alias raises NotFoundError."""
+    first, RETIRED and FAILED ones left out: neither has an engine to load), judged for `host`
+    (default: this one), with the one `select_profile` takes for `wanted` marked. An unknown model
+    or an unset alias raises NotFoundError."""
     host = host or host_fingerprint()
     model, release = resolve_model(app, model_ref, host)
     query = (
         select(EngineRecord)
-        .where(EngineRecord.model_id == model.id, col(EngineRecord.status) != EngineStatus.RETIRED)
+        .where(
+            EngineRecord.model_id == model.id,
+            col(EngineRecord.status).not_in((EngineStatus.RETIRED, EngineStatus.FAILED)),
+        )
         .order_by(col(EngineRecord.id).desc())
     )
     with app.catalog.read() as session:
