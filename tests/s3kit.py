@@ -35,6 +35,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from enginecache.core.processes import die_with_parent
 from tests.conftest import skip_or_fail
 
@@ -188,6 +190,12 @@ def running_server() -> Iterator[S3Server]:
         yield server.start()
     finally:
         server.stop()
+
+
+def use_env(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> None:
+    """Set each of `env` (a server's `env()`: the store, its keys, endpoint and region) for the test."""
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
 
 
 class GatedProxy:

@@ -19,18 +19,13 @@ from enginecache.service.builds.plan import BuildRequest, build_engine
 from enginecache.service.context import AppContext
 from enginecache.service.models.register import register_model
 from tests.modelfactory import make_mlp
-from tests.s3kit import BUCKET, REGION, S3Server, free_port, running_server
+from tests.s3kit import BUCKET, REGION, S3Server, free_port, running_server, use_env
 
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[S3Server]:
     with running_server() as started:
         yield started
-
-
-def use_env(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> None:
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
 
 
 @pytest.mark.slow

@@ -18,7 +18,7 @@ import pytest
 from enginecache.core.objectstore import blob_key
 from enginecache.core.store import ArtifactStore, BlobInfo
 from enginecache.errors import StoreError
-from tests.s3kit import BUCKET, GatedProxy, S3Server, running_server, wait_for
+from tests.s3kit import BUCKET, GatedProxy, S3Server, running_server, use_env, wait_for
 
 MIB = 1024 * 1024
 BLOB_BYTES = 24 * MIB  # five 5 MiB parts
@@ -30,11 +30,6 @@ DEADLINE_SECONDS = 120.0
 def server() -> Iterator[S3Server]:
     with running_server() as started:
         yield started
-
-
-def use_env(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> None:
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
 
 
 @pytest.mark.slow
