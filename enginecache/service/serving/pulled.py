@@ -123,13 +123,14 @@ def load_pulled(
         _record(url, data["model"], facts, "rejected", str(err), timer, started)
         raise
     # The serving start does not wait on the catalog: an unreachable one (a cut link) would hold it
-    # for the connect timeout. The event is written beside it; close() (or the exit) waits for that.
+    # for the connect timeout. The event is written beside it; close() waits for that, a bounded time.
     record = None
     if url:
         record = threading.Thread(
             target=_record,
             args=(url, data["model"], facts, "hit", f"engine {facts.id} from {home}", timer, started),
             name="enginecache-load-event",
+            daemon=True,  # a catalog that hangs never holds the process: close() waits a bounded time
         )
         record.start()
     loaded = LoadedEngine(
