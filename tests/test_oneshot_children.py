@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from enginecache.core.processes import fork_hazard
 from enginecache.db import queue
 from enginecache.db.models import JobStatus
 from enginecache.errors import (
@@ -33,6 +34,26 @@ from tests import jobkinds_for_tests
 from tests.nocatalog import NOBODY
 
 ANY_WORKER = {"backend": "ort"}  # requirements this host meets (ONNX Runtime is a base dependency)
+
+
+@pytest.fixture(autouse=True)
+def fork_safe_process(request: pytest.FixtureRequest) -> None:
+    """These tests fork from this very process. Where an earlier test in it started a client that
+    runs threads of its own (the S3 client: `core.processes.fork_hazard`), no fork may be taken here,
+    and the test runs in a new pytest process instead; its outcome is this test's (reported as a
+    skip that says it passed there)."""
+    hazard = fork_hazard()
+    if hazard is None:
+        return
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", request.node.nodeid],
+        cwd=Path(__file__).resolve().parents[1],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, f"in a new process ({hazard} here):\n{done.stdout[-4000:]}"
+    pytest.skip(f"passed in a new process: {hazard} in this one, so no fork is taken here")
 
 
 @pytest.fixture
