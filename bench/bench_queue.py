@@ -82,8 +82,7 @@ def workers(home: Path, db_url: str, count: int) -> Iterator[list[subprocess.Pop
     deadline = time.monotonic() + 60
     while len(queue.list_workers(app.catalog)) < count and time.monotonic() < deadline:
         time.sleep(0.1)
-    app.close()
-    time.sleep(2.0)  # forkserver warm-up
+    app.close()  # a worker registers once its zygote is warm: no warm-up wait is needed
     try:
         yield procs
     finally:

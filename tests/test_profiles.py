@@ -113,7 +113,7 @@ def test_a_gpu_host_never_gets_a_cpu_engine_unless_allowed_fake_gpu_host(
     with pytest.raises(NoEngineFitsError, match=r"this host's GPU \(sm90\) has no engine.*--allow-cpu"):
         pull(app_ctx, "mlp", app_ctx.home.parent / "pulled", host=host)
     allowed = model_profiles(app_ctx, "mlp", wanted=Wanted(allow_cpu=True), host=host).selected
-    assert allowed is not None and allowed.backend == "ort"
+    assert allowed is not None and (allowed.backend, allowed.on_gpu) == ("ort", False)
 
 
 def test_pull_takes_what_the_server_loads_backend_precision_or_one_engine(

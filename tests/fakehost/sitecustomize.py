@@ -1,6 +1,6 @@
 """TEST-ONLY fake host facts for the fleet simulation (tests/test_fleet_netns.py): never on a real host.
 
-Put on PYTHONPATH of a simulated host's processes (its worker, the worker's fork server and job
+Put on PYTHONPATH of a simulated host's processes (its worker, the worker's zygote and job
 children, its serving process). What it fakes is what no machine here has: a GPU of a given class,
 and the GPU side of a TensorRT runtime.
 

@@ -4,7 +4,7 @@ names of its library that modules outside its package need.
 A backend's package defines one `BackendDeclaration` per backend in its `__init__` (which imports
 nothing else of the backend), and `core.backends.registry` lists where each declaration is: the one
 line a backend adds. The host fingerprint (which library versions it reports), `import_backend`'s
-install hint, the accuracy check's "the library refused this", a worker's fork server preload and
+install hint, the accuracy check's "the library refused this", a worker's zygote preload and
 its capabilities all ask the registry for these, so none of them names a backend's library.
 """
 
@@ -24,7 +24,7 @@ class BackendDeclaration(Frozen):
     - `install_hint`: what `import_backend` says where the library is missing.
     - `error_modules`: further top-level modules whose exceptions mean "the library refused this"
       (its bindings, the CUDA Python packages its sessions use), beside `library`.
-    - `warm`: whether a worker's fork server imports the library before its first job.
+    - `warm`: whether a worker's zygote imports the library before its first job.
     """
 
     backend: str

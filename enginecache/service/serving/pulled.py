@@ -60,6 +60,23 @@ def _check_spec(path: Path, engine: dict[str, Any], spec: RuntimeSpec | None) ->
         )
 
 
+# A serving process's load event is best effort: a catalog that does not answer in this long is given
+# up on (the catalog's own default waits 10 s, which a process's close() and exit would wait too).
+EVENT_CONNECT_SECONDS = 2
+
+
+def _short_connect(url: str) -> str:
+    """`url` with a short connect timeout where it is a PostgreSQL URL that names none itself."""
+    import sqlalchemy as sa
+
+    parsed = sa.engine.make_url(url)
+    if not parsed.drivername.startswith("postgresql") or "connect_timeout" in parsed.query:
+        return url
+    return parsed.update_query_dict({"connect_timeout": str(EVENT_CONNECT_SECONDS)}).render_as_string(
+        hide_password=False
+    )
+
+
 def _record(
     url: str | None,
     model: dict[str, Any],
@@ -94,7 +111,7 @@ def _record(
         phases={**timer.phases, "pulled": 1.0},
     )
     try:
-        app = AppContext.from_settings(facts.home, url)
+        app = AppContext.from_settings(facts.home, _short_connect(url))
         try:
             record_event(app, event)
         finally:
@@ -123,14 +140,14 @@ def load_pulled(
         _record(url, data["model"], facts, "rejected", str(err), timer, started)
         raise
     # The serving start does not wait on the catalog: an unreachable one (a cut link) would hold it
-    # for the connect timeout. The event is written beside it; close() waits for that, a bounded time.
+    # for the connect timeout. The event is written beside it; close() (or the exit) waits for that,
+    # which a catalog that does not answer ends within EVENT_CONNECT_SECONDS.
     record = None
     if url:
         record = threading.Thread(
             target=_record,
             args=(url, data["model"], facts, "hit", f"engine {facts.id} from {home}", timer, started),
             name="enginecache-load-event",
-            daemon=True,  # a catalog that hangs never holds the process: close() waits a bounded time
         )
         record.start()
     loaded = LoadedEngine(

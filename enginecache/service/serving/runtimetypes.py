@@ -12,10 +12,9 @@ import os
 
 from enginecache.core.valuetype import Frozen, Mutable, field
 
-# How long close() waits for a load event still being written: a healthy catalog takes milliseconds;
-# one that hangs (a connect that is never answered) is given up on, the event unrecorded, as a start
-# with the catalog unreachable leaves it.
-PENDING_JOIN_SECONDS = 2.0
+# How long close() waits for a load event still being written (a slow but answering catalog); one that
+# does not answer is cut short by the event's own connect timeout (service.serving.pulled).
+PENDING_JOIN_SECONDS = 60.0
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy treats the name as True)
 if TYPE_CHECKING:
     import threading
