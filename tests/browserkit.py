@@ -36,9 +36,11 @@ def expect_once(locator: Locator, timeout_ms: float | None = None) -> None:
     (a live fragment that ends by rerunning the page), Streamlit keeps the stale copy beside the new
     one until the run ends; a plain expect() on a locator that matches both fails at once on
     Playwright's strict mode, while a count waits for the stale copy to go. A duplicate that stays
-    still fails."""
+    still fails. The visibility is asked of the first match: another rerun may start between the two
+    checks and draw a stale copy again, which the last count waits out."""
     expect(locator).to_have_count(1, timeout=timeout_ms)
-    expect(locator).to_be_visible(timeout=timeout_ms)
+    expect(locator.first).to_be_visible(timeout=timeout_ms)
+    expect(locator).to_have_count(1, timeout=timeout_ms)
 
 
 def launch(playwright: Playwright) -> Browser:
