@@ -66,10 +66,14 @@ def _model_id(app: AppContext, name: str) -> int:
 
 
 def _choose(page: Page, box: str, *options: str) -> None:
-    page.get_by_role("combobox", name=box).click()
+    """Pick `options` in the multiselect or selectbox `box`, each from a dropdown opened after the
+    page's script run ended: a run that ends while the dropdown is open redraws the widget and closes
+    it, and the option is then never found."""
     for option in options:
+        browserkit.wait_for_app_run(page)
+        page.get_by_role("combobox", name=box).click()
         page.get_by_role("option", name=option, exact=True).click()
-    page.keyboard.press("Escape")
+        page.keyboard.press("Escape")
 
 
 @pytest.mark.slow
