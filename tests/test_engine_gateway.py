@@ -238,7 +238,15 @@ def test_verify_retire_and_a_build_s_outcomes(catalog_ctx: AppContext, changes: 
     corrupt, pending, ready = _engine(app, EngineStatus.CORRUPT), _engine(app, EngineStatus.PENDING), _engine(app)
     with changes() as ex:
         was = engines.mark_verified(
-            ex, corrupt, at=AT, blob_path="blobs/x", header_blake3="h", actor=ALICE, by="verify", reason="ok"
+            ex,
+            corrupt,
+            at=AT,
+            blob_path="blobs/x",
+            header_blake3="h",
+            chunk_blake3=None,
+            actor=ALICE,
+            by="verify",
+            reason="ok",
         )
         assert was == EngineStatus.CORRUPT
         assert engines.mark_failed(ex, ready, "abandoned", at=AT, only_pending=True) == EngineStatus.READY

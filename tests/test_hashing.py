@@ -2,7 +2,7 @@
 
 Digests are computed here with hashlib and blake3 directly, not with the module under test. Files
 that change while read are made deterministic: the change happens inside a wrapped `os.fstat`
-(after the size is taken, before the first byte is read) or inside a wrapped `readinto` (after the
+(after the size is taken, before the first byte is read) or inside a wrapped `os.preadv` (after the
 first chunk), never by racing a writer.
 """
 
@@ -47,6 +47,7 @@ def small_thresholds(monkeypatch: pytest.MonkeyPatch) -> int:
     monkeypatch.setattr(verifiedread, "LARGE_READ_BYTES", 128 * 1024)
     monkeypatch.setattr(verifiedread, "PIPELINE_BYTES", 128 * 1024)
     monkeypatch.setattr(hashing, "PIPELINE_BYTES", 128 * 1024)
+    monkeypatch.setattr(verifiedread, "CHUNK_DIGEST_BYTES", 64 * 1024)  # the ranges a read without chunk digests takes
     return 64 * 1024
 
 
@@ -62,7 +63,7 @@ def test_every_path_returns_the_files_bytes(
     data = write(tmp_path / "blob", size, seed=size)
     sha, b3 = digests(data)
     expected: dict[str, Any] = {"sha256": sha} if algorithm == "sha256" else {"blake3_digest": b3}
-    got = read_verified(tmp_path / "blob", chunk_bytes=small_thresholds, as_bytes=as_bytes, **expected)
+    got = read_verified(tmp_path / "blob", as_bytes=as_bytes, **expected)
     assert type(got) is (bytes if as_bytes else memoryview)
     assert got == data
     assert len(got) == size
@@ -93,8 +94,8 @@ def test_between_thresholds_file(tmp_path: Path) -> None:
 def test_bytes_results_are_fresh_hashable_objects(tmp_path: Path, small_thresholds: int) -> None:
     data = write(tmp_path / "blob", 300_000)
     _, b3 = digests(data)
-    first = read_verified(tmp_path / "blob", blake3_digest=b3, as_bytes=True, chunk_bytes=small_thresholds)
-    second = read_verified(tmp_path / "blob", blake3_digest=b3, as_bytes=True, chunk_bytes=small_thresholds)
+    first = read_verified(tmp_path / "blob", blake3_digest=b3, as_bytes=True)
+    second = read_verified(tmp_path / "blob", blake3_digest=b3, as_bytes=True)
     assert first is not second
     assert hash(first) == hash(data) == hash(second)
     assert {first: 1}[data] == 1
@@ -122,9 +123,9 @@ def test_mismatch_raises(tmp_path: Path, small_thresholds: int, size: int, as_by
     data[size // 2] ^= 0x01  # one flipped bit, same size
     (tmp_path / "blob").write_bytes(data)
     with pytest.raises(IntegrityCheckError, match=r"blake3 .* does not match"):
-        read_verified(tmp_path / "blob", blake3_digest=b3, as_bytes=as_bytes, chunk_bytes=small_thresholds)
+        read_verified(tmp_path / "blob", blake3_digest=b3, as_bytes=as_bytes)
     with pytest.raises(IntegrityCheckError, match=r"sha256 .* does not match"):
-        read_verified(tmp_path / "blob", sha256=sha, as_bytes=as_bytes, chunk_bytes=small_thresholds)
+        read_verified(tmp_path / "blob", sha256=sha, as_bytes=as_bytes)
 
 
 def test_missing_file_raises_oserror(tmp_path: Path) -> None:
@@ -150,31 +151,20 @@ def after_size_is_taken(monkeypatch: pytest.MonkeyPatch, action: Any) -> None:
 
 
 def after_first_chunk(monkeypatch: pytest.MonkeyPatch, action: Any) -> None:
-    """Run `action()` once, right after the first chunk was read (the hash thread is running)."""
-    real_open = open
+    """Run `action()` once, right after the first range was read (other ranges are still to come)."""
+    real_preadv = os.preadv
+    calls: list[int] = []
 
-    class Stream:
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            self._inner = real_open(*args, **kwargs)
-            self._calls = 0
+    def preadv(fd: int, buffers: Any, offset: int) -> int:
+        n = real_preadv(fd, buffers, offset)
+        calls.append(offset)
+        if len(calls) == 1:
+            action()
+        return n
 
-        def __enter__(self) -> Stream:
-            return self
-
-        def __exit__(self, *exc: object) -> None:
-            self._inner.close()
-
-        def fileno(self) -> int:
-            return int(self._inner.fileno())
-
-        def readinto(self, view: memoryview) -> int:
-            n = int(self._inner.readinto(view))
-            self._calls += 1
-            if self._calls == 1:
-                action()
-            return n
-
-    monkeypatch.setattr(verifiedread, "open", Stream, raising=False)
+    proxy = types.SimpleNamespace(**{name: getattr(os, name) for name in dir(os) if not name.startswith("__")})
+    proxy.preadv = preadv
+    monkeypatch.setattr(verifiedread, "os", proxy)
 
 
 def grow(path: Path, extra: int = 10) -> Any:
@@ -202,7 +192,7 @@ def test_file_that_grows_after_stat_is_caught(
     after_size_is_taken(monkeypatch, grow(path))
     expected: dict[str, Any] = {"sha256": sha} if algorithm == "sha256" else {"blake3_digest": b3}
     with pytest.raises(IntegrityCheckError, match="grew while reading"):
-        read_verified(path, chunk_bytes=small_thresholds, **expected)
+        read_verified(path, **expected)
 
 
 @pytest.mark.parametrize("size", [1000, 300_001])
@@ -213,14 +203,14 @@ def test_file_that_shrinks_after_stat_is_caught(
     _, b3 = digests(write(path, size))
     after_size_is_taken(monkeypatch, shrink(path, size // 2))
     with pytest.raises(IntegrityCheckError, match="shrank while reading"):
-        read_verified(path, blake3_digest=b3, chunk_bytes=small_thresholds, as_bytes=True)
+        read_verified(path, blake3_digest=b3, as_bytes=True)
 
 
 def test_file_truncated_to_empty_after_stat_is_caught(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "blob"
     sha, _ = digests(write(path, 5000))
     after_size_is_taken(monkeypatch, shrink(path, 0))
-    with pytest.raises(IntegrityCheckError, match=r"shrank while reading \(0 of 5000 bytes\)"):
+    with pytest.raises(IntegrityCheckError, match=r"shrank while reading \(no bytes at 0 of 5000\)"):
         read_verified(path, sha256=sha)
 
 
@@ -236,7 +226,7 @@ def test_file_that_changes_size_mid_read_is_caught(
     after_first_chunk(monkeypatch, action)
     expected: dict[str, Any] = {"sha256": sha} if algorithm == "sha256" else {"blake3_digest": b3}
     with pytest.raises(IntegrityCheckError, match="grew" if change == "grow" else "shrank"):
-        read_verified(path, chunk_bytes=small_thresholds, **expected)
+        read_verified(path, **expected)
 
 
 def test_same_size_rewrite_mid_read_is_caught(
@@ -253,7 +243,7 @@ def test_same_size_rewrite_mid_read_is_caught(
 
     after_first_chunk(monkeypatch, rewrite_tail)
     with pytest.raises(IntegrityCheckError, match="does not match"):
-        read_verified(path, blake3_digest=b3, chunk_bytes=small_thresholds)
+        read_verified(path, blake3_digest=b3)
 
 
 def test_file_replaced_after_open_reads_the_opened_file(
@@ -266,7 +256,7 @@ def test_file_replaced_after_open_reads_the_opened_file(
     _, b3 = digests(data)
     write(tmp_path / "other", 1000, seed=9)
     after_size_is_taken(monkeypatch, lambda: os.replace(tmp_path / "other", path))
-    assert read_verified(path, blake3_digest=b3, chunk_bytes=small_thresholds) == data
+    assert read_verified(path, blake3_digest=b3) == data
     assert path.stat().st_size == 1000
 
 
@@ -277,11 +267,11 @@ def test_read_into_a_larger_buffer(tmp_path: Path, small_thresholds: int) -> Non
     data = write(tmp_path / "blob", 300_001)
     sha, b3 = digests(data)
     buffer = bytearray(b"\xaa" * 400_000)
-    assert read_verified_into(tmp_path / "blob", buffer, blake3_digest=b3, chunk_bytes=small_thresholds) == len(data)
+    assert read_verified_into(tmp_path / "blob", buffer, blake3_digest=b3) == len(data)
     assert buffer[: len(data)] == data
     assert buffer[len(data) :] == b"\xaa" * (400_000 - len(data))
     target = np.zeros(300_004 // 4, dtype=np.float32)  # any writable buffer, any format
-    assert read_verified_into(tmp_path / "blob", target, sha256=sha, chunk_bytes=small_thresholds) == len(data)  # type: ignore[arg-type]
+    assert read_verified_into(tmp_path / "blob", target, sha256=sha) == len(data)  # type: ignore[arg-type]
     assert target.tobytes()[: len(data)] == data
 
 
@@ -314,22 +304,8 @@ def test_non_cpython_falls_back_to_plain_buffers(
     _, b3 = digests(data)
     fake_sys = types.SimpleNamespace(implementation=types.SimpleNamespace(name="pypy"), platform="linux")
     monkeypatch.setattr(verifiedread, "sys", fake_sys)
-    got = read_verified(tmp_path / "blob", blake3_digest=b3, as_bytes=True, chunk_bytes=small_thresholds)
+    got = read_verified(tmp_path / "blob", blake3_digest=b3, as_bytes=True)
     assert type(got) is bytes and got == data
-
-
-def test_hash_thread_errors_reach_the_caller() -> None:
-    calls: list[int] = []
-
-    def update(view: memoryview) -> None:
-        calls.append(len(view))
-        raise RuntimeError("hash failed")
-
-    hasher = verifiedread._TrailingHasher(update, memoryview(bytearray(100)))
-    hasher.advance(50)
-    with pytest.raises(RuntimeError, match="hash failed"):
-        hasher.finish()
-    assert calls and calls[0] <= 50
 
 
 def test_hash_file_and_digest_result(tmp_path: Path) -> None:

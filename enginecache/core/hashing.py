@@ -12,6 +12,7 @@ import stat
 
 import blake3
 
+from enginecache.core.chunkdigests import ChunkHasher
 from enginecache.core.valuetype import Frozen
 from enginecache.errors import IntegrityCheckError
 
@@ -37,12 +38,14 @@ HEAD_BYTES = 4096
 class DigestResult(Frozen):
     """Digests and size of one byte stream (a `core.valuetype` value: no `dataclasses` import);
     `head_blake3` is the BLAKE3 of its first HEAD_BYTES bytes (all of them when shorter), "" where
-    BLAKE3 was not asked for."""
+    BLAKE3 was not asked for; `chunk_blake3` its chunk digests as `core.chunkdigests` encodes them
+    ("" for a stream of at most one chunk, or where BLAKE3 was not asked for)."""
 
     sha256: str
     blake3: str
     size: int
     head_blake3: str = ""
+    chunk_blake3: str = ""
 
 
 def head_digest(head: bytes | bytearray | memoryview) -> str:
@@ -60,12 +63,13 @@ def new_sha256() -> Any:
 
 class StreamHasher:
     """Feeds the same bytes to sha256 and BLAKE3 (and the first HEAD_BYTES to a BLAKE3 of their
-    own) and counts them."""
+    own, and each chunk of `core.chunkdigests` to one of its own) and counts them."""
 
     def __init__(self, *, with_sha256: bool = True, with_blake3: bool = True) -> None:
         self._sha = new_sha256() if with_sha256 else None
         self._b3 = blake3.blake3() if with_blake3 else None
         self._head = blake3.blake3() if with_blake3 else None
+        self._chunks = ChunkHasher() if with_blake3 else None
         self.size = 0
 
     def update(self, data: bytes | bytearray | memoryview) -> None:
@@ -75,6 +79,8 @@ class StreamHasher:
             self._b3.update(data)
         if self._head is not None and self.size < HEAD_BYTES:
             self._head.update(memoryview(data)[: HEAD_BYTES - self.size])
+        if self._chunks is not None:
+            self._chunks.update(data)
         self.size += len(data)
 
     def result(self) -> DigestResult:
@@ -83,6 +89,7 @@ class StreamHasher:
             blake3=self._b3.hexdigest() if self._b3 is not None else "",
             size=self.size,
             head_blake3=self._head.hexdigest() if self._head is not None else "",
+            chunk_blake3=self._chunks.encoded() if self._chunks is not None else "",
         )
 
 
@@ -156,6 +163,7 @@ def verify_file(
     *,
     sha256: str | None = None,
     blake3_digest: str | None = None,
+    chunk_blake3: str | None = None,
     name: str | None = None,
     chunk_bytes: int = CHUNK_BYTES,
 ) -> int:
@@ -165,7 +173,8 @@ def verify_file(
     (checked when both are given) hashes a read-only mapping of the page cache, on every core from
     PIPELINE_BYTES up; sha256 reads it in chunks through one reused buffer. `name` is the file as
     an error names it (`path` may be a `/proc/self/fd` link). Raises `IntegrityCheckError` when the
-    bytes do not match.
+    bytes do not match; where `chunk_blake3` (the chunk digests recorded with the BLAKE3 digest) is
+    given, the error names the first chunk that does not match.
     """
     check_expected(sha256, blake3_digest)
     shown = name if name is not None else os.fspath(path)
@@ -175,6 +184,8 @@ def verify_file(
         b3.update_mmap(path)
         got = b3.hexdigest()
         if got != blake3_digest:
+            if chunk_blake3:
+                _name_bad_chunk(path, shown, size, chunk_blake3)
             raise IntegrityCheckError(f"{shown}: blake3 {got} does not match recorded {blake3_digest}")
         return size
     with open(path, "rb", buffering=0) as stream:  # an engine recorded before BLAKE3 was
@@ -182,3 +193,17 @@ def verify_file(
     if found.sha256 != sha256:
         raise IntegrityCheckError(f"{shown}: sha256 {found.sha256} does not match recorded {sha256}")
     return found.size
+
+
+def _name_bad_chunk(path: StrPath, shown: str, size: int, chunk_blake3: str) -> None:
+    """Raise the IntegrityCheckError of the first chunk of `path` that does not match its recorded
+    digest (a file whose whole digest did not match; the rare path pays for reading it again)."""
+    from enginecache.core.chunkdigests import decode
+
+    chunks = decode(chunk_blake3)
+    if chunks is None:
+        return
+    with open(path, "rb", buffering=0) as stream:
+        for index, (start, end) in enumerate(chunks.ranges(size)):
+            stream.seek(start)
+            chunks.check(shown, index, stream.read(end - start))

@@ -69,6 +69,7 @@ class BlobInfo:
     path: Path
     created: bool  # False when identical bytes were already stored
     head_blake3: str = ""  # BLAKE3 of the first core.hashing.HEAD_BYTES bytes (an engine's header)
+    chunk_blake3: str = ""  # BLAKE3 of each chunk, encoded by core.chunkdigests ("" for one chunk or less)
 
 
 def fsync_dir(path: Path) -> None:
@@ -240,7 +241,9 @@ class ArtifactStore:
                     if not created:
                         os.utime(final)  # published again: young to gc, as a new blob is
             fsync_dir(final.parent)
-            return BlobInfo(digest.sha256, digest.blake3, digest.size, final, created, digest.head_blake3)
+            return BlobInfo(
+                digest.sha256, digest.blake3, digest.size, final, created, digest.head_blake3, digest.chunk_blake3
+            )
         except OSError as err:
             raise StoreError(f"could not write blob into {self.objects_dir}: {err}") from err
         finally:

@@ -18,17 +18,19 @@ fast is in docs/performance.md ("Verified read"), measured by bench/bench_read.p
   reference: ONNX Runtime's Python binding takes `bytes` only, and a `bytes` needs no copy.
   `as_bytes=False` returns a `memoryview`: a standalone verified read (a test-load, a device
   copy) imports no ctypes.
-- Past `PIPELINE_BYTES`, hashing trails the read on one helper thread over the same buffer
-  (sha256 and BLAKE3 both release the GIL); the helper takes everything read so far in one
-  `update`, and BLAKE3 may use every core for it (`max_threads=AUTO`), so the hash catches up
-  once the read is done. Below it, one thread reads then hashes: starting a thread (and
-  importing `threading`) costs more than it saves there, and a multi-threaded hash of a few MiB
-  waits on whichever core a neighbour holds.
+- The file is read by positioned reads (`preadv`) of fixed ranges, from `PIPELINE_BYTES` up on
+  one thread per core (the calling thread among them; `threading` imported only then). Where the
+  catalog records the blob's chunk digests (`core.chunkdigests`), each range is one chunk, hashed
+  by the thread that read it as soon as it landed: reading and hashing overlap on every core, and
+  a mismatch names the chunk and its byte range. Without them (a row from before chunk digests,
+  or a blob of one chunk) the whole file's BLAKE3 runs on every core once every byte is in, and
+  a sha256 (rows before BLAKE3) on one. The floor bench/bench_read.py holds this to is the two
+  done apart on all cores: a parallel read plus a parallel BLAKE3 of the same bytes.
 - What only one path needs is imported on first use (`hashlib` for sha256, `ctypes`,
   `threading`): a new process pays for what it uses, which the 10 MiB figure shows.
-- The size comes from `fstat` of the open file. A short read (the file shrank) or a byte past
-  that size (it grew) raises `IntegrityCheckError`, and so does a digest mismatch; the caller
-  gets the buffer only after every byte in it was hashed.
+- The size comes from `fstat` of the open file. A short read (the file shrank), a byte past that
+  size (it grew), a chunk list that does not cover that size, or a digest mismatch raises
+  `IntegrityCheckError`; the caller gets the buffer only after every byte in it was hashed.
 """
 
 from __future__ import annotations
@@ -40,13 +42,14 @@ import sys
 
 import blake3
 
-from enginecache.core.hashing import CHUNK_BYTES, PIPELINE_BYTES, check_expected, new_sha256
+from enginecache.core.chunkdigests import CHUNK_DIGEST_BYTES, ChunkDigests, chunk_ranges, decode
+from enginecache.core.hashing import PIPELINE_BYTES, check_expected, new_sha256
 from enginecache.errors import IntegrityCheckError
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy treats the name as True)
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from typing import BinaryIO, Literal, TypedDict, Unpack, overload
+    from typing import Literal, TypedDict, Unpack, overload
 
     from _typeshed import StrPath  # str | os.PathLike[str]: a cache hit passes `str` (core.pathtext says why)
     from typing_extensions import Buffer  # collections.abc.Buffer from Python 3.12
@@ -56,7 +59,7 @@ if TYPE_CHECKING:
 
         sha256: str | None
         blake3_digest: str | None
-        chunk_bytes: int
+        chunk_blake3: str | None
 
 
 HUGE_PAGE_BYTES = 2 * 1024 * 1024
@@ -132,109 +135,116 @@ def _allocate(size: int, as_bytes: bool) -> tuple[bytes | bytearray | mmap.mmap,
     return bytearray(size), None
 
 
-class _TrailingHasher:
-    """Hashes a buffer region by region on one helper thread, behind the thread that fills it.
+def _read_range(path: StrPath, fd: int, view: memoryview, start: int, end: int) -> None:
+    """Positioned reads of bytes `[start, end)` of `fd` into the same range of `view`; a file that
+    ends early (it shrank) raises IntegrityCheckError."""
+    offset = start
+    while offset < end:
+        n = os.preadv(fd, [view[offset:end]], offset)
+        if not n:
+            raise IntegrityCheckError(f"{path}: file shrank while reading (no bytes at {offset} of {end})")
+        offset += n
 
-    `advance(end)` says bytes up to `end` are in place; the helper hashes everything announced so
-    far in one update. `finish()` waits until every announced byte is hashed.
-    """
 
-    def __init__(self, update: Callable[[memoryview], object], view: memoryview) -> None:
-        self._update = update
-        self._view = view
-        import threading
-        from queue import SimpleQueue
+class _ParallelReader:
+    """Fills `view` with the file's bytes by positioned reads of `ranges`, on `workers` threads
+    (the calling thread is one of them), each range checked by `check(index, bytes_of_range)` right
+    after it landed, on the thread that read it. `run()` returns once every range was read and
+    checked, or raises the error of the lowest range that failed (the others stop taking ranges)."""
 
-        self._ends: SimpleQueue[int | None] = SimpleQueue()
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="read_verified-hash", daemon=True)
-        self._thread.start()
+    def __init__(
+        self,
+        path: StrPath,
+        fd: int,
+        view: memoryview,
+        ranges: list[tuple[int, int]],
+        check: Callable[[int, memoryview], None] | None,
+    ) -> None:
+        self._path, self._fd, self._view, self._ranges, self._check = path, fd, view, ranges, check
+        self._next = iter(range(len(ranges)))  # next() on a range iterator is atomic under the GIL
+        self._errors: list[tuple[int, BaseException]] = []
 
-    def _run(self) -> None:
-        hashed = 0
-        done = False
+    def _work(self) -> None:
+        for index in self._next:
+            if self._errors:
+                return
+            start, end = self._ranges[index]
+            try:
+                _read_range(self._path, self._fd, self._view, start, end)
+                if self._check is not None:
+                    self._check(index, self._view[start:end])
+            except BaseException as err:  # noqa: BLE001 - not swallowed: run() raises it in the calling thread
+                self._errors.append((index, err))
+                return
+
+    def run(self, workers: int) -> None:
+        helpers = []
+        if workers > 1:
+            import threading
+
+            helpers = [threading.Thread(target=self._work, name="read_verified") for _ in range(workers - 1)]
+            for helper in helpers:
+                helper.start()
         try:
-            while not done:
-                end = self._ends.get()
-                if end is None:
-                    break
-                while not self._ends.empty():  # take everything read so far in one update
-                    following = self._ends.get()
-                    if following is None:
-                        done = True
-                        break
-                    end = following
-                self._update(self._view[hashed:end])
-                hashed = end
-        except BaseException as err:  # noqa: BLE001 - not swallowed: finish() raises it in the reading thread
-            self._error = err
-
-    def advance(self, end: int) -> None:
-        self._ends.put(end)
-
-    def finish(self) -> None:
-        """Wait until every announced byte is hashed; raise what the helper raised, if anything."""
-        self.stop()
-        if self._error is not None:
-            raise self._error
-
-    def stop(self) -> None:
-        self._ends.put(None)
-        self._thread.join()
+            self._work()
+        finally:
+            for helper in helpers:
+                helper.join()
+        if self._errors:
+            raise min(self._errors, key=lambda found: found[0])[1]
 
 
-def _fill_and_hash(
+def _workers(size: int, pieces: int) -> int:
+    """Threads for a read of `size` bytes in `pieces` ranges: one below PIPELINE_BYTES (a thread
+    costs more than it saves there), else one per core, at most one per range."""
+    if size < PIPELINE_BYTES:
+        return 1
+    return max(1, min(os.cpu_count() or 1, pieces))
+
+
+def _fill_and_verify(
     path: StrPath,
-    stream: BinaryIO,
+    fd: int,
     view: memoryview,
     size: int,
-    update: Callable[[memoryview], object],
-    chunk_bytes: int,
-) -> None:
-    """Read exactly `size` bytes into `view` while `update` hashes them; catch a file that changed size."""
-    hasher = _TrailingHasher(update, view) if size >= PIPELINE_BYTES and size > chunk_bytes else None
-    offset = 0
-    try:
-        while offset < size:
-            n = stream.readinto(view[offset : min(offset + chunk_bytes, size)])  # type: ignore[attr-defined]
-            if not n:
-                raise IntegrityCheckError(f"{path}: file shrank while reading ({offset} of {size} bytes)")
-            offset += n
-            if hasher is not None:
-                hasher.advance(offset)
-        if stream.readinto(bytearray(1)):  # type: ignore[attr-defined]
-            raise IntegrityCheckError(f"{path}: file grew while reading (more than {size} bytes)")
-    except BaseException:
-        if hasher is not None:
-            hasher.stop()  # the read's own error is the one to raise
-        raise
-    if hasher is not None:
-        hasher.finish()
-    else:
-        update(view[:size])
-
-
-def _verify(
-    path: StrPath,
-    view: memoryview,
-    size: int,
-    stream: BinaryIO,
     sha256: str | None,
     blake3_digest: str | None,
-    chunk_bytes: int,
+    chunks: ChunkDigests | None,
 ) -> None:
+    """Read exactly `size` bytes of `fd` into `view` and check them: each chunk against its digest as
+    it lands where `chunks` is recorded (a mismatch names the chunk), else the whole file's BLAKE3
+    (every core) or sha256 once every byte is in. A file that changed size raises IntegrityCheckError."""
+    if chunks is not None:
+        ranges = chunks.ranges(size)
+
+        def check(index: int, data: memoryview) -> None:
+            chunks.check(os.fspath(path), index, data)
+
+        _ParallelReader(path, fd, view, ranges, check).run(_workers(size, len(ranges)))
+    else:
+        ranges = chunk_ranges(size, CHUNK_DIGEST_BYTES)
+        _ParallelReader(path, fd, view, ranges, None).run(_workers(size, len(ranges)))
+    if os.pread(fd, 1, size):
+        raise IntegrityCheckError(f"{path}: file grew while reading (more than {size} bytes)")
+    if chunks is not None:
+        return
     if blake3_digest is not None:
         b3 = blake3.blake3(max_threads=blake3.blake3.AUTO if size >= PIPELINE_BYTES else 1)
-        _fill_and_hash(path, stream, view, size, b3.update, chunk_bytes)
-        got = b3.hexdigest()
+        got = b3.update(view[:size]).hexdigest()
         if got != blake3_digest:
             raise IntegrityCheckError(f"{path}: blake3 {got} does not match recorded {blake3_digest}")
         return
     sha = new_sha256()
-    _fill_and_hash(path, stream, view, size, sha.update, chunk_bytes)
+    sha.update(view[:size])
     got = sha.hexdigest()
     if got != sha256:
         raise IntegrityCheckError(f"{path}: sha256 {got} does not match recorded {sha256}")
+
+
+def _chunks_to_check(blake3_digest: str | None, chunk_blake3: str | None) -> ChunkDigests | None:
+    """The chunk list a read checks: recorded, and beside a BLAKE3 identity (a row with sha256 alone
+    predates both)."""
+    return decode(chunk_blake3) if blake3_digest is not None and chunk_blake3 else None
 
 
 if TYPE_CHECKING:  # the overloads are the type checker's: `typing.overload` is not imported at run time
@@ -256,27 +266,33 @@ def read_verified(
     *,
     sha256: str | None = None,
     blake3_digest: str | None = None,
-    chunk_bytes: int = CHUNK_BYTES,
+    chunk_blake3: str | None = None,
     as_bytes: bool = False,
 ) -> memoryview | bytes:
     """Read a whole file into one new buffer while hashing the same bytes; check the digest.
 
     Pass `blake3_digest` for the fast path or `sha256` for the recorded one (when both are given,
-    BLAKE3 is checked). By default the result is a writable `memoryview` (of an anonymous mapping
-    from LARGE_READ_BYTES up, of a bytearray below); `as_bytes=True` returns `bytes` instead (what
+    BLAKE3 is checked); `chunk_blake3`, the chunk digests recorded with the BLAKE3 digest
+    (`core.chunkdigests`' encoding), makes each chunk checked as it lands. By default the result is
+    a writable `memoryview` (of an anonymous mapping from LARGE_READ_BYTES up, of a bytearray
+    below); `as_bytes=True` returns `bytes` instead (what
     ONNX Runtime's Python binding takes, so it needs no copy; TensorRT's `deserialize_cuda_engine`
     takes either). Every byte is hashed before the buffer is returned. Raises `IntegrityCheckError`
     when the bytes do not match, or when the file shrinks or grows while it is read.
     """
     check_expected(sha256, blake3_digest)
-    with open(path, "rb", buffering=0) as stream:
-        size = os.fstat(stream.fileno()).st_size
+    chunks = _chunks_to_check(blake3_digest, chunk_blake3)
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        size = os.fstat(fd).st_size
         buffer, view = _allocate(size, as_bytes)
         target = view if view is not None else memoryview(buffer)
         try:
-            _verify(path, target, size, stream, sha256, blake3_digest, chunk_bytes)
+            _fill_and_verify(path, fd, target, size, sha256, blake3_digest, chunks)
         finally:
             target.release()
+    finally:
+        os.close(fd)
     if not as_bytes:
         return memoryview(buffer)
     if not isinstance(buffer, bytes):
@@ -290,7 +306,7 @@ def read_verified_into(
     *,
     sha256: str | None = None,
     blake3_digest: str | None = None,
-    chunk_bytes: int = CHUNK_BYTES,
+    chunk_blake3: str | None = None,
 ) -> int:
     """Read a whole file into the caller's writable `buffer` (pinned host memory for a device
     copy, say) while hashing the same bytes; check the digest as `read_verified` does.
@@ -299,6 +315,7 @@ def read_verified_into(
     when the buffer is smaller than the file.
     """
     check_expected(sha256, blake3_digest)
+    chunks = _chunks_to_check(blake3_digest, chunk_blake3)
     with open(path, "rb", buffering=0) as stream, memoryview(buffer) as raw:
         size = os.fstat(stream.fileno()).st_size
         view = raw.cast("B") if raw.format != "B" or raw.ndim != 1 else raw
@@ -306,5 +323,5 @@ def read_verified_into(
             raise ValueError("read_verified_into needs a writable buffer")
         if view.nbytes < size:
             raise ValueError(f"{path}: {size} bytes do not fit a buffer of {view.nbytes}")
-        _verify(path, view, size, stream, sha256, blake3_digest, chunk_bytes)
+        _fill_and_verify(path, stream.fileno(), view, size, sha256, blake3_digest, chunks)
     return size

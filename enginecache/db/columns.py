@@ -52,6 +52,7 @@ COLUMN_KINDS: dict[str, dict[str, str]] = {
         "sha256": "",
         "blake3": "",
         "header_blake3": "",
+        "chunk_blake3": "",
         "size_bytes": "",
         "blob_path": "",
         "build_seconds": "",

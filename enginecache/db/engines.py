@@ -77,8 +77,8 @@ def audited_action(was: str, status: str) -> str | None:
 _KINDS = {**COLUMN_KINDS["engines"], "retired_at": "time"}
 # The columns a transition may set beside `status`, each with its kind.
 _SETTABLE = (
-    "error builder_log variant_model_id sha256 blake3 header_blake3 size_bytes blob_path build_seconds io warnings"
-    " finished_at verified_at retired_at"
+    "error builder_log variant_model_id sha256 blake3 header_blake3 chunk_blake3 size_bytes blob_path build_seconds io"
+    " warnings finished_at verified_at retired_at"
 )
 FIELD_KINDS = {name: _KINDS[name] for name in _SETTABLE.split()}
 LOAD_PHASES = ("validity", "deserialize", "create_context", "allocate_io")  # a load event's `load_s`
@@ -196,17 +196,18 @@ def mark_verified(
     at: datetime,
     blob_path: str,
     header_blake3: str | None,
+    chunk_blake3: str | None,
     actor: Actor,
     by: str,
     reason: str,
 ) -> str | None:
-    """Its blob matched its digest in full at `at`: `verified_at`, `blob_path` and `header_blake3` set,
-    and a CORRUPT engine READY again (audited). The status it had."""
+    """Its blob matched its digest in full at `at`: `verified_at`, `blob_path`, `header_blake3` and
+    `chunk_blake3` set, and a CORRUPT engine READY again (audited). The status it had."""
 
     def verified(was: str) -> str:
         return READY if was == CORRUPT else was
 
-    fields = {"verified_at": at, "blob_path": blob_path, "header_blake3": header_blake3}
+    fields = {"verified_at": at, "blob_path": blob_path, "header_blake3": header_blake3, "chunk_blake3": chunk_blake3}
     return _change(ex, engine_id, verified, fields, actor=actor, by=by, reason=reason)
 
 

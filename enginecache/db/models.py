@@ -115,6 +115,8 @@ class EngineRecord(SQLModel, table=True):
     sha256: str | None = Field(default=None, index=True)
     blake3: str | None = None
     header_blake3: str | None = None  # BLAKE3 of the blob's first 4096 bytes: a load checks the header on them first
+    # BLAKE3 of each chunk (core.chunkdigests' encoding): a load verifies chunks on every core as they land
+    chunk_blake3: str | None = Field(default=None, sa_column=sa.Column(sa.Text, nullable=True))
     size_bytes: int | None = Field(default=None, sa_column=sa.Column(sa.BigInteger, nullable=True))
     blob_path: str | None = None
     build_seconds: float | None = None

@@ -315,6 +315,7 @@ def run_build(
             "sha256": blob.sha256,
             "blake3": blob.blake3,
             "header_blake3": blob.head_blake3 or None,
+            "chunk_blake3": blob.chunk_blake3 or None,
             "size_bytes": blob.size,
             "blob_path": app.store.relative(blob.path),
             "build_seconds": seconds,

@@ -124,6 +124,8 @@ def verify_engines(app: AppContext, engine_ids: list[int] | None = None) -> list
         relative = app.store.relative(path)
         if engine.blob_path != relative:
             message += f" (its blob_path {engine.blob_path!r} named another file: set to {relative!r})"
+        if (engine.chunk_blake3 or "") != digest.chunk_blake3:
+            message += " (chunk digests recorded)" if not engine.chunk_blake3 else " (chunk digests corrected)"
         if engine.header_blake3 != digest.head_blake3:
             message += (
                 " (header digest recorded)"
@@ -137,6 +139,7 @@ def verify_engines(app: AppContext, engine_ids: list[int] | None = None) -> list
                 at=utcnow(),
                 blob_path=relative,
                 header_blake3=digest.head_blake3,
+                chunk_blake3=digest.chunk_blake3 or None,
                 actor=audit.current_actor(),
                 by="verify",
                 reason=message,

@@ -117,6 +117,8 @@ def _manifest(
             "io": engine.io,
             "sha256": engine.sha256,
             "blake3": engine.blake3,
+            "header_blake3": engine.header_blake3,
+            "chunk_blake3": engine.chunk_blake3,
             "size_bytes": engine.size_bytes,
         },
         "blob": blob_relative(engine.sha256),

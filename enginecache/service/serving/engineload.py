@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     class _DigestArguments(TypedDict, total=False):
         sha256: str
         blake3_digest: str
+        chunk_blake3: str | None
 
 
 class EngineFacts(Frozen):
@@ -71,6 +72,7 @@ class EngineFacts(Frozen):
     blake3: str | None
     input_shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     header_blake3: str | None = None
+    chunk_blake3: str | None = None  # core.chunkdigests' encoding: a read checks each chunk as it lands
 
     @classmethod
     def from_row(cls, home: str | os.PathLike[str], row: Mapping[str, Any]) -> EngineFacts:
@@ -87,6 +89,7 @@ class EngineFacts(Frozen):
             blake3=row.get("blake3"),
             input_shapes={name: tuple(p["opt"]) for name, p in profiles.items()},
             header_blake3=row.get("header_blake3"),
+            chunk_blake3=row.get("chunk_blake3"),
         )
 
     @property
@@ -108,10 +111,11 @@ class EngineFacts(Frozen):
 
     @property
     def check_arguments(self) -> _DigestArguments:
-        """`core.hashing`'s keyword arguments for the digest a load checks (BLAKE3 where recorded;
-        an engine with no digest at all fails the sha256 check, as a changed one)."""
+        """`core.hashing`'s keyword arguments for the digest a load checks (BLAKE3 where recorded,
+        with its chunk digests; an engine with no digest at all fails the sha256 check, as a changed
+        one)."""
         if self.blake3:
-            return {"blake3_digest": self.blake3}
+            return {"blake3_digest": self.blake3, "chunk_blake3": self.chunk_blake3}
         return {"sha256": self.sha256 or ""}
 
     def load_spec(self) -> LoadSpec:

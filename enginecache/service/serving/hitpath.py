@@ -80,6 +80,7 @@ _ENGINE_COLUMNS = (
     "sha256",
     "blake3",
     "header_blake3",
+    "chunk_blake3",
     "build_options",
 )
 

@@ -40,6 +40,7 @@ def engine_facts(app: AppContext, engine: EngineRecord) -> EngineFacts:
         blake3=engine.blake3,
         input_shapes={name: tuple(p["opt"]) for name, p in profiles.items()},
         header_blake3=engine.header_blake3,
+        chunk_blake3=engine.chunk_blake3,
     )
 
 
