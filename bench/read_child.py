@@ -9,12 +9,15 @@ nothing it does not use. Modes:
 - floor: `readinto` in 8 MiB chunks into a buffer allocated the fastest way plain Python has
   (an anonymous private mmap with MADV_HUGEPAGE, so faulting it in costs 2 MiB pages, not 4 KiB
   ones). No hashing: the least a read of these bytes can cost in a new process.
-- bytearray: the textbook preallocated buffer, `bytearray(size)` then `readinto`.
+- floor_sum: what a verified read cannot do without, done apart on every core and added: positioned
+  reads (`os.preadv`, one thread per core over 32 MiB ranges) into that buffer, then BLAKE3 of
+  the same bytes with `max_threads=AUTO`. It checks its digest (a floor that read the wrong bytes
+  would be no floor) and prints `BENCH_PARTS <read seconds> <hash seconds>` before BENCH_READY.
 - byhand: `open(path, "rb").read()`, what people write when they load an engine by hand.
-- before: read_verified as it was before this benchmark (a zero-filled `bytearray(size)`,
-  sha256/BLAKE3 on a pool thread one chunk behind), kept here to show the change.
-- blake3, blake3_bytes, sha256: `enginecache.core.hashing.read_verified` (bytes with
-  `as_bytes=True`), DIGEST being the expected BLAKE3 or sha256 hex digest.
+- blake3, blake3_bytes, sha256: `enginecache.core.verifiedread.read_verified` (bytes with
+  `as_bytes=True`), DIGEST being the expected BLAKE3 or sha256 hex digest; blake3_chunks: the same
+  with the chunk digests a catalog row records (DIGEST is `<blake3>/<chunk_blake3>`), each chunk
+  checked as it lands: what a cache hit does.
 - ort_byhand, ort_ours, ort_before: an ORT-format engine to an `onnxruntime.InferenceSession`
   (the options `OrtEngineSession` uses) from `f.read()`, from `read_verified(as_bytes=True)`
   (the copy path, where no read lease can be had), and from `read_verified()` copied to `bytes`
@@ -56,31 +59,43 @@ def floor(path: str, size: int) -> object:
     return buffer
 
 
-def before(path: str, digest: str, size: int) -> bytearray:
-    """read_verified before this change, verbatim in what it did (BLAKE3 path)."""
-    from concurrent.futures import Future, ThreadPoolExecutor
+def floor_sum(path: str, size: int, digest: str) -> object:
+    import threading
 
-    sys.path.insert(0, ROOT)
-    from enginecache.core.hashing import StreamHasher
+    import blake3
 
-    hasher = StreamHasher(with_sha256=False, with_blake3=True)
-    buffer = bytearray(size)
+    buffer = mmap.mmap(-1, max(size, 1), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    if hasattr(mmap, "MADV_HUGEPAGE"):
+        buffer.madvise(mmap.MADV_HUGEPAGE)
     view = memoryview(buffer)
-    with open(path, "rb", buffering=0) as stream, ThreadPoolExecutor(max_workers=1) as pool:
-        pending: Future[None] | None = None
-        offset = 0
-        while offset < size:
-            n = stream.readinto(view[offset : offset + CHUNK])
-            if not n:
-                raise SystemExit("shrank")
-            if pending is not None:
-                pending.result()
-            pending = pool.submit(hasher.update, view[offset : offset + n])
-            offset += n
-        if pending is not None:
-            pending.result()
-    if hasher.result().blake3 != digest:
-        raise SystemExit("digest mismatch")
+    piece = 32 * 1024 * 1024
+    starts = iter(range(0, size, piece))
+    fd = os.open(path, os.O_RDONLY)
+    started = time.perf_counter()
+
+    def work() -> None:
+        for start in starts:
+            end = min(start + piece, size)
+            offset = start
+            while offset < end:
+                n = os.preadv(fd, [view[offset:end]], offset)
+                if not n:
+                    raise SystemExit(f"{path}: short read")
+                offset += n
+
+    threads = [threading.Thread(target=work) for _ in range((os.cpu_count() or 1) - 1)]
+    for thread in threads:
+        thread.start()
+    work()
+    for thread in threads:
+        thread.join()
+    os.close(fd)
+    read = time.perf_counter()
+    got = blake3.blake3(view[:size], max_threads=blake3.blake3.AUTO).hexdigest()
+    hashed = time.perf_counter()
+    if got != digest:
+        raise SystemExit("floor_sum read the wrong bytes")
+    print("BENCH_PARTS", read - started, hashed - read, flush=True)
     return buffer
 
 
@@ -144,14 +159,19 @@ def main() -> None:
     data: object
     if mode == "floor":
         data = floor(path, size)
-    elif mode == "bytearray":
-        data = bytearray(size)
-        fill(path, memoryview(data), size)  # type: ignore[arg-type]
+    elif mode == "floor_sum":
+        data = floor_sum(path, size, digest)
     elif mode == "byhand":
         with open(path, "rb") as stream:
             data = stream.read()
-    elif mode == "before":
-        data = before(path, digest, size)
+    elif mode == "blake3_chunks":
+        sys.path.insert(0, ROOT)
+        from enginecache.core.verifiedread import read_verified
+
+        whole, _, chunks = digest.partition("/")
+        data = read_verified(path, blake3_digest=whole, chunk_blake3=chunks or None, as_bytes=True)
+        if len(data) != size:
+            raise SystemExit("wrong size")
     elif mode in ("blake3", "blake3_bytes", "sha256"):
         sys.path.insert(0, ROOT)
         from pathlib import Path
@@ -162,7 +182,7 @@ def main() -> None:
             data = read_verified(Path(path), sha256=digest)
         else:
             data = read_verified(Path(path), blake3_digest=digest, as_bytes=mode == "blake3_bytes")
-        if len(data) != size:  # type: ignore[arg-type]
+        if len(data) != size:
             raise SystemExit("wrong size")
     elif mode.startswith("ort_"):
         data = ort_session(mode, path, digest)

@@ -67,11 +67,14 @@ class ChunkDigests:
     def check(self, name: str, index: int, data: bytes | bytearray | memoryview) -> None:
         """Raise IntegrityCheckError naming chunk `index` and its byte range unless `data` is that
         chunk's bytes (hashed on the calling thread: callers run checks on several threads)."""
-        got = blake3.blake3(data).hexdigest()
+        self.check_digest(name, index, blake3.blake3(data).hexdigest(), len(data))
+
+    def check_digest(self, name: str, index: int, got: str, length: int) -> None:
+        """`check` for a chunk of `length` bytes the caller hashed itself, to `got`."""
         if got != self.digests[index]:
             start = index * self.chunk_bytes
             raise IntegrityCheckError(
-                f"{name}: chunk {index} (bytes {start}-{start + len(data) - 1}) hashes to blake3 {got}, "
+                f"{name}: chunk {index} (bytes {start}-{start + length - 1}) hashes to blake3 {got}, "
                 f"recorded {self.digests[index]}"
             )
 

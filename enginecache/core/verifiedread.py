@@ -21,7 +21,8 @@ fast is in docs/performance.md ("Verified read"), measured by bench/bench_read.p
 - The file is read by positioned reads (`preadv`) of fixed ranges, from `PIPELINE_BYTES` up on
   one thread per core (the calling thread among them; `threading` imported only then). Where the
   catalog records the blob's chunk digests (`core.chunkdigests`), each range is one chunk, hashed
-  by the thread that read it as soon as it landed: reading and hashing overlap on every core, and
+  by the thread that read it a 1 MiB piece at a time, while the piece is in that core's cache: reading
+  and hashing overlap on every core, and
   a mismatch names the chunk and its byte range. Without them (a row from before chunk digests,
   or a blob of one chunk) the whole file's BLAKE3 runs on every core once every byte is in, and
   a sha256 (rows before BLAKE3) on one. The floor bench/bench_read.py holds this to is the two
@@ -65,6 +66,8 @@ if TYPE_CHECKING:
 HUGE_PAGE_BYTES = 2 * 1024 * 1024
 # From this size a buffer is an uninitialised object on huge pages (below: a plain bytearray).
 LARGE_READ_BYTES = 4 * 1024 * 1024
+# A chunk is read and hashed this much at a time: the hash finds the piece still in the core's cache.
+HASH_PIECE_BYTES = 1024 * 1024
 
 
 class _BytesAllocator:
@@ -146,11 +149,27 @@ def _read_range(path: StrPath, fd: int, view: memoryview, start: int, end: int) 
         offset += n
 
 
+def _read_checked_chunk(
+    path: StrPath, fd: int, view: memoryview, chunks: ChunkDigests, index: int, start: int, end: int
+) -> None:
+    """Read chunk `index` (bytes `[start, end)`) into `view` a HASH_PIECE_BYTES piece at a time, each
+    piece hashed right after it landed, while it is still in the core's cache; then check the chunk."""
+    hasher = blake3.blake3()
+    offset = start
+    while offset < end:
+        stop = min(offset + HASH_PIECE_BYTES, end)
+        _read_range(path, fd, view, offset, stop)
+        hasher.update(view[offset:stop])
+        offset = stop
+    chunks.check_digest(os.fspath(path), index, hasher.hexdigest(), end - start)
+
+
 class _ParallelReader:
     """Fills `view` with the file's bytes by positioned reads of `ranges`, on `workers` threads
-    (the calling thread is one of them), each range checked by `check(index, bytes_of_range)` right
-    after it landed, on the thread that read it. `run()` returns once every range was read and
-    checked, or raises the error of the lowest range that failed (the others stop taking ranges)."""
+    (the calling thread is one of them); where `chunks` is given each range is one chunk, hashed
+    piece by piece as it lands and checked, on the thread that read it. `run()` returns once every
+    range was read (and checked), or raises the error of the lowest range that failed (the others
+    stop taking ranges)."""
 
     def __init__(
         self,
@@ -158,9 +177,9 @@ class _ParallelReader:
         fd: int,
         view: memoryview,
         ranges: list[tuple[int, int]],
-        check: Callable[[int, memoryview], None] | None,
+        chunks: ChunkDigests | None,
     ) -> None:
-        self._path, self._fd, self._view, self._ranges, self._check = path, fd, view, ranges, check
+        self._path, self._fd, self._view, self._ranges, self._chunks = path, fd, view, ranges, chunks
         self._next = iter(range(len(ranges)))  # next() on a range iterator is atomic under the GIL
         self._errors: list[tuple[int, BaseException]] = []
 
@@ -170,9 +189,10 @@ class _ParallelReader:
                 return
             start, end = self._ranges[index]
             try:
-                _read_range(self._path, self._fd, self._view, start, end)
-                if self._check is not None:
-                    self._check(index, self._view[start:end])
+                if self._chunks is not None:
+                    _read_checked_chunk(self._path, self._fd, self._view, self._chunks, index, start, end)
+                else:
+                    _read_range(self._path, self._fd, self._view, start, end)
             except BaseException as err:  # noqa: BLE001 - not swallowed: run() raises it in the calling thread
                 self._errors.append((index, err))
                 return
@@ -214,16 +234,8 @@ def _fill_and_verify(
     """Read exactly `size` bytes of `fd` into `view` and check them: each chunk against its digest as
     it lands where `chunks` is recorded (a mismatch names the chunk), else the whole file's BLAKE3
     (every core) or sha256 once every byte is in. A file that changed size raises IntegrityCheckError."""
-    if chunks is not None:
-        ranges = chunks.ranges(size)
-
-        def check(index: int, data: memoryview) -> None:
-            chunks.check(os.fspath(path), index, data)
-
-        _ParallelReader(path, fd, view, ranges, check).run(_workers(size, len(ranges)))
-    else:
-        ranges = chunk_ranges(size, CHUNK_DIGEST_BYTES)
-        _ParallelReader(path, fd, view, ranges, None).run(_workers(size, len(ranges)))
+    ranges = chunks.ranges(size) if chunks is not None else chunk_ranges(size, CHUNK_DIGEST_BYTES)
+    _ParallelReader(path, fd, view, ranges, chunks).run(_workers(size, len(ranges)))
     if os.pread(fd, 1, size):
         raise IntegrityCheckError(f"{path}: file grew while reading (more than {size} bytes)")
     if chunks is not None:
