@@ -7,9 +7,10 @@ digest alone (`objects/sha256/<2 hex>/<sha256>` below its root). What a backend 
 - `put_blob` stores bytes whose digest the caller has already computed, and never overwrites: where
   an object with that name exists, the backend checks that it is the same blob (size and digest, not
   trust) and keeps it, or raises IntegrityCheckError where it is not (leaving it as it is);
-- `read_blob` streams the stored bytes, as stored, into a sink: it does not verify them; the reader
-  does, in the pass that writes them (`ArtifactStore.fetch_blob`), so a backend cannot vouch for
-  bytes nobody hashed;
+- `read_blob` streams the stored bytes, as stored, into a sink, and `read_range` returns a byte range
+  of them (`range_concurrency` at once: a ranged fetch, core.rangedfetch): neither verifies them;
+  the reader does, as they land (`ArtifactStore.fetch`), so a backend cannot vouch for bytes nobody
+  hashed;
 - absence is IntegrityCheckError for `read_blob` (a recorded blob that is gone), None for
   `stat_blob`; a backend that cannot be reached or written raises StoreError (an UnavailableError:
   try again later), never a library's own exception.
@@ -46,4 +47,14 @@ class BlobBackend(Protocol):
     def read_blob(self, sha256: str, sink: BlobSink, *, size: int | None = None) -> None:
         """Stream the stored bytes of `sha256` into `sink`, unverified. With `size`, a stored blob of
         another size is refused (IntegrityCheckError) before any byte reaches the sink."""
+        ...
+
+    @property
+    def range_concurrency(self) -> int:
+        """How many `read_range` calls one fetch runs at once."""
+        ...
+
+    def read_range(self, sha256: str, start: int, end: int) -> memoryview:
+        """Bytes [start, end) of the stored blob `sha256`, unverified (shorter where the blob ends
+        sooner). IntegrityCheckError where no such blob is stored."""
         ...

@@ -197,6 +197,24 @@ class S3BlobStore:
                 raise self._failure("download", key, err) from err
             sink(memoryview(chunk))
 
+    @property
+    def range_concurrency(self) -> int:
+        """Ranged reads in flight at once for one fetch (ENGINECACHE_STORE_CONCURRENCY)."""
+        return self.settings.max_concurrency
+
+    def read_range(self, sha256: str, start: int, end: int) -> memoryview:
+        """Bytes [start, end) of the stored blob: one ranged GET through this store's client, the
+        bytes as obstore received them (no copy). A range past the object's end comes back short."""
+        key = blob_key(sha256)
+        try:
+            return memoryview(obstore.get_range(self._store, key, start=start, end=end))
+        except FileNotFoundError as err:
+            if _NO_SUCH_BUCKET in str(err):
+                raise self._missing_bucket() from err
+            raise IntegrityCheckError(f"blob {sha256} is missing from {self.describe()}") from err
+        except FAILURES as err:
+            raise self._failure(f"download bytes {start}-{end - 1} of", key, err) from err
+
     # -- checking an object that is there already --------------------------------------
 
     def _check_existing(self, key: str, sha256: str, size: int) -> None:

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import functools
 import logging
 import os
 import shutil
@@ -45,6 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
+from enginecache.core import chunkdigests
 from enginecache.core.blobpaths import BLOB_FOLDER, is_digest
 from enginecache.core.blobpaths import blob_path as digest_blob_path
 from enginecache.core.hashing import CHUNK_BYTES, DigestResult, StreamHasher, check_file, copy_hashed, hash_file
@@ -57,6 +59,16 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 GC_LOCK_NAME = "gc.lock"
+
+
+@dataclass(frozen=True)
+class Fetched:
+    """A blob made present by `ArtifactStore.fetch`: its path, the bytes read from the source by
+    this call (0: it was here), and those a killed fetch had left that were kept."""
+
+    path: Path
+    fetched_bytes: int
+    resumed_bytes: int
 
 
 @dataclass(frozen=True)
@@ -189,26 +201,92 @@ class ArtifactStore:
         return self._publish(_copy_from(source))
 
     def fetch_blob(self, sha256: str, *, size: int | None = None, source: BlobBackend | None = None) -> Path:
-        """Make blob `sha256` present here: its path, at once where it is stored already (the read
-        that uses it verifies it); else downloaded from `source` (default: the remote) into a temp
-        file while hashed, and given its name only where every byte matched. `size`, the recorded
-        size, refuses an object of another size before downloading it.
+        """The local path of blob `sha256`, fetched where it is not here (`fetch`, which says what
+        is verified and what is raised)."""
+        return self.fetch(sha256, size=size, source=source).path
 
-        IntegrityCheckError: the blob is in neither place, or the remote's bytes are not the blob
-        (nothing is left here); StoreError: the remote cannot be reached or read."""
+    def fetch(
+        self,
+        sha256: str,
+        *,
+        size: int | None = None,
+        chunk_blake3: str | None = None,
+        source: BlobBackend | None = None,
+        mode: int | None = None,
+    ) -> Fetched:
+        """Make blob `sha256` present here: at once where it is stored already (the read that uses it
+        verifies it); else read from `source` (default: the remote) by byte ranges, in parallel,
+        verified and resumable (core.rangedfetch: chunk by chunk against `chunk_blake3`, the recorded
+        chunk digests, else the whole file against `sha256`), and given its name (with `mode`, where
+        given) only once it is whole. `size`, the recorded size, refuses an object of another size
+        before any byte is read. A fetch killed part way leaves its resume state in `tmp/`, and the
+        next fetch of the blob reads only what it lacks; nothing else is left.
+
+        IntegrityCheckError: the blob is in neither place, or the source's bytes are not the blob
+        (naming the chunk where chunk digests are recorded; the resume state is removed); StoreError:
+        the source cannot be reached or read (the resume state is kept), or this store not written."""
         path = self.blob_path(sha256)
         if path.is_file():
-            return path
+            return Fetched(path, 0, 0)
         origin = source if source is not None else self.remote
         if origin is None:
             raise IntegrityCheckError(f"blob {sha256} is missing from {path.parent} and no remote store is set")
+        chunks = chunkdigests.decode(chunk_blake3)
+        stored = origin.stat_blob(sha256)
+        if stored is None:
+            origin.read_range(sha256, 0, 1)  # its answer says what is missing: the blob, or the bucket
+            raise IntegrityCheckError(f"blob {sha256} is missing from {origin.describe()}")
+        if size is not None and stored != size:
+            raise IntegrityCheckError(f"blob {sha256} is {stored} bytes in {origin.describe()}, recorded {size}")
+        name = f"blob {sha256} from {origin.describe()}"
+        from enginecache.core import rangedfetch  # its threads and locks: only a fetch pays for them
 
-        def fill(writer: HashingWriter) -> None:
-            origin.read_blob(sha256, writer.write, size=size)
+        try:
+            self.tmp_dir.mkdir(parents=True, exist_ok=True)
+            with rangedfetch.hold_state(rangedfetch.state_folder(self.tmp_dir, sha256)) as state:
+                if path.is_file():  # fetched by another process while this one waited for the state
+                    state.remove()
+                    return Fetched(path, 0, 0)
+                try:
+                    got = state.fill(
+                        functools.partial(origin.read_range, sha256),
+                        name=name,
+                        sha256=sha256,
+                        size=stored,
+                        chunks=chunks,
+                        concurrency=origin.range_concurrency,
+                    )
+                except IntegrityCheckError:
+                    state.remove()  # the source's bytes are wrong: reading them again reads the same
+                    raise
+                if mode is not None:
+                    os.chmod(state.data, mode)
+                self._adopt_fetched(state.data, path, sha256)
+                state.remove()
+        except OSError as err:
+            raise StoreError(f"could not fetch blob {sha256} into {self.home}: {err}") from err
+        logger.info(
+            "fetched blob %s (%d bytes, %d of them kept from a killed fetch) from %s",
+            sha256,
+            stored,
+            got.resumed_bytes,
+            origin.describe(),
+        )
+        return Fetched(path, got.fetched_bytes, got.resumed_bytes)
 
-        info = self._publish(fill, expect=sha256, mirror=False)
-        logger.info("fetched blob %s (%d bytes) from %s", sha256, info.size, origin.describe())
-        return info.path
+    def _adopt_fetched(self, data: Path, final: Path, sha256: str) -> None:
+        """Give fetched, verified bytes their name, as a publish does (under `publish_lock`, never
+        replacing a sound copy)."""
+        if not final.parent.is_dir():
+            final.parent.mkdir(parents=True, exist_ok=True)
+            fsync_dir(self.objects_dir)
+        with self.publish_lock():
+            try:
+                os.link(data, final)
+            except FileExistsError:
+                if not self._repair_if_damaged(data, final, sha256):
+                    os.utime(final)
+        fsync_dir(final.parent)
 
     def _publish(self, fill: Fill, *, expect: str | None = None, mirror: bool = True) -> BlobInfo:
         """Write `fill`'s bytes to a temp file while hashing them; refuse them unless they hash to
@@ -284,6 +362,25 @@ class ArtifactStore:
         if info.size != size:
             raise IntegrityCheckError(f"blob {sha256} is {info.size} bytes, the caller said {size}")
         return info.created
+
+    @property
+    def range_concurrency(self) -> int:
+        return min(8, os.cpu_count() or 1)
+
+    def read_range(self, sha256: str, start: int, end: int) -> memoryview:
+        path = self.blob_path(sha256)
+        buffer = bytearray(end - start)
+        view = memoryview(buffer)
+        filled = 0
+        try:
+            with open(path, "rb", buffering=0) as stream:
+                while filled < len(view) and (n := os.preadv(stream.fileno(), [view[filled:]], start + filled)):
+                    filled += n
+        except FileNotFoundError as err:
+            raise IntegrityCheckError(f"blob {sha256} is missing from {path.parent}") from err
+        except OSError as err:
+            raise StoreError(f"could not read blob {path}: {err}") from err
+        return view[:filled]
 
     def read_blob(self, sha256: str, sink: BlobSink, *, size: int | None = None) -> None:
         path = self.blob_path(sha256)
