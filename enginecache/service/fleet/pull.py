@@ -11,15 +11,18 @@ catalog connection):
 
     DIR/objects/sha256/<2>/<digest>   the engine blob, read-only
     DIR/manifests/<model>.json        what was pulled and why (`MANIFEST_FORMAT`)
-    DIR/tmp/<digest>.partial          a copy in progress (resumed by the next pull)
+    DIR/tmp/<digest>.partial          a copy from a store folder in progress (resumed by the next pull)
+    DIR/tmp/<digest>.pull/            a download from the object store in progress, its resume state
+                                      (core.rangedfetch; resumed by the next pull)
 
 Idempotent: a manifest that names the same engine, whose blob is in place and hashes to its sha256,
 means nothing is copied ("up to date"); a damaged copy is removed and copied again. Resumable: a partial copy
 left by a killed pull is hashed and continued (`core.resumable`), and the blob is renamed into place
 only once every byte matched its sha256; the manifest is written (atomically) after the blob, so a
 manifest never names a blob that is not whole. The source is the catalog's store folder where this
-host has it (a shared volume), else the object store (`ENGINECACHE_STORE`, docs/store.md), whose
-download is verified in the pass that writes it (a killed download starts again rather than resumes).
+host has it (a shared volume), else the object store (`ENGINECACHE_STORE`, docs/store.md), read by
+parallel ranged GETs, each chunk verified as it lands; a killed download resumes with the chunks it
+lacks (`ArtifactStore.fetch`, core.rangedfetch), and leaves nothing outside its resume state.
 
 Exit codes (the CLI's, enginecache.errors): 0 pulled or up to date; 1 no engine of the model fits
 this host (each engine's reason in the message) or the source blob does not match its digest; 2 an
@@ -36,12 +39,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from enginecache.core.blobfetch import ensure_local_blob
 from enginecache.core.blobpaths import blob_path, blob_relative
 from enginecache.core.fingerprint import HostFingerprint, host_fingerprint
 from enginecache.core.hashing import StreamHasher, hash_stream
 from enginecache.core.names import check_model_name
 from enginecache.core.resumable import copy_resumable
+from enginecache.core.store import ArtifactStore
 from enginecache.core.storeenv import configured as remote_configured
 from enginecache.db.models import EngineRecord
 from enginecache.errors import NoEngineFitsError, StoreError
@@ -198,8 +201,10 @@ def pull(
     source = blob_path(app.home, sha256)
     try:
         if not source.is_file() and remote_configured():  # this host has no store folder: the object store
-            fetched = ensure_local_blob(dest, sha256, size=engine.size_bytes)  # verified, renamed into place
-            copied = fetched.stat().st_size
+            fetched = ArtifactStore(dest).fetch(  # ranged, verified as it lands, resumable; then renamed
+                sha256, size=engine.size_bytes, chunk_blake3=engine.chunk_blake3, mode=0o444
+            )
+            copied = fetched.fetched_bytes
         else:
             copied = copy_resumable(source, final, dest / "tmp" / f"{sha256}.partial", sha256=sha256)
         _write_atomically(where, manifest)
