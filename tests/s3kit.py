@@ -8,9 +8,9 @@ no fixed sleeps), creates an IAM user with an access key and an allow-all policy
 then turns authentication on (`/moto-api/reset-auth`: from then every request must be signed with
 the user's keys). `kill()` is SIGKILL; `restart()` starts a fresh server on the same port (moto keeps
 its state in memory: the bucket and keys are made again, new keys). `stop()` ends it and removes its
-temp folder (its log). `GatedProxy` forwards TCP to the server and, once told how many request bytes
-to let through, holds every byte after that: an upload is then in flight, part way, for as long as
-the test wants, whatever the machine's speed.
+temp folder (its log). `GatedProxy` forwards TCP to the server, counts the bytes each way and, once
+told how many request (or response) bytes to let through, holds every byte after that: an upload (or
+a download) is then in flight, part way, for as long as the test wants, whatever the machine's speed.
 
 Admin calls (listing uploads, checking a key) use boto3 with the user's keys, straight to the server.
 """
@@ -201,9 +201,12 @@ def use_env(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> None:
 class GatedProxy:
     """TCP from `listen`:<port> (127.0.0.1 by default) to a server at `target_host`:`target_port`,
     a connection upstream per accepted one. `hold_after(n)`: forward the first `n` request bytes
-    (client to server, all connections together) and hold the rest; `holding` is set once a byte
-    waits. `close()` ends every connection and the listener (held bytes are dropped). Ungated, it
-    is a plain forwarder: the fleet simulation reaches the loopback-only PostgreSQL through one."""
+    (client to server, all connections together) and hold the rest; `hold_responses_after(n)` the
+    same for response bytes (server to client: a download stops part way, whatever the machine's
+    speed); `holding` is set once a byte waits. `sent` and `received` count the request and response
+    bytes forwarded (what the server was sent, and sent back). `close()` ends every connection and
+    the listener (held bytes are dropped). Ungated, it is a plain forwarder: the fleet simulation
+    reaches the loopback-only PostgreSQL through one."""
 
     def __init__(self, target_port: int, *, listen: str = "127.0.0.1", target_host: str = "127.0.0.1") -> None:
         self.target_port = target_port
@@ -213,7 +216,9 @@ class GatedProxy:
         self.holding = threading.Event()
         self._closed = threading.Event()
         self._limit: int | None = None
+        self._response_limit: int | None = None
         self._sent = 0
+        self._received = 0
         self._lock = threading.Lock()
         self._sockets: list[socket.socket] = [self._listener]
         self._threads: list[threading.Thread] = []
@@ -226,6 +231,20 @@ class GatedProxy:
     def hold_after(self, limit: int) -> None:
         with self._lock:
             self._limit = limit
+
+    def hold_responses_after(self, limit: int) -> None:
+        with self._lock:
+            self._response_limit = limit
+
+    @property
+    def sent(self) -> int:
+        with self._lock:
+            return self._sent
+
+    @property
+    def received(self) -> int:
+        with self._lock:
+            return self._received
 
     def _spawn(self, target: Callable[..., None], *args: Any) -> None:
         thread = threading.Thread(target=target, args=args, daemon=True)
@@ -249,28 +268,26 @@ class GatedProxy:
             self._spawn(self._pump, client, upstream, True)
             self._spawn(self._pump, upstream, client, False)
 
-    def _allowance(self, wanted: int) -> int:
-        """How many of `wanted` request bytes may go now (0: hold them until closed)."""
+    def _allowance(self, wanted: int, request: bool) -> int:
+        """How many of `wanted` request (or response) bytes may go now (0: hold them until closed)."""
         with self._lock:
-            if self._limit is None:
-                self._sent += wanted
-                return wanted
-            allowed = max(0, min(wanted, self._limit - self._sent))
-            self._sent += allowed
+            limit, done = (self._limit, self._sent) if request else (self._response_limit, self._received)
+            allowed = wanted if limit is None else max(0, min(wanted, limit - done))
+            if request:
+                self._sent += allowed
+            else:
+                self._received += allowed
             return allowed
 
     def _pump(self, source: socket.socket, sink: socket.socket, request: bool) -> None:
         try:
             while data := source.recv(65536):
-                if request:
-                    allowed = self._allowance(len(data))
-                    sink.sendall(data[:allowed])
-                    if allowed < len(data):
-                        self.holding.set()
-                        self._closed.wait()  # held: nothing more goes through
-                        return
-                else:
-                    sink.sendall(data)
+                allowed = self._allowance(len(data), request)
+                sink.sendall(data[:allowed])
+                if allowed < len(data):
+                    self.holding.set()
+                    self._closed.wait()  # held: nothing more goes through
+                    return
         except OSError:
             pass  # either side went away: the other is closed below, as a cut connection is
         finally:

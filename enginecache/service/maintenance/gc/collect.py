@@ -13,7 +13,9 @@ Removed (a dry run lists them; `apply=True` removes them):
 - temp entries under `tmp/` older than the temp age (default 1 hour: a live build may be using
   them; age is the newest mtime within): job folders `job-<id>-<attempt>-<pid>` unless that worker
   pid is alive here or the job is RUNNING that attempt (a worker elsewhere), build folders
-  `build-<engine>-*` unless that engine is still PENDING, staging folders and partial blobs.
+  `build-<engine>-*` unless that engine is still PENDING, staging folders and partial blobs;
+- resume states `tmp/<sha256>.pull` (core.rangedfetch: what a killed fetch or pull left to resume)
+  that no fetch holds and in which nothing changed for the resume age (default 1 day);
 Nothing in `objects/` or `models/` younger than the temp age is removed either: a blob or bundle is
 published a moment before the row that names it is written (core.store: publishing touches it).
 

@@ -1,6 +1,7 @@
 """The store's files as `enginecache gc` sees them: the blobs under `objects/`, the entries of a
 folder, a tree's size and newest change (symlinks not followed, entries gone meanwhile skipped), and
-removing an entry (one gone meanwhile is no error; any other failure is the removal's `error`)."""
+removing an entry (one gone meanwhile is no error; any other failure is the removal's `error`; a
+resume state only while no fetch holds it, core.rangedfetch.remove_unheld)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,14 @@ import os
 import shutil
 import stat
 from collections.abc import Iterable, Iterator
+from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from enginecache.core import rangedfetch
 from enginecache.core.blobpaths import is_digest
-from enginecache.service.maintenance.gc.report import Removal
+from enginecache.service.maintenance.gc.report import RESUME_STATE, Removal
 
 logger = logging.getLogger(__name__)
 
@@ -65,7 +68,10 @@ def remove(home: Path, removal: Removal) -> Removal:
     """Remove what `removal` names under `home`; the removal, with its `error` where that failed."""
     path = home / removal.path
     try:
-        if path.is_dir() and not path.is_symlink():
+        if removal.kind == RESUME_STATE:
+            if not rangedfetch.remove_unheld(path):  # a fetch took it up since the plan: it stays
+                return replace(removal, error="a fetch took it up meanwhile; kept")
+        elif path.is_dir() and not path.is_symlink():
             shutil.rmtree(path, onerror=_unless_gone)
         else:
             path.unlink(missing_ok=True)  # gone meanwhile (another gc, a finishing build): the outcome holds

@@ -1,6 +1,7 @@
 """The plan of `enginecache gc` for the store, by the rules of service.maintenance.gc.collect's docstring, from what the
 catalog needs (service.maintenance.gc.references): which blobs under `objects/` (unreferenced, or retired past the
-grace), which model bundles under `models/` and which entries under `tmp/` to remove. What would go
+grace), which model bundles under `models/` and which entries under `tmp/` to remove (a ranged fetch's
+resume state by its own age, `GcPolicy.resume_age`). What would go
 but for its youth (a blob or bundle is published a moment before the row that names it) or a live
 owner (a job folder's worker alive here or its attempt RUNNING, a build folder's engine PENDING) is
 listed as kept instead."""
@@ -9,12 +10,15 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
+from pathlib import Path
 
+from enginecache.core import rangedfetch
 from enginecache.core.processes import pid_alive
 from enginecache.service.context import AppContext
 from enginecache.service.maintenance.gc.files import age_of, blob_files, entries, newest_mtime, tree_size
 from enginecache.service.maintenance.gc.references import References
 from enginecache.service.maintenance.gc.report import (
+    RESUME_STATE,
     RETIRED_BLOB,
     TEMP,
     UNREFERENCED_BLOB,
@@ -73,6 +77,9 @@ def plan_temp(
     planned: list[Removal] = []
     for path in entries(store.tmp_dir):
         relative = store.relative(path)
+        if rangedfetch.is_state_name(path.name):
+            planned.extend(_plan_resume_state(path, relative, now, policy, report))
+            continue
         owner = _live_owner(path.name, refs, dead)
         age = age_of(now, newest_mtime(path))
         if owner is not None:
@@ -82,6 +89,20 @@ def plan_temp(
         else:
             planned.append(Removal(TEMP, relative, tree_size(path), f"unchanged for {describe_age(age)}"))
     return planned
+
+
+def _plan_resume_state(path: Path, relative: str, now: datetime, policy: GcPolicy, report: GcReport) -> list[Removal]:
+    """A ranged fetch's resume state (core.rangedfetch): kept while a fetch holds it or one may still
+    resume it (changed within the resume age), else removed."""
+    age = age_of(now, newest_mtime(path))
+    if rangedfetch.state_held(path):
+        report.kept.append(Kept(RESUME_STATE, relative, "a fetch is at work on it"))
+    elif age < policy.resume_age:
+        report.kept.append(Kept(RESUME_STATE, relative, f"a fetch may resume it (changed {describe_age(age)} ago)"))
+    else:
+        reason = f"no fetch resumed it for {describe_age(age)}"
+        return [Removal(RESUME_STATE, relative, tree_size(path), reason)]
+    return []
 
 
 def _live_owner(name: str, refs: References, dead: set[int]) -> str | None:

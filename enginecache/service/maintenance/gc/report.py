@@ -1,5 +1,5 @@
 """What `enginecache gc` decides by and what it reports: its policy (the grace, the temp age, the
-pending age), each removal (the kind of thing, its path, its size, why, and the error where removing
+pending age, the resume age), each removal (the kind of thing, its path, its size, why, and the error where removing
 it failed), what it kept and why, the PENDING engine rows it marks FAILED, and the words for an age
 its reasons use."""
 
@@ -12,11 +12,13 @@ from typing import Any
 DEFAULT_GRACE = timedelta(days=7)
 DEFAULT_TEMP_AGE = timedelta(hours=1)
 DEFAULT_PENDING_AGE = timedelta(hours=24)
+DEFAULT_RESUME_AGE = timedelta(days=1)
 
 UNREFERENCED_BLOB = "unreferenced_blob"
 RETIRED_BLOB = "retired_blob"
 UNREFERENCED_BUNDLE = "unreferenced_bundle"
 TEMP = "temp"
+RESUME_STATE = "resume_state"
 
 
 @dataclass(frozen=True)
@@ -24,6 +26,7 @@ class GcPolicy:
     grace: timedelta = DEFAULT_GRACE  # retired engines' blobs, and finished jobs' inputs
     temp_age: timedelta = DEFAULT_TEMP_AGE  # temp entries, and unreferenced blobs and bundles
     pending_age: timedelta = DEFAULT_PENDING_AGE  # PENDING engine rows with no job
+    resume_age: timedelta = DEFAULT_RESUME_AGE  # a killed fetch's resume state (tmp/<sha256>.pull) nobody holds
 
 
 @dataclass(frozen=True)
