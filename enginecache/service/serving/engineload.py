@@ -24,7 +24,9 @@ The read does not overlap the runtime's import: on these machines the two conten
 system and the start was no faster.
 
 The blob is read from the path its sha256 implies (`core.blobpaths`, a string operation), never from
-the catalog's `blob_path`: an edited row cannot point a load at another file.
+the catalog's `blob_path`: an edited row cannot point a load at another file. It is held from before
+it is read (`core.diskbudget.BlobHold`: a shared flock, its last use recorded), and the caller keeps
+that hold as long as the engine lives, so no disk budget evicts a loaded engine.
 """
 
 from __future__ import annotations
@@ -33,8 +35,8 @@ import os
 
 from enginecache.core.backends.loadtypes import ENGINE_HEADER_BYTES, LoadSpec
 from enginecache.core.backends.registry import get_backend
-from enginecache.core.blobfetch import fetch_if_missing
 from enginecache.core.blobpaths import blob_file
+from enginecache.core.diskbudget import BlobHold, fetch_within_budget
 from enginecache.core.lazyimport import import_backend
 from enginecache.core.targettext import split_targets
 from enginecache.core.valuetype import Frozen, field
@@ -147,10 +149,12 @@ def _corrupt(facts: EngineFacts, err: BaseException, on_corrupt: Callable[[str],
 
 
 def _fetch(facts: EngineFacts, on_corrupt: Callable[[str], None]) -> None:
-    """A remote store configured and the blob not here yet: fetched and verified (StoreError: the
-    remote is unavailable); the remote's copy missing or not the blob is CORRUPT, as a missing one."""
+    """A remote store configured and the blob not here yet: fetched and verified, within the store
+    cache's budget where one is set (core.diskbudget; StoreError: the remote is unavailable, or the
+    blob is larger than the budget); the remote's copy missing or not the blob is CORRUPT, as a
+    missing one."""
     try:
-        fetch_if_missing(facts.home, facts.sha256)
+        fetch_within_budget(facts.home, facts.sha256)
     except IntegrityCheckError as err:
         raise _corrupt(facts, err, on_corrupt) from err
 
@@ -198,11 +202,18 @@ def _read_header(facts: EngineFacts, timer: PhaseTimer, on_corrupt: Callable[[st
     return header
 
 
-def load_engine(facts: EngineFacts, timer: PhaseTimer, *, on_corrupt: Callable[[str], None]) -> EngineSession:
+def load_engine(
+    facts: EngineFacts, timer: PhaseTimer, *, on_corrupt: Callable[[str], None], hold: BlobHold | None = None
+) -> EngineSession:
     """The runtime's import (phase `import_runtime`: a missing library fails before anything is read);
     where the catalog records the header's digest, the backend's header check on the verified header
     (a refusal reads nothing more); the verified read of the whole blob; then the backend's load of the
     verified bytes (its header check first).
+
+    From before the blob is read it is held (`core.diskbudget.BlobHold`: no disk budget's eviction
+    removes it, and its last use is recorded): `hold`, where given, is left holding it for the caller
+    to close with the session (also where the blob is not there: then it holds nothing); without
+    it, the hold ends on return. A load that raises holds nothing.
 
     Raises EngineRejectedError: CORRUPT (bytes do not match, or the blob is gone; `on_corrupt` ran),
     INCOMPATIBLE (the backend's validity test) or ERROR (the runtime could not load it).
@@ -212,6 +223,24 @@ def load_engine(facts: EngineFacts, timer: PhaseTimer, *, on_corrupt: Callable[[
         import_backend(backend.module, backend.declaration.install_hint)
     spec = facts.load_spec()
     _fetch(facts, on_corrupt)
+    held = BlobHold() if hold is None else hold
+    if not held.take(facts.blob_file):  # evicted by another process since the fetch: fetched once more
+        _fetch(facts, on_corrupt)
+        held.take(facts.blob_file)
+    try:
+        return _load_here(backend, facts, spec, timer, on_corrupt)
+    except BaseException:
+        held.close()
+        raise
+    finally:
+        if hold is None:
+            held.close()
+
+
+def _load_here(
+    backend: Backend, facts: EngineFacts, spec: LoadSpec, timer: PhaseTimer, on_corrupt: Callable[[str], None]
+) -> EngineSession:
+    """`load_engine` once the blob is here (and held)."""
     if facts.header_blake3:
         header = _read_header(facts, timer, on_corrupt)
         try:

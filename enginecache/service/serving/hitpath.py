@@ -35,6 +35,7 @@ import time
 
 from enginecache.core.backends.loadtypes import PhaseTimer
 from enginecache.core.backends.registry import get_backend
+from enginecache.core.diskbudget import BlobHold
 from enginecache.core.lazyimport import import_backend
 from enginecache.core.pathtext import absolute_text
 from enginecache.core.verdicts import Verdict
@@ -302,8 +303,11 @@ def _load(
         "precision": spec.precision,
         "host_target": backend.host_target(host),
     }
+    hold = BlobHold()
     try:
-        session = load_engine(facts, timer, on_corrupt=lambda reason: _mark_corrupt(connection, facts.id, reason))
+        session = load_engine(
+            facts, timer, on_corrupt=lambda reason: _mark_corrupt(connection, facts.id, reason), hold=hold
+        )
     except EngineRejectedError as err:
         if err.verdict == Verdict.ERROR.outcome:
             _mark_load_error(connection, facts.id, load_error_note(str(err)))
@@ -313,7 +317,7 @@ def _load(
         _record(connection, event, "failed", f"{type(err).__name__}: {err}", timer.phases, started)
         raise
     _record(connection, event, "hit", f"engine {facts.id}", timer.phases, started)
-    return LoadedEngine(
+    loaded = LoadedEngine(
         session,
         engine_record_loader(where, facts.id),
         "hit",
@@ -323,3 +327,5 @@ def _load(
         model_name=found.model_name,
         via="hitpath",
     )
+    loaded._hold = hold
+    return loaded

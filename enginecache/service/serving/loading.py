@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from enginecache.core.backends.base import EngineSession, PhaseTimer
+from enginecache.core.diskbudget import BlobHold
 from enginecache.core.verdicts import Verdict
 from enginecache.db import engines
 from enginecache.db.models import EngineRecord
@@ -54,13 +55,16 @@ def read_engine(
     return read_blob(engine_facts(app, engine), timer or PhaseTimer(), _marker(app, engine.id or 0, by))
 
 
-def load_engine_record(app: AppContext, engine: EngineRecord, timer: PhaseTimer) -> EngineSession:
+def load_engine_record(
+    app: AppContext, engine: EngineRecord, timer: PhaseTimer, *, hold: BlobHold | None = None
+) -> EngineSession:
     """The backend's header check, then read and verify the blob in one pass, then load it; CORRUPT
-    marks the engine (audited as found by `load_or_build`). Raises EngineRejectedError (CORRUPT,
-    INCOMPATIBLE or ERROR)."""
+    marks the engine (audited as found by `load_or_build`). `hold` as `engineload.load_engine`'s.
+    Raises EngineRejectedError (CORRUPT, INCOMPATIBLE or ERROR)."""
     engine_id = engine.id or 0
     try:
-        return load_engine(engine_facts(app, engine), timer, on_corrupt=_marker(app, engine_id, LOAD_OR_BUILD))
+        facts = engine_facts(app, engine)
+        return load_engine(facts, timer, on_corrupt=_marker(app, engine_id, LOAD_OR_BUILD), hold=hold)
     except EngineRejectedError as err:
         if err.verdict == Verdict.ERROR.outcome:
             with app.catalog.changes() as ex:

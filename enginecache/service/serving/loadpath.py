@@ -20,6 +20,7 @@ from sqlmodel import Session, col, select
 
 from enginecache.core.backends.base import PhaseTimer
 from enginecache.core.backends.registry import get_backend
+from enginecache.core.diskbudget import BlobHold
 from enginecache.core.fingerprint import HostFingerprint
 from enginecache.db.engines import phase_seconds, ready_engine_ids
 from enginecache.db.models import (
@@ -157,10 +158,14 @@ def load_or_build_full(
         record_event(app, event)
         recorded.append(outcome)
 
+    hold = BlobHold()  # the blob held while the engine lives (core.diskbudget)
+
     def loaded(session: Any, engine: EngineRecord, outcome: str, digest: str, model: ModelRecord) -> LoadedEngine:
-        return LoadedEngine(
+        result = LoadedEngine(
             session, engine, outcome, dict(timer.phases), digest, facts=engine_facts(app, engine), model_name=model.name
         )
+        result._hold = hold
+        return result
 
     try:
         event.host_target = get_backend(spec.backend).host_target(host)
@@ -178,7 +183,7 @@ def load_or_build_full(
                 engine = find_engine(app, plan, host)
         if engine is not None and model is not None and plan is not None:
             try:
-                session = load_engine_record(app, engine, timer)
+                session = load_engine_record(app, engine, timer, hold=hold)
             except EngineRejectedError as err:
                 finish("rejected", str(err), engine)
                 remember_hit(app, spec, plan, engine, ready, host)  # the same verdict, sooner, next time
@@ -207,7 +212,7 @@ def load_or_build_full(
         with timer.phase("build"):
             built = build_engine(app, request, host=host).engine
         try:
-            session = load_engine_record(app, built, timer)
+            session = load_engine_record(app, built, timer, hold=hold)
         except EngineRejectedError as err:
             finish("rejected", f"built engine {built.id}, then: {err}", built)
             raise

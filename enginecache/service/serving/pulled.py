@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from enginecache.core.backends.base import PhaseTimer
+from enginecache.core.diskbudget import BlobHold
 from enginecache.errors import BadInputError, EngineRejectedError
 from enginecache.service.serving.engineload import EngineFacts, load_engine
 from enginecache.service.serving.runtimetypes import LoadedEngine, RuntimeSpec
@@ -133,9 +134,10 @@ def load_pulled(
     row = {**engine, "targets": ",".join(engine["targets"])}
     facts = EngineFacts.from_row(home, row)
     timer = PhaseTimer()
+    hold = BlobHold()  # while the engine lives, `pull --max-bytes` into this folder leaves its blob alone
     try:
         # a corrupt copy is the folder's own: the next pull replaces it, the catalog's engine stays as it is
-        session = load_engine(facts, timer, on_corrupt=lambda _reason: None)
+        session = load_engine(facts, timer, on_corrupt=lambda _reason: None, hold=hold)
     except EngineRejectedError as err:
         _record(url, data["model"], facts, "rejected", str(err), timer, started)
         raise
@@ -161,6 +163,7 @@ def load_pulled(
         via="pulled",
     )
     loaded._pending = record
+    loaded._hold = hold
     return loaded
 
 

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from enginecache.core.backends.base import EngineSession
+    from enginecache.core.diskbudget import BlobHold
     from enginecache.db.models import EngineRecord
     from enginecache.service.builds.plan import BuildRequest
     from enginecache.service.serving.engineload import EngineFacts
@@ -64,7 +65,9 @@ class LoadedEngine(Mutable):
 
     `engine` is the catalog row (an `EngineRecord`). A cache hit answered without the ORM
     (`service.serving.hitpath`) builds that record on first access only, so serving code that never
-    touches it imports no SQLAlchemy; `engine_id` and `facts` need nothing.
+    touches it imports no SQLAlchemy; `engine_id` and `facts` need nothing. Until `close()`, it
+    holds its blob (`core.diskbudget.BlobHold`): no disk budget evicts an engine a live process has
+    loaded.
     """
 
     session: EngineSession
@@ -77,10 +80,11 @@ class LoadedEngine(Mutable):
     state_file: Path | None = None  # the serving state written for this load, removed on close
     via: str = "fullpath"  # "hitpath": answered by service.serving.hitpath (stdlib sqlite3, the memo)
 
-    __slots__ = ("_pending",)
+    __slots__ = ("_hold", "_pending")
 
     def __post_init__(self) -> None:
         self._pending: threading.Thread | None = None  # a background write close() waits for (service.serving.pulled)
+        self._hold: BlobHold | None = None  # the blob held while the engine lives (core.diskbudget), closed by close()
 
     def __repr__(self) -> str:  # as the dataclass's: `_engine` (a record or its loader) left out
         fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._fields if name != "_engine")
@@ -110,6 +114,9 @@ class LoadedEngine(Mutable):
 
     def close(self) -> None:
         self.session.close()
+        if self._hold is not None:
+            self._hold.close()  # from now on a disk budget may evict the blob
+            self._hold = None
         if self._pending is not None:
             self._pending.join(PENDING_JOIN_SECONDS)
             self._pending = None
