@@ -20,6 +20,15 @@ BackendOption = Annotated[
     str | None, typer.Option(metavar="BACKEND", help="Only this backend: the one the serving process loads with.")
 ]
 EngineOption = Annotated[int | None, typer.Option("--engine", metavar="ID", help="Exactly this engine (pinned).")]
+MaxBytesOption = Annotated[
+    str | None,
+    typer.Option(
+        "--max-bytes",
+        metavar="N",
+        help="Keep the engines in DIR within N bytes (or 20G: K, M, G, T), evicting the least recently loaded "
+        "ones no manifest names and no running process has loaded.",
+    ),
+]
 AllowCpuOption = Annotated[
     bool,
     typer.Option("--allow-cpu", help="On a host with a GPU, take an engine for its CPU where none fits its GPU."),
@@ -73,18 +82,23 @@ def pull(
     precision: PrecisionOption = None,
     engine: EngineOption = None,
     allow_cpu: AllowCpuOption = False,
+    max_bytes: MaxBytesOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Copy the engine that fits this host into DIR, verified, with a manifest; resumable and idempotent."""
+    from enginecache.service.fleet.pull import max_bytes_option
     from enginecache.service.fleet.pull import pull as pull_engine
     from enginecache.service.readmodels.display import printable
 
-    result = pull_engine(app_context(ctx), model, dest, wanted=_wanted(backend, precision, engine, allow_cpu))
+    budget = None if max_bytes is None else max_bytes_option(max_bytes)
+    wanted = _wanted(backend, precision, engine, allow_cpu)
+    result = pull_engine(app_context(ctx), model, dest, wanted=wanted, max_bytes=budget)
     done = "up to date" if result.up_to_date else f"pulled {result.copied_bytes} bytes"
+    evicted = "" if result.evicted is None else f"; {result.evicted.describe()}"
     emit(
         result.to_dict(),
         as_json,
-        printable(f"engine {result.engine_id}: {done} into {result.dest / result.manifest['blob']}"),
+        printable(f"engine {result.engine_id}: {done} into {result.dest / result.manifest['blob']}{evicted}"),
     )
 
 

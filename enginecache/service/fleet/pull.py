@@ -14,6 +14,7 @@ catalog connection):
     DIR/tmp/<digest>.partial          a copy from a store folder in progress (resumed by the next pull)
     DIR/tmp/<digest>.pull/            a download from the object store in progress, its resume state
                                       (core.rangedfetch; resumed by the next pull)
+    DIR/gc.lock                       held shared by a pull while its blob lands, exclusive to evict
 
 Idempotent: a manifest that names the same engine, whose blob is in place and hashes to its sha256,
 means nothing is copied ("up to date"); a damaged copy is removed and copied again. Resumable: a partial copy
@@ -24,9 +25,16 @@ host has it (a shared volume), else the object store (`ENGINECACHE_STORE`, docs/
 parallel ranged GETs, each chunk verified as it lands; a killed download resumes with the chunks it
 lacks (`ArtifactStore.fetch`, core.rangedfetch), and leaves nothing outside its resume state.
 
+A disk budget (`max_bytes`, `pull --max-bytes N`): the blobs in DIR are kept within N bytes by
+evicting the least recently loaded blobs that no manifest names, with `core.diskbudget`'s contract
+(never one a live process has loaded, never one a manifest names, so never the one this pull
+selects); room is made before the copy and the rest evicted once the manifest is written
+(`PullResult.evicted`). A budget the selected engine does not fit, beside the blobs the other
+manifests name, is BadInputError before anything is copied or removed.
+
 Exit codes (the CLI's, enginecache.errors): 0 pulled or up to date; 1 no engine of the model fits
 this host (each engine's reason in the message) or the source blob does not match its digest; 2 an
-unknown model or a bad argument; 3 the catalog or the store cannot be reached.
+unknown model or a bad argument (a budget the engine does not fit); 3 the catalog or the store cannot be reached.
 """
 
 from __future__ import annotations
@@ -34,12 +42,13 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from enginecache.core.blobpaths import blob_path, blob_relative
+from enginecache.core.diskbudget import EvictionReport, Landing, parse_size
 from enginecache.core.fingerprint import HostFingerprint, host_fingerprint
 from enginecache.core.hashing import StreamHasher, hash_stream
 from enginecache.core.names import check_model_name
@@ -65,8 +74,10 @@ class PullResult:
     copied_bytes: int
     up_to_date: bool
     manifest: dict[str, Any]
+    evicted: EvictionReport | None = None  # with a disk budget: what it evicted, and what it could not
 
     def to_dict(self) -> dict[str, Any]:
+        budget = {} if self.evicted is None else {"evicted": self.evicted.to_dict()}
         return {
             "dest": str(self.dest),
             "manifest": str(self.manifest_path),
@@ -75,6 +86,7 @@ class PullResult:
             "copied_bytes": self.copied_bytes,
             "up_to_date": self.up_to_date,
             "blob": self.manifest["blob"],
+            **budget,
         }
 
 
@@ -175,6 +187,12 @@ def _write_atomically(path: Path, data: dict[str, Any]) -> None:
         raise
 
 
+def max_bytes_option(text: str) -> int:
+    """`pull --max-bytes`'s value in bytes: a number, or one with K, M, G or T (`20G`); BadInputError
+    otherwise."""
+    return parse_size(text, "--max-bytes")
+
+
 def pull(
     app: AppContext,
     model_ref: str | int,
@@ -182,10 +200,31 @@ def pull(
     *,
     wanted: Wanted | None = None,
     host: HostFingerprint | None = None,
+    max_bytes: int | None = None,
 ) -> PullResult:
-    """Copy the engine that fits this host into `dest` (module docstring). Raises NoEngineFitsError
-    when none does, NotFoundError for an unknown model, IntegrityCheckError where the source blob does
-    not match its digest, StoreError where it cannot be read or `dest` written."""
+    """Copy the engine that fits this host into `dest` (module docstring), within `max_bytes` where
+    given. Raises NoEngineFitsError when none does, NotFoundError for an unknown model, BadInputError
+    for a budget the engine does not fit, IntegrityCheckError where the source blob does not match
+    its digest, StoreError where it cannot be read or `dest` written."""
+    landing = Landing(str(dest), max_bytes, name="--max-bytes")
+    try:
+        result = _pull(app, model_ref, dest, landing, wanted=wanted, host=host)
+    finally:
+        landing.release()
+    evicted = landing.finish()
+    return result if evicted is None else replace(result, evicted=evicted)
+
+
+def _pull(
+    app: AppContext,
+    model_ref: str | int,
+    dest: Path,
+    landing: Landing,
+    *,
+    wanted: Wanted | None = None,
+    host: HostFingerprint | None = None,
+) -> PullResult:
+    """`pull` with the folder's `landing`, admitted once the engine is chosen."""
     host, wanted = host or host_fingerprint(), wanted or Wanted()
     found = model_profiles(app, model_ref, wanted=wanted, host=host)
     chosen = found.selected
@@ -196,6 +235,7 @@ def pull(
     manifest = _manifest(app, engine, chosen, host, found.release)
     final = dest / manifest["blob"]
     where = manifest_path(dest, found.model)
+    landing.admit(sha256, int(engine.size_bytes or 0), where.name)  # the budget, before anything moves
     if _up_to_date(where, engine, final):
         return PullResult(dest, where, chosen.engine_id, sha256, 0, True, json.loads(where.read_text()))
     source = blob_path(app.home, sha256)
