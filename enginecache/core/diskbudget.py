@@ -115,10 +115,10 @@ class BlobHold:
     def held(self) -> bool:
         return self.fd >= 0
 
-    def close(self) -> None:
+    def close(self, _close: Callable[[int], None] = os.close) -> None:
         fd, self.fd = self.fd, -1
         if fd >= 0:
-            os.close(fd)  # the flock goes with the descriptor
+            _close(fd)  # the flock goes with the descriptor (os.close bound early: __del__ may run at exit)
 
     def __del__(self) -> None:
         self.close()
@@ -137,11 +137,16 @@ def blob_entries(root: str) -> list[BlobEntry]:
     """Every blob under `<root>/objects/sha256/` (files named by a digest; anything else is left out)."""
     found: list[BlobEntry] = []
     try:
-        shards = [e for e in os.scandir(os.path.join(root, BLOB_FOLDER)) if e.is_dir(follow_symlinks=False)]
+        with os.scandir(os.path.join(root, BLOB_FOLDER)) as top:
+            shards = [e.path for e in top if e.is_dir(follow_symlinks=False)]
     except FileNotFoundError:
         return found
     for shard in shards:
-        with os.scandir(shard.path) as listing:
+        try:
+            listing = os.scandir(shard)
+        except FileNotFoundError:
+            continue
+        with listing:
             for entry in listing:
                 if not is_digest(entry.name) or not entry.is_file(follow_symlinks=False):
                     continue
@@ -220,7 +225,7 @@ class EvictionReport:
             f"evicted {len(self.evicted)} blob(s), {self.evicted_bytes} bytes; {self.total_after} of {self.max_bytes}"
         )
         if self.over_budget:
-            held = f"{len(self.in_use)} held by running processes" if self.in_use else "kept: manifests name them"
+            held = f"{len(self.in_use)} blob(s) held by running processes" if self.in_use else "the rest may not go"
             text += f" bytes: over budget ({held})"
         else:
             text += " bytes used"
@@ -264,10 +269,10 @@ class FolderLock:
     def __init__(self, fd: int) -> None:
         self.fd = fd
 
-    def close(self) -> None:
+    def close(self, _close: Callable[[int], None] = os.close) -> None:
         fd, self.fd = self.fd, -1
         if fd >= 0:
-            os.close(fd)
+            _close(fd)
 
     def __enter__(self) -> FolderLock:
         return self
