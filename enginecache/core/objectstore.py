@@ -17,6 +17,10 @@ Never overwriting (docs/store.md says what each path guarantees):
   (a killed client or server) leaves parts the bucket's lifecycle rule for incomplete multipart
   uploads removes, and never a visible object.
 
+Reading: `read_blob` streams a whole object (one GET); `read_range` is one ranged GET, the unit of a
+parallel, resumable fetch (core.rangedfetch, `range_concurrency` = ENGINECACHE_STORE_CONCURRENCY at
+once, all through this store's one client).
+
 An existing object that is not the blob (another size, another claimed digest, or no claim and other
 bytes) is IntegrityCheckError, and it is left as it is: an operator removes it. Every other failure
 (the server refuses our credentials, is unreachable, errs) is StoreError.
