@@ -95,6 +95,54 @@ def _table(figures: list[Figure]) -> str:
     return "\n".join(rows)
 
 
+DEVICE_RESULTS = BENCH / "results" / "device_read_h200.json"
+
+
+def device_table(path: Path = DEVICE_RESULTS) -> str:
+    """The committed H200 figures of bench/gpu/device_read.py as a table (not re-run here: no GPU)."""
+    import json
+
+    if not path.is_file():
+        return "No H200 device figures are committed (bench/gpu/device_read.py writes them on a GPU host)."
+    data = json.loads(path.read_text())
+    lines = [
+        f"**On the GPU** ({data['gpu'].get('name', 'GPU')}, {data['machine'].get('cores', '?')} cores; "
+        "bench/gpu/device_read.py, committed as bench/results/device_read_h200.json; not re-run by `make bench`, "
+        "which has no GPU): an engine-sized file from the page cache into device memory, each sample a new process "
+        "interleaved with the floor, kvikio's raw `CuFile.pread` (unverified).",
+        "",
+        "| size | path | new process: ratio median (min) | file -> device | kvikio alone |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for entry in data["sizes"]:
+        for figure in entry["figures"]:
+            ratio, span = figure["summary"]["ratio"], figure["span"]
+            goal = f" (goal {figure['goal_ratio']}x)" if figure.get("goal_ratio") else ""
+            lines.append(
+                f"| {entry['size']}B | {figure['name'].split(' ', 1)[1]} | {ratio['median']:.3f}x "
+                f"({ratio['min']:.3f}x){goal} | {span['a_GBps']:.1f} GB/s | {span['floor_GBps']:.1f} GB/s |"
+            )
+        rates = entry.get("rates", {})
+        lines.append("")
+        lines.append(
+            f"Pure pinned host -> device copy {rates.get('h2d_pinned_GBps', 0):.1f} GB/s; BLAKE3 of the file on every "
+            f"core {rates.get('blake3_all_cores_GBps', 0):.1f} GB/s. The GPU BLAKE3 kernels matched the `blake3` "
+            f"package on {data['gpu_blake3']['cases']} sizes around every boundary of the tree "
+            f"({len(data['gpu_blake3']['failures'])} failures); both device paths left exactly the file's bytes on "
+            "the device and named a flipped byte's chunk."
+        )
+    return "\n".join(lines)
+
+
+SCALE_NOTES = """**Reading, verifying and pulling multi-GB engines** (issue 24). The figures live in their own
+sections of this page, measured in the same run: chunk-verified reads of 10 MiB to 4 GiB against a parallel read plus a
+parallel BLAKE3 done apart (Verified read, with its chart of cost against size); a 2 GB ORT engine's load against
+`InferenceSession(path)` (Engine load, ONNX Runtime); pulls from the local S3 server against obstore's raw
+parallel ranged download (its own section). Every blob over 32 MiB records a BLAKE3 digest per 32 MiB chunk
+(`core.chunkdigests`): a read checks chunks on every core as they land, a pull fetches and checks them
+independently and resumes at whole chunks, and a bad byte is named by its chunk."""
+
+
 def run(report: Any) -> list[Figure]:
     rtx_preset = "0.1b" if report.quick else "1b"
     pairs = 2 if report.quick else 1
@@ -112,7 +160,14 @@ def run(report: Any) -> list[Figure]:
             SECTION,
             "A decoder in the Llama layout (RMSNorm, rotary attention with a KV cache and grouped-query heads, "
             "SwiGLU), random weights, built in a new process beside the same build by hand.",
-            notes=_table(figures) + "\n\n" + "\n\n".join(notes) + ORT_LIMIT,
+            notes=_table(figures)
+            + "\n\n"
+            + "\n\n".join(notes)
+            + ORT_LIMIT
+            + "\n\n"
+            + SCALE_NOTES
+            + "\n\n"
+            + device_table(),
         )
         return figures
     finally:
