@@ -27,7 +27,10 @@ from enginecache.db.models import EngineRecord, EngineStatus
 from enginecache.errors import EngineRejectedError, IntegrityCheckError
 from enginecache.service.context import AppContext
 from enginecache.service.engines.records import get_engine, verify_engines
+from enginecache.service.models.register import register_model
+from enginecache.service.models.verify import verify_models
 from tests.conftest import corrupt_blob
+from tests.modelfactory import make_external_data_model
 from tests.servingkit import LOAD_PATHS, ORT, Served, load_through, serve_mlp
 
 KiB = 1024
@@ -239,3 +242,21 @@ def test_verify_adds_the_chunk_list_a_row_lacks(
     [result] = verify_engines(app_ctx, [engine_id])
     assert result.ok and "chunk digests recorded" in result.message
     assert get_engine(app_ctx, engine_id).chunk_blake3 == served.engine.chunk_blake3
+
+
+def test_a_model_records_its_files_chunks_and_verify_names_the_bad_one(
+    app_ctx: AppContext, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model's files over one chunk get chunk digests at registration (`models.info`); a verify
+    that finds the stored bundle changed names the file and the chunk (1 KiB chunks here)."""
+    monkeypatch.setattr(chunkdigests, "CHUNK_DIGEST_BYTES", KiB)
+    source = make_external_data_model(tmp_path / "src")
+    model = register_model(app_ctx, source, name="ext").model
+    data_name = source.name + ".data"
+    data = (source.parent / data_name).read_bytes()
+    assert model.info["chunk_blake3"][data_name] == expected_chunks(data, KiB) and len(data) > 3 * KiB
+    stored = app_ctx.home / "models" / model.digest / data_name
+    corrupt_blob(stored, 2 * KiB + 9)
+    [result] = verify_models(app_ctx, [model])
+    assert not result.ok
+    assert f"{data_name}: chunk 2 (bytes {2 * KiB}-{3 * KiB - 1})" in result.message

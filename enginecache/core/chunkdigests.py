@@ -18,6 +18,8 @@ list). Imports only `blake3` (already on the load path) and the error tree.
 
 from __future__ import annotations
 
+import os
+
 import blake3
 
 from enginecache.errors import IntegrityCheckError
@@ -132,3 +134,18 @@ class ChunkHasher:
         if len(digests) <= 1:
             return ""
         return ChunkDigests(self._chunk_bytes, tuple(digests)).encode()
+
+
+def check_file_chunks(path: str | os.PathLike[str], encoded: str, name: str | None = None) -> None:
+    """Read the file at `path` chunk by chunk and raise IntegrityCheckError for the first chunk that
+    does not match its digest in `encoded` (or for a size the list cannot cover); `name` is the file
+    as the error names it. Nothing where every chunk matches or `encoded` holds no list."""
+    chunks = decode(encoded)
+    if chunks is None:
+        return
+    shown = name if name is not None else os.fspath(path)
+    with open(path, "rb", buffering=0) as stream:
+        size = os.fstat(stream.fileno()).st_size
+        for index, (start, end) in enumerate(chunks.ranges(size)):
+            stream.seek(start)
+            chunks.check(shown, index, stream.read(end - start))

@@ -198,12 +198,7 @@ def verify_file(
 def _name_bad_chunk(path: StrPath, shown: str, size: int, chunk_blake3: str) -> None:
     """Raise the IntegrityCheckError of the first chunk of `path` that does not match its recorded
     digest (a file whose whole digest did not match; the rare path pays for reading it again)."""
-    from enginecache.core.chunkdigests import decode
+    del size  # the check takes the file's own size
+    from enginecache.core.chunkdigests import check_file_chunks
 
-    chunks = decode(chunk_blake3)
-    if chunks is None:
-        return
-    with open(path, "rb", buffering=0) as stream:
-        for index, (start, end) in enumerate(chunks.ranges(size)):
-            stream.seek(start)
-            chunks.check(shown, index, stream.read(end - start))
+    check_file_chunks(path, chunk_blake3, shown)

@@ -32,7 +32,7 @@ from __future__ import annotations
 import hashlib
 import stat
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import onnx
@@ -106,6 +106,9 @@ class ModelInfo:
     external_data_files: tuple[str, ...]
     size_bytes: int
     digest: str
+    chunk_blake3: dict[str, str] = field(default_factory=dict)
+    """Each file's chunk digests (`core.chunkdigests`' encoding) by its name in the bundle, for the
+    files over one chunk: a verify that finds the bundle changed names the file and the chunk."""
     quantized: str | None = None
     """How the model is already quantized (Q/DQ nodes, QOperator ops, integer ops, INT8 weights
     dequantized by Cast/Mul), or None for a float model: such a model builds only as is (fp32)."""
@@ -128,6 +131,7 @@ class ModelInfo:
             "external_data_files": list(self.external_data_files),
             "size_bytes": self.size_bytes,
             "digest": self.digest,
+            "chunk_blake3": dict(self.chunk_blake3),
             "quantized": self.quantized,
         }
 
@@ -191,6 +195,13 @@ def _inspect(path: Path) -> ModelInfo:
 
     count, nbytes = parameters(model)
     size = model_size + sum(file.stat().st_size for file in files.values())
+    hashed: dict[str, DigestResult] = {}
+
+    def read(file: Path, relpath: str) -> DigestResult:
+        hashed[relpath] = found = hash_file(file)
+        return found
+
+    digest = model_digest(path, locations, read=read)
 
     return ModelInfo(
         path=path,
@@ -207,7 +218,8 @@ def _inspect(path: Path) -> ModelInfo:
         parameter_bytes=nbytes,
         external_data_files=tuple(locations),
         size_bytes=size,
-        digest=model_digest(path, locations),
+        digest=digest,
+        chunk_blake3={name: found.chunk_blake3 for name, found in hashed.items() if found.chunk_blake3},
         quantized=quantization(model),
     )
 

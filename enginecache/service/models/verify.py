@@ -29,6 +29,7 @@ from typing import Any
 from sqlmodel import col, select
 
 from enginecache.core.blobpaths import model_dir, model_file
+from enginecache.core.chunkdigests import check_file_chunks
 from enginecache.core.hashing import DigestResult, copy_hashed
 from enginecache.core.onnx_info import model_digest
 from enginecache.core.store import fsync_dir
@@ -95,8 +96,24 @@ def _mismatch(app: AppContext, model: ModelRecord, read: DigestReader | None = N
     except IntegrityCheckError as err:
         return str(err)
     if got != model.digest:
-        return f"{_label(model)}: its stored bundle {bundle_path(app, model).parent} hashes to {got}"
+        where = _bad_chunk(app, model)
+        return f"{_label(model)}: its stored bundle {bundle_path(app, model).parent} hashes to {got}{where}"
     return None
+
+
+def _bad_chunk(app: AppContext, model: ModelRecord) -> str:
+    """Where the stored bundle differs, as "; <file>: chunk N (bytes a-b) ...", for the first file
+    whose recorded chunk digests (`info["chunk_blake3"]`) a chunk of it does not match; "" where
+    none is recorded or every recorded chunk matches."""
+    folder = bundle_path(app, model).parent
+    for name, encoded in sorted(((model.info or {}).get("chunk_blake3") or {}).items()):
+        try:
+            check_file_chunks(folder / name, str(encoded), name)
+        except IntegrityCheckError as err:
+            return f"; {err}"
+        except OSError:
+            continue  # a missing file: the digest's own message says the bundle is damaged
+    return ""
 
 
 def check_bundle(app: AppContext, model: ModelRecord, read: DigestReader | None = None) -> None:
