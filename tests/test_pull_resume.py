@@ -161,7 +161,7 @@ def test_a_pull_killed_at_half_resumes_and_fetches_only_the_chunks_it_lacks(
 
 
 def test_a_flipped_byte_in_the_bucket_is_named_by_chunk_and_range(
-    server: S3Server, app_ctx: AppContext, app_factory: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    server: S3Server, app_ctx: AppContext, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     prefix = f"flip-{uuid.uuid4().hex[:12]}"
     use_env(monkeypatch, server.env(prefix, ENGINECACHE_STORE_CONCURRENCY=str(CONCURRENCY)))
