@@ -416,11 +416,12 @@ class Landing:
         return self.report
 
 
-def fetch_within_budget(home: str, sha256: str | None) -> None:
+def fetch_within_budget(home: str, sha256: str | None, *, chunk_blake3: str | None = None) -> None:
     """`core.blobfetch.fetch_if_missing` for a load, within `ENGINECACHE_STORE_CACHE_MAX_BYTES` where
     it is set: the blob's size asked of the remote, StoreError before anything is downloaded where
     the budget is smaller; then room made (blobs the remote holds, least recently used first: a blob
-    whose only copy is here is never evicted), then the fetch. An eviction another process is doing
+    whose only copy is here is never evicted), then the fetch (each chunk checked against
+    `chunk_blake3` as it lands, where the row records it). An eviction another process is doing
     meanwhile is left to it. With the blob here or no remote: a stat, as `fetch_if_missing`."""
     file = blob_file(home, sha256)  # IntegrityCheckError for a value that is not a digest, remote or not
     if not configured() or os.path.isfile(file):
@@ -429,7 +430,7 @@ def fetch_within_budget(home: str, sha256: str | None) -> None:
 
     budget = store_cache_budget()
     if budget is None:
-        fetch_if_missing(home, sha256)
+        fetch_if_missing(home, sha256, chunk_blake3=chunk_blake3)
         return
     import logging
     from pathlib import Path
@@ -451,4 +452,4 @@ def fetch_within_budget(home: str, sha256: str | None) -> None:
                 report = evict(home, budget, incoming=size, may_remove=lambda d, s: remote.stat_blob(d) == s)
             if report.evicted or report.over_budget:
                 logging.getLogger(__name__).info("store cache %s: %s", home, report.describe())
-    fetch_if_missing(home, digest, size=size)
+    fetch_if_missing(home, digest, size=size, chunk_blake3=chunk_blake3)
