@@ -192,7 +192,7 @@ def test_listings_and_views_say_what_the_orm_records_say(
     engines = _json(cli(capsys, seeded, "engine", "list", "--json"))
     assert engines == _plain([engine_to_dict(seeded, e) for e in list_engines(seeded)])
     models = _json(cli(capsys, seeded, "model", "list", "--json"))
-    assert models == _plain([model_to_dict(m) for m in list_models(seeded)])
+    assert models == _plain([model_to_dict(seeded, m) for m in list_models(seeded)])
     jobs = _json(cli(capsys, seeded, "jobs", "--json"))
     assert jobs == _plain([job_to_dict(seeded, get_job(seeded, row["id"])) for row in jobs])
     assert [row["id"] for row in jobs] == sorted((row["id"] for row in jobs), reverse=True)
@@ -273,14 +273,16 @@ def test_streamed_json_is_one_document(
         assert isinstance(document, list) and len(document) == count
         assert result.out.startswith("[\n") and result.out.endswith("\n]\n")
         text = cli(capsys, app_ctx, *args)
-        assert len(text.out.splitlines()) == count
+        assert len(text.out.splitlines()) == count + (args != ["jobs"]), "a row each, under a header"
 
 
 def test_the_text_table(seeded: AppContext, capsys: pytest.CaptureFixture[str]) -> None:
     rows = _json(cli(capsys, seeded, "engine", "list", "--json"))
-    lines = cli(capsys, seeded, "engine", "list").out.splitlines()
+    header, *lines = cli(capsys, seeded, "engine", "list").out.splitlines()
+    assert header.split() == ["ID", "MODEL", "VER", "BACKEND", "PREC", "TARGETS", "STATUS", "SHA256"]
     assert [int(line.split()[0]) for line in lines] == [row["id"] for row in rows]
-    assert lines[0].split()[1] == rows[0]["model"]
+    assert lines[0].split()[1:3] == [rows[0]["model"], "v1"]
+    assert lines[0][header.index("STATUS") :].startswith(rows[0]["status"]), "the columns line up"
 
 
 def test_stream_rows_writes_one_array(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -317,7 +319,7 @@ def test_the_engine_and_job_text_views(seeded: AppContext, capsys: pytest.Captur
     engine = _json(cli(capsys, seeded, "engine", "show", "3", "--json"))
     lines = cli(capsys, seeded, "engine", "show", "3").out.splitlines()
     assert lines[0] == (
-        f"engine 3: READY, model {engine['model']} (id {engine['model_id']}), ort 1.0, fp32, targets x86_64-avx2"
+        f"engine 3: READY, model {engine['model']} v1 (id {engine['model_id']}), ort 1.0, fp32, targets x86_64-avx2"
     )
     assert f"blob: 30 B, sha256 {engine['sha256']}, blake3 -" in lines
     assert f"path: {engine['path']}" in lines

@@ -7,12 +7,20 @@ from typing import Annotated, Any
 
 import typer
 
-from enginecache.cli.common import JsonOption, app_context, emit, job_error, job_progress_printer, note_line
+from enginecache.cli.common import (
+    MODEL_REF_HELP,
+    JsonOption,
+    app_context,
+    emit,
+    job_error,
+    job_progress_printer,
+    note_line,
+)
 
 
 def build(
     ctx: typer.Context,
-    model: Annotated[str | None, typer.Argument(help="Model name, id or digest (not with --matrix).")] = None,
+    model: Annotated[str | None, typer.Argument(metavar="MODEL", help=f"{MODEL_REF_HELP}; not with --matrix.")] = None,
     backend: Annotated[str, typer.Option(help="rtx | trt | ort")] = "rtx",
     target: Annotated[
         list[str] | None, typer.Option("--target", help="Comma-separated: sm80,sm86 (rtx); cpu (ort).")

@@ -31,6 +31,7 @@ __all__ = [
     "EXIT_BAD_INPUT",
     "EXIT_FAILED",
     "EXIT_UNAVAILABLE",
+    "MODEL_REF_HELP",
     "CliSettings",
     "EngineIdArgument",
     "JobIdArgument",
@@ -64,6 +65,8 @@ OffsetOption = Annotated[
     int | None, typer.Option("--offset", min=0, metavar="N", help="Skip this many rows first (the next page).")
 ]
 EngineIdArgument = Annotated[int, typer.Argument(help="Engine id.")]
+# How every command names a model (service.readmodels.modelrefs reads it).
+MODEL_REF_HELP = "NAME (its newest version), NAME@vN, NAME@ALIAS, an id or a digest (prefix)"
 JobIdArgument = Annotated[int, typer.Argument(help="Job id.")]
 
 
@@ -232,10 +235,12 @@ def stream_rows(
     line: Callable[[dict[str, Any]], str],
     empty: str,
     *,
+    header: str | None = None,
     out: TextIO | None = None,
 ) -> int:
     """Write rows as they come: with `as_json` one JSON array (an element per line, `[]` when there
-    are none), else one `line(row)` each (`empty` when there are none). Returns the row count.
+    are none), else `header` (the columns' names, where given) and one `line(row)` each (`empty`
+    alone when there are none). Returns the row count.
 
     Memory stays at one batch of rows whatever the count. Output that stops early (an error from the
     database midway) is cut short, not wrapped up: the exit status says it failed."""
@@ -247,6 +252,8 @@ def stream_rows(
         if as_json:
             batch.append(("[\n" if count == 0 else ",\n") + encode(row))
         else:
+            if count == 0 and header is not None:
+                batch.append(header + "\n")
             batch.append(line(row) + "\n")
         count += 1
         if len(batch) >= WRITE_BATCH:
@@ -275,10 +282,12 @@ def print_listing(
     as_json: bool,
     line: Callable[[dict[str, Any]], str],
     empty: str,
+    *,
+    header: str | None = None,
 ) -> int:
     """`stream_rows` of a listing (`service.readmodels.listing.stream_*`), read within its context."""
     with listing as rows:
-        return stream_rows(rows, as_json, line, empty)
+        return stream_rows(rows, as_json, line, empty, header=header)
 
 
 def note_line(message: str) -> None:

@@ -9,40 +9,56 @@ import typer
 from enginecache.cli.common import (
     EXIT_BAD_INPUT,
     EXIT_FAILED,
+    MODEL_REF_HELP,
     EngineIdArgument,
     JsonOption,
     LimitOption,
     OffsetOption,
     add_group,
     app_context,
+    document_stream,
     emit,
     fail,
     inline,
-    print_listing,
+    stream_rows,
     when,
 )
 
+# `engine list`: the columns' names, then a row per engine in the same widths (`_engine_line`).
+ENGINE_HEADER = f"{'ID':>4}  {'MODEL':<24} {'VER':<4} {'BACKEND':<7} {'PREC':<5} {'TARGETS':<28} {'STATUS':<8} SHA256"
+
 
 def _engine_line(r: dict[str, Any]) -> str:
+    version = f"v{r['model_version']}" if r.get("model_version") else "-"
     return (
-        f"{r['id']:>4}  {r['model'] or '?':<24} {r['backend']:<4} {r['precision']:<5} "
+        f"{r['id']:>4}  {r['model'] or '?':<24} {version:<4} {r['backend']:<7} {r['precision']:<5} "
         f"{','.join(r['targets']):<28} {r['status']:<8} {(r['sha256'] or '')[:16]}"
     )
 
 
 def engine_list(
     ctx: typer.Context,
-    model: Annotated[str | None, typer.Option(help="Only this model's engines.")] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            metavar="MODEL",
+            help=f"Only this model's engines: {MODEL_REF_HELP}; a NAME alone lists every version of it.",
+        ),
+    ] = None,
     status: Annotated[str | None, typer.Option(help="Only engines in this status.")] = None,
     limit: LimitOption = None,
     offset: OffsetOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Engines in the catalog, newest first."""
+    """Engines in the catalog, newest first; with --model, first which of its versions are shown."""
+    from enginecache.service.readmodels.display import printable
     from enginecache.service.readmodels.listing import stream_engines
 
     listing = stream_engines(app_context(ctx), model=model, status=status, limit=limit, offset=offset or 0)
-    print_listing(listing, as_json, _engine_line, "no engines")
+    with listing as rows:  # the model is resolved on entry: an unknown one fails before anything is written
+        if rows.scope is not None and not as_json:
+            typer.echo(printable(f"engines of {rows.scope.describe()}"), file=document_stream())
+        stream_rows(rows, as_json, _engine_line, "no engines", header=ENGINE_HEADER)
 
 
 def engine_show(ctx: typer.Context, engine_id: EngineIdArgument, as_json: JsonOption = False) -> None:
@@ -60,7 +76,8 @@ def _engine_text(data: dict[str, Any]) -> str:
     from enginecache.service.engines.views import HEAD_BYTES
     from enginecache.service.readmodels.display import printable, shape_text
 
-    model = f"model {printable(data['model'] or '?')} (id {data['model_id']})"
+    version = f" v{data['model_version']}" if data.get("model_version") else ""
+    model = f"model {printable(data['model'] or '?')}{version} (id {data['model_id']})"
     if data.get("variant_model_id"):
         model += f", variant model {data['variant_model_id']}"
     targets = ",".join(data.get("targets") or []) or "-"
@@ -124,7 +141,8 @@ def verify(
         bool, typer.Option("--all", help="Verify every stored model bundle (sources and variants) and every engine.")
     ] = False,
     models: Annotated[
-        list[str] | None, typer.Option("--model", help="Verify this model's stored bundle (name, id or digest).")
+        list[str] | None,
+        typer.Option("--model", metavar="MODEL", help=f"Verify this model's stored bundle: {MODEL_REF_HELP}."),
     ] = None,
     as_json: JsonOption = False,
 ) -> None:

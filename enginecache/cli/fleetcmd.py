@@ -9,9 +9,9 @@ from typing import Annotated, Any
 
 import typer
 
-from enginecache.cli.common import EXIT_FAILED, JsonOption, app_context, emit
+from enginecache.cli.common import EXIT_FAILED, MODEL_REF_HELP, JsonOption, app_context, emit
 
-ModelArgument = Annotated[str, typer.Argument(metavar="MODEL", help="A model name, id or digest (prefix).")]
+ModelArgument = Annotated[str, typer.Argument(metavar="MODEL", help=f"{MODEL_REF_HELP}.")]
 PrecisionOption = Annotated[
     str | None,
     typer.Option(metavar="PRECISION", help="Only this precision (default: fp16, bf16, fp32, fp8, int8 in that order)."),

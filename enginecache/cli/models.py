@@ -7,7 +7,16 @@ from typing import Annotated, Any
 
 import typer
 
-from enginecache.cli.common import JsonOption, LimitOption, OffsetOption, add_group, app_context, emit, print_listing
+from enginecache.cli.common import (
+    MODEL_REF_HELP,
+    JsonOption,
+    LimitOption,
+    OffsetOption,
+    add_group,
+    app_context,
+    emit,
+    print_listing,
+)
 
 
 def model_add(
@@ -26,30 +35,52 @@ def model_add(
     from enginecache.service.models.register import model_to_dict, register_model
     from enginecache.service.readmodels.display import printable
 
-    result = register_model(app_context(ctx), path, name=name, new_version=new_version)
-    data = {**model_to_dict(result.model), "created": result.created}
+    app = app_context(ctx)
+    result = register_model(app, path, name=name, new_version=new_version)
+    data = {**model_to_dict(app, result.model), "created": result.created}
     verb = "registered" if result.created else "already registered"
     model = result.model
-    emit(data, as_json, f"{verb}: {printable(model.name)} (id {model.id}) sha256 {model.digest}")
+    version = f"@v{data['version']}" if data["version"] else ""
+    emit(data, as_json, f"{verb}: {printable(model.name)}{version} (id {model.id}) sha256 {model.digest}")
+
+
+# `model list`: the columns' names, then a row per model in the same widths (`_model_line`).
+MODEL_HEADER = f"{'ID':>4}  {'NAME':<32} {'VERSION':<7}  {'ALIASES':<16} {'SIZE':>14}  SHA256"
+
+
+def version_text(version: int | None) -> str:
+    """A model's version as the listings show it: `v2`, or `-` for a converted variant."""
+    return f"v{version}" if version else "-"
+
+
+def aliases_text(aliases: list[dict[str, Any]]) -> str:
+    """`prod, canary (sm86)`, or `-`."""
+    return ", ".join(a["alias"] + (f" ({a['gpu_class']})" if a.get("gpu_class") else "") for a in aliases) or "-"
 
 
 def _model_line(m: dict[str, Any]) -> str:
     from enginecache.service.readmodels.display import printable
 
-    return f"{m['id']:>4}  {printable(m['name']):<32} {m['size_bytes']:>12,d} B  {m['digest'][:16]}"
+    return (
+        f"{m['id']:>4}  {printable(m['name']):<32} {version_text(m['version']):<7}  "
+        f"{printable(aliases_text(m['aliases'])):<16} {m['size_bytes']:>12,d} B  {m['digest'][:16]}"
+    )
 
 
 def model_list(
     ctx: typer.Context, limit: LimitOption = None, offset: OffsetOption = None, as_json: JsonOption = False
 ) -> None:
-    """Every model in the catalog, newest first."""
+    """Every model in the catalog, newest first, with its version and aliases."""
     from enginecache.service.readmodels.listing import stream_models
 
-    print_listing(stream_models(app_context(ctx), limit=limit, offset=offset or 0), as_json, _model_line, "no models")
+    listing = stream_models(app_context(ctx), limit=limit, offset=offset or 0)
+    print_listing(listing, as_json, _model_line, "no models", header=MODEL_HEADER)
 
 
 def model_show(
-    ctx: typer.Context, model: Annotated[str, typer.Argument(help="Name, id or digest.")], as_json: JsonOption = False
+    ctx: typer.Context,
+    model: Annotated[str, typer.Argument(metavar="MODEL", help=f"{MODEL_REF_HELP}.")],
+    as_json: JsonOption = False,
 ) -> None:
     """Inputs/outputs with dynamic dims, opset, IR, producer, ops, parameters, files, digest."""
     from enginecache.service.readmodels.listing import show_model
@@ -69,9 +100,13 @@ def _model_text(data: dict[str, Any]) -> str:
 
     opsets = ", ".join(f"{printable(d) or 'ai.onnx'} {v}" for d, v in (data.get("opsets") or {}).items())
     producer = " ".join(p for p in (text("producer_name"), text("producer_version")) if p)
+    release = f"version {version_text(data.get('version'))}" if data.get("version") else "a converted variant"
+    if data.get("aliases"):
+        release += f", aliases {printable(aliases_text(data['aliases']))}"
     lines = [
         f"model {data['id']} {text('name')}: {text('filename')}, {data.get('size_bytes') or 0:,} B, "
         f"sha256 {data['digest']}",
+        release,
         "; ".join(
             part
             for part in (

@@ -10,6 +10,7 @@ import typer
 from enginecache.cli.common import (
     EXIT_BAD_INPUT,
     EXIT_FAILED,
+    MODEL_REF_HELP,
     EngineIdArgument,
     JsonOption,
     app_context,
@@ -130,7 +131,9 @@ def _spec(
 
 def ready_command(
     ctx: typer.Context,
-    model: Annotated[str | None, typer.Option("--model", help="Model name, id or digest (the catalog check).")] = None,
+    model: Annotated[
+        str | None, typer.Option("--model", metavar="MODEL", help=f"{MODEL_REF_HELP} (the catalog check).")
+    ] = None,
     state: Annotated[
         Path | None,
         typer.Option("--state", help="A serving process's state file (load_or_build state_file=): the cheap probe."),
@@ -167,7 +170,7 @@ def ready_command(
 def export_command(
     ctx: typer.Context,
     dest: Annotated[Path, typer.Argument(help="Destination directory.")],
-    model: Annotated[str, typer.Option("--model", help="Model name, id or digest.")],
+    model: Annotated[str, typer.Option("--model", metavar="MODEL", help=f"{MODEL_REF_HELP}.")],
     fmt: Annotated[str, typer.Option("--format", help="triton | tree")] = "tree",
     backend: Annotated[str | None, typer.Option(help="Only this backend's engines.")] = None,
     precision: Annotated[str | None, typer.Option(help="Only this precision (triton: default fp32).")] = None,

@@ -33,9 +33,9 @@ from enginecache.service.access import audit
 from enginecache.service.access import roles as access
 from enginecache.service.context import AppContext
 from enginecache.service.jobs.refs import engine_ref
-from enginecache.service.models.register import get_model
+from enginecache.service.readmodels import modelrefs
 from enginecache.service.readmodels.hosts import worker_hosts
-from enginecache.service.readmodels.listing import engine_dict
+from enginecache.service.readmodels.listing import catalog_rows, engine_dict, model_version
 
 logger = logging.getLogger(__name__)
 
@@ -50,10 +50,13 @@ def get_engine(app: AppContext, engine_id: int) -> EngineRecord:
 
 def list_engines(app: AppContext, *, model: str | None = None, status: str | None = None) -> list[EngineRecord]:
     """Engines, newest first (the id breaking ties), as records; `model` and `status` filter. The CLI
-    streams them a page at a time instead (`service.readmodels.listing.stream_engines`)."""
+    streams them a page at a time instead (`service.readmodels.listing.stream_engines`), and `model`
+    covers the same models: every version of a bare NAME, else the one model the reference names."""
     query = select(EngineRecord).order_by(col(EngineRecord.created_at).desc(), col(EngineRecord.id).desc())
     if model is not None:
-        query = query.where(EngineRecord.model_id == get_model(app, model).id)
+        with catalog_rows(app) as source:
+            scope = modelrefs.resolve(source, model).scope_ids
+        query = query.where(col(EngineRecord.model_id).in_(scope))
     if status is not None:
         query = query.where(EngineRecord.status == status.upper())
     with app.catalog.read() as session:
@@ -74,7 +77,9 @@ def engine_to_dict(
     cache_hit: bool | None = None,
 ) -> dict[str, Any]:
     name = model_name if model_name is not None else model_names(app).get(engine.model_id)
-    return engine_dict(app.home, engine, model_name=name, detail=detail, cache_hit=cache_hit)
+    with catalog_rows(app) as source:
+        version = model_version(source, engine.model_id)
+    return engine_dict(app.home, engine, model_name=name, model_version=version, detail=detail, cache_hit=cache_hit)
 
 
 @dataclass(frozen=True)

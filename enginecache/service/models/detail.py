@@ -39,7 +39,7 @@ def model_detail(app: AppContext, ref: str | int) -> ModelDetail:
         size_bytes=model.size_bytes,
         parent_id=model.parent_id,
         recipe=model.recipe,
-        info=model_to_dict(model),
+        info=model_to_dict(app, model),
     )
 
 

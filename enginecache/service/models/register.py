@@ -21,7 +21,13 @@ from enginecache.service.access import audit
 from enginecache.service.access import roles as access
 from enginecache.service.context import AppContext
 from enginecache.service.models.verify import bundle_path, restore_bundle
-from enginecache.service.readmodels.listing import model_dict, resolve_model_id
+from enginecache.service.readmodels.listing import (
+    catalog_rows,
+    model_aliases,
+    model_dict,
+    model_version,
+    resolve_model_id,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -131,7 +137,8 @@ def find_model_by_digest(app: AppContext, digest: str) -> ModelRecord | None:
 
 
 def get_model(app: AppContext, ref: str | int) -> ModelRecord:
-    """A model by id, digest (or a unique prefix of 12+ hex chars), or name (newest source model)."""
+    """The model `ref` names: an id, a name (its newest version), NAME@vN, NAME@ALIAS (for this host's
+    GPU class), a digest or a unique prefix of 12+ hex chars of one (`service.readmodels.modelrefs`)."""
     with app.catalog.read() as session:
         found = session.get(ModelRecord, resolve_model_id(ConnectionRows(session.connection()), ref))
     if found is None:  # deleted between the two statements
@@ -159,5 +166,9 @@ def model_inputs(model: ModelRecord) -> tuple[TensorInfo, ...]:
     return tuple(TensorInfo(name=t["name"], dtype=t["dtype"], shape=tuple(t["shape"])) for t in inputs)
 
 
-def model_to_dict(model: ModelRecord) -> dict[str, Any]:
-    return model_dict(model)
+def model_to_dict(app: AppContext, model: ModelRecord) -> dict[str, Any]:
+    """`model_dict` of a record, with its version and the aliases that point at it read from the catalog."""
+    with catalog_rows(app) as source:
+        version = model_version(source, model.id)
+        aliases = model_aliases(source, [model.name]).get(model.id or 0, ())
+    return model_dict(model, version=version, aliases=aliases)

@@ -9,9 +9,11 @@
   points where it pointed before it (a stack: each rollback goes one further back). Every move is a
   row of `alias_moves`, never updated, and an audit event (`release.promote`, `release.rollback`);
   moving an alias needs the operator role.
-- **Resolving** `NAME@ALIAS` (`resolve_model`, used by `pull`, `profiles`, `ready --model` and
-  `export`): the alias for this host's GPU class where one is set, else the alias for every host.
-  `NAME` alone is the newest version, as before; a model id or digest is that model.
+- **Resolving** a reference (`resolve_model`, used by `pull`, `profiles`, `ready --model` and
+  `export`; every other command names models through `get_model`) is `service.readmodels.modelrefs`,
+  the one reader of `NAME`, `NAME@vN`, `NAME@ALIAS`, ids and digests: an alias resolves to its target
+  for this host's GPU class where one is set, else to its target for every host; `NAME` alone is the
+  newest version. `vN` is never an alias: `NAME@v2` is version 2.
 """
 
 from __future__ import annotations
@@ -30,8 +32,10 @@ from enginecache.service.access import audit
 from enginecache.service.access import roles as access
 from enginecache.service.context import AppContext
 from enginecache.service.models.register import get_model
-
-ALIAS_PATTERN_HELP = "letters, digits, '-' and '_', starting with a letter, at most 64"
+from enginecache.service.readmodels import modelrefs
+from enginecache.service.readmodels.listing import catalog_rows
+from enginecache.service.readmodels.modelrefs import ALIAS_PATTERN_HELP as ALIAS_PATTERN_HELP  # re-exported
+from enginecache.service.readmodels.modelrefs import host_gpu_class as host_gpu_class  # re-exported
 
 
 @dataclass(frozen=True)
@@ -53,11 +57,7 @@ class AliasTarget:
 
 
 def _check_alias(alias: str) -> str:
-    if not (0 < len(alias) <= 64 and alias[0].isascii() and alias[0].isalpha()) or not all(
-        c.isascii() and (c.isalnum() or c in "-_") for c in alias
-    ):
-        raise BadInputError(f"alias {alias!r} is not one: {ALIAS_PATTERN_HELP}")
-    return alias
+    return modelrefs.check_alias(alias)
 
 
 def _check_gpu_class(gpu_class: str | None) -> str:
@@ -91,14 +91,8 @@ def _stack(app: AppContext, name: str, alias: str, gpu_class: str) -> list[int]:
         .where(AliasMoveRecord.name == name, AliasMoveRecord.alias == alias, AliasMoveRecord.gpu_class == gpu_class)
         .order_by(col(AliasMoveRecord.id))
     )
-    stack: list[int] = []
     with app.catalog.read() as session:
-        for move in session.exec(query):
-            if move.action == "promote" and move.model_id is not None:
-                stack.append(move.model_id)
-            elif stack:
-                stack.pop()
-    return stack
+        return modelrefs.alias_stack((move.action, move.model_id) for move in session.exec(query))
 
 
 def _target(app: AppContext, name: str, alias: str, gpu_class: str, model_id: int) -> AliasTarget:
@@ -174,28 +168,21 @@ def aliases_of_model(app: AppContext, model: ModelRecord) -> list[AliasTarget]:
     return [a for a in aliases(app, model.name) if a.model_id == model.id]
 
 
-def host_gpu_class(host: HostFingerprint) -> str:
-    """The GPU class an alias may be set for: this host's first GPU's compute capability, or ""."""
-    return host.gpus[0].compute_capability if host.gpus else ""
-
-
 def resolve_alias(app: AppContext, name: str, alias: str, host: HostFingerprint | None = None) -> AliasTarget:
     """Where `name@alias` points for this host (module docstring); NotFoundError where it is unset."""
-    alias = _check_alias(alias)
-    gpu = host_gpu_class(host or host_fingerprint())
-    for gpu_class in ([gpu] if gpu else []) + [""]:
-        stack = _stack(app, name, alias, gpu_class)
-        if stack:
-            return _target(app, name, alias, gpu_class, stack[-1])
-    raise NotFoundError(f"alias {name}@{alias} is not set" + (f" (for {gpu} or for every host)" if gpu else ""))
+    _model, target = resolve_model(app, f"{check_model_name(name)}@{_check_alias(alias)}", host)
+    assert target is not None  # an alias named it
+    return target
 
 
 def resolve_model(
     app: AppContext, ref: str | int, host: HostFingerprint | None = None
 ) -> tuple[ModelRecord, AliasTarget | None]:
-    """A model reference, `NAME@ALIAS` included: the model, and the alias target where one was used."""
-    if isinstance(ref, str) and "@" in ref:
-        name, alias = ref.split("@", 1)
-        target = resolve_alias(app, check_model_name(name), alias, host)
-        return get_model(app, target.model_id), target
-    return get_model(app, ref), None
+    """The model a reference names (`service.readmodels.modelrefs`), and the alias target where an alias
+    named it (resolved for `host`'s GPU class, default this host's)."""
+    with catalog_rows(app) as source:
+        found = modelrefs.resolve(source, ref, gpu_class=lambda: host_gpu_class(host or host_fingerprint()))
+    target = None
+    if found.alias is not None:
+        target = AliasTarget(found.name, found.alias, found.alias_gpu_class, found.model_id, found.version or 0)
+    return get_model(app, found.model_id), target

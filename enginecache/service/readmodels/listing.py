@@ -29,8 +29,9 @@ from typing import Any
 from enginecache.core.cachekey import INGREDIENTS
 from enginecache.core.targettext import split_targets
 from enginecache.db.reader import Column, RowSource, SqliteReader, columns_of
-from enginecache.errors import AmbiguousError, NotFoundError
+from enginecache.errors import NotFoundError
 from enginecache.service.context import AppContext
+from enginecache.service.readmodels import modelrefs
 
 STREAM_BATCH = 1000  # rows fetched from the database at a time
 QUEUED = "QUEUED"  # db.models.JobStatus.QUEUED, without importing the SQLModel tables
@@ -60,6 +61,8 @@ ENGINE_LIST_COLUMNS = [column for column in columns_of("engines") if column[0] n
 ENGINE_DETAIL_COLUMNS = columns_of("engines")
 JOB_COLUMNS = columns_of("jobs")
 MODEL_NAME: Column = ("model_name", "")
+VERSION: Column = ("version", "")
+MODEL_VERSION: Column = ("model_version", "")
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -69,11 +72,15 @@ def _iso(value: datetime | None) -> str | None:
 # -- the shapes ---------------------------------------------------------------------------
 
 
-def model_dict(model: Row) -> dict[str, Any]:
-    """A model as `model list/show --json` print it: its columns, then its inspection (`info`)."""
+def model_dict(model: Row, *, version: int | None, aliases: Sequence[tuple[str, str]]) -> dict[str, Any]:
+    """A model as `model list/show --json` print it: its columns, its version within its name (None for
+    a converted variant) and the aliases that point at it ((alias, GPU class or "")), then its
+    inspection (`info`)."""
     return {
         "id": model.id,
         "name": model.name,
+        "version": version,
+        "aliases": [{"alias": alias, "gpu_class": gpu or None} for alias, gpu in aliases],
         "digest": model.digest,
         "filename": model.filename,
         "store_path": model.store_path,
@@ -90,14 +97,17 @@ def engine_dict(
     engine: Row,
     *,
     model_name: str | None,
+    model_version: int | None,
     detail: bool = False,
     cache_hit: bool | None = None,
 ) -> dict[str, Any]:
-    """An engine as `engine list/show --json` and `build --json` print it; `detail` adds each
-    cache-key ingredient, the recipe, options, target, host, IO and the builder log."""
+    """An engine as `engine list/show --json` and `build --json` print it, with its model's name and
+    version (`model_version`: None where the model is gone); `detail` adds each cache-key ingredient,
+    the recipe, options, target, host, IO and the builder log."""
     data: dict[str, Any] = {
         "id": engine.id,
         "model": model_name,
+        "model_version": model_version,
         "model_id": engine.model_id,
         "variant_model_id": engine.variant_model_id,
         "backend": engine.backend,
@@ -215,31 +225,25 @@ def _names(columns: Iterable[Column], alias: str) -> str:
 
 
 def resolve_model_id(source: RowSource, ref: str | int) -> int:
-    """A model's id by id, name (the newest source model of that name) or digest (or a unique prefix
-    of 12+ hex characters); NotFoundError or AmbiguousError otherwise."""
-    text = str(ref)
-    id_column = [("id", "")]
-    if text.isdigit():
-        for row in _select(source, "SELECT id FROM models WHERE id = :id", id_column, {"id": int(text)}):
-            return int(row.id)
-    by_name = _select(
-        source,
-        "SELECT id FROM models WHERE name = :name ORDER BY (parent_id IS NOT NULL), created_at DESC",
-        id_column,
-        {"name": text},
-        limit=1,
-    )
-    for row in by_name:
-        return int(row.id)
-    if len(text) >= 12:
-        by_digest = list(
-            _select(source, "SELECT id FROM models WHERE digest LIKE :prefix", id_column, {"prefix": text + "%"})
-        )
-        if len(by_digest) > 1:
-            raise AmbiguousError(f"digest prefix {text!r} matches {len(by_digest)} models")
-        if by_digest:
-            return int(by_digest[0].id)
-    raise NotFoundError(f"no model {text!r} in the catalog (give a name, an id or a digest)")
+    """The id of the model `ref` names (`service.readmodels.modelrefs`: id, NAME, NAME@vN, NAME@ALIAS,
+    digest); NotFoundError, BadInputError or AmbiguousError otherwise."""
+    return modelrefs.resolve(source, ref).model_id
+
+
+def model_aliases(source: RowSource, names: Sequence[str] | None = None) -> dict[int, list[tuple[str, str]]]:
+    """Model id -> the aliases in effect that point at it, (alias, GPU class or ""), by alias."""
+    found: dict[int, list[tuple[str, str]]] = {}
+    for (_, alias, gpu), model_id in sorted(modelrefs.alias_targets(source, names).items()):
+        found.setdefault(model_id, []).append((alias, gpu))
+    return found
+
+
+def model_version(source: RowSource, model_id: int | None) -> int | None:
+    """The model's version within its name; None for a converted variant or a model that is gone."""
+    sql = f"SELECT {modelrefs.VERSION_SQL.format(m='m')} AS version FROM models AS m WHERE m.id = :id"
+    for row in _select(source, sql, [VERSION], {"id": model_id}):
+        return int(row.version) if row.version else None
+    return None
 
 
 class WaitingReasons:
@@ -281,28 +285,49 @@ class WaitingReasons:
 
 @contextlib.contextmanager
 def stream_models(app: AppContext, *, limit: int | None = None, offset: int = 0) -> Iterator[Iterator[dict[str, Any]]]:
-    """Models, newest first, as `model_dict`s."""
-    sql = f"SELECT {_names(MODEL_COLUMNS, 'm')} FROM models AS m ORDER BY m.created_at DESC, m.id DESC"
+    """Models, newest first, as `model_dict`s (each with its version and aliases)."""
+    version = modelrefs.VERSION_SQL.format(m="m")
+    sql = (
+        f"SELECT {_names(MODEL_COLUMNS, 'm')}, {version} AS version FROM models AS m "
+        "ORDER BY m.created_at DESC, m.id DESC"
+    )
     with catalog_rows(app) as source:
-        rows = _select(source, sql, MODEL_COLUMNS, limit=limit, offset=offset)
-        yield (model_dict(row) for row in _started(rows))
+        aliases = model_aliases(source)
+        rows = _select(source, sql, [*MODEL_COLUMNS, VERSION], limit=limit, offset=offset)
+        yield (model_dict(row, version=row.version or None, aliases=aliases.get(row.id, ())) for row in _started(rows))
 
 
 def show_model(app: AppContext, ref: str | int) -> dict[str, Any]:
+    """The model `ref` names (`service.readmodels.modelrefs`) as `model_dict`, as `model list` has it."""
     with catalog_rows(app) as source:
-        model_id = resolve_model_id(source, ref)
-        sql = f"SELECT {_names(MODEL_COLUMNS, 'm')} FROM models AS m WHERE m.id = :id"
-        rows = list(_select(source, sql, MODEL_COLUMNS, {"id": model_id}))
+        found = modelrefs.resolve(source, ref)
+        version = modelrefs.VERSION_SQL.format(m="m")
+        sql = f"SELECT {_names(MODEL_COLUMNS, 'm')}, {version} AS version FROM models AS m WHERE m.id = :id"
+        rows = list(_select(source, sql, [*MODEL_COLUMNS, VERSION], {"id": found.model_id}))
+        aliases = model_aliases(source, [found.name])
     if not rows:
         raise NotFoundError(f"no model {ref!r} in the catalog")
-    return model_dict(rows[0])
+    return model_dict(rows[0], version=rows[0].version or None, aliases=aliases.get(found.model_id, ()))
 
 
 def _engine_sql(columns: Sequence[Column], where: Sequence[str]) -> str:
     return (
-        f"SELECT {_names(columns, 'e')}, m.name AS model_name FROM engines AS e "
-        "LEFT OUTER JOIN models AS m ON m.id = e.model_id" + (" WHERE " + " AND ".join(where) if where else "")
+        f"SELECT {_names(columns, 'e')}, m.name AS model_name, {modelrefs.VERSION_SQL.format(m='m')} AS model_version "
+        "FROM engines AS e LEFT OUTER JOIN models AS m ON m.id = e.model_id"
+        + (" WHERE " + " AND ".join(where) if where else "")
     )
+
+
+class EngineRows(Iterator[dict[str, Any]]):
+    """The rows of an engine listing (`engine_dict`s), and what its `model` filter named (`scope`: None
+    without one), known before the first row is read."""
+
+    def __init__(self, rows: Iterator[dict[str, Any]], scope: modelrefs.ModelRef | None) -> None:
+        self._rows = rows
+        self.scope = scope
+
+    def __next__(self) -> dict[str, Any]:
+        return next(self._rows)
 
 
 @contextlib.contextmanager
@@ -313,32 +338,46 @@ def stream_engines(
     status: str | None = None,
     limit: int | None = None,
     offset: int = 0,
-) -> Iterator[Iterator[dict[str, Any]]]:
-    """Engines, newest first, as `engine_dict`s (with their model's name); `model` (name, id or
-    digest) and `status` filter. An unknown model raises NotFoundError on entry."""
+) -> Iterator[EngineRows]:
+    """Engines, newest first, as `engine_dict`s (with their model's name and version); `model` and
+    `status` filter. `model` is a reference (`service.readmodels.modelrefs`): a bare NAME covers every
+    version of the name, NAME@vN, NAME@ALIAS, an id or a digest one model. An unknown model raises on
+    entry (NotFoundError; BadInputError for a version the name lacks)."""
     home = str(app.home)
     with catalog_rows(app) as source:
         where: list[str] = []
         params: dict[str, Any] = {}
+        scope = None
         if model is not None:
-            where.append("e.model_id = :model_id")
-            params["model_id"] = resolve_model_id(source, model)
+            scope = modelrefs.resolve(source, model)
+            ids = scope.scope_ids
+            where.append("e.model_id IN (" + ", ".join(f":model_{i}" for i in range(len(ids))) + ")")
+            params.update({f"model_{i}": model_id for i, model_id in enumerate(ids)})
         if status is not None:
             where.append("e.status = :status")
             params["status"] = status.upper()
         sql = _engine_sql(ENGINE_LIST_COLUMNS, where) + " ORDER BY e.created_at DESC, e.id DESC"
-        rows = _select(source, sql, [*ENGINE_LIST_COLUMNS, MODEL_NAME], params, limit=limit, offset=offset)
-        yield (engine_dict(home, row, model_name=row.model_name) for row in _started(rows))
+        rows = _select(
+            source, sql, [*ENGINE_LIST_COLUMNS, MODEL_NAME, MODEL_VERSION], params, limit=limit, offset=offset
+        )
+        yield EngineRows(
+            (
+                engine_dict(home, row, model_name=row.model_name, model_version=row.model_version or None)
+                for row in _started(rows)
+            ),
+            scope,
+        )
 
 
 def show_engine(app: AppContext, engine_id: int) -> dict[str, Any]:
     """Everything recorded about one engine (`engine_dict` with `detail`)."""
     with catalog_rows(app) as source:
         sql = _engine_sql(ENGINE_DETAIL_COLUMNS, ["e.id = :id"])
-        rows = list(_select(source, sql, [*ENGINE_DETAIL_COLUMNS, MODEL_NAME], {"id": engine_id}))
+        rows = list(_select(source, sql, [*ENGINE_DETAIL_COLUMNS, MODEL_NAME, MODEL_VERSION], {"id": engine_id}))
     if not rows:
         raise NotFoundError(f"no engine with id {engine_id} in the catalog")
-    return engine_dict(app.home, rows[0], model_name=rows[0].model_name, detail=True)
+    row = rows[0]
+    return engine_dict(app.home, row, model_name=row.model_name, model_version=row.model_version or None, detail=True)
 
 
 @contextlib.contextmanager
