@@ -24,12 +24,14 @@ every load event (`record_load_event`).
 
 One audit rule, the same on every path: a change of status that `AUDITED` names writes one
 `audit_events` row (action, `engine <id>`, details `{"by", "was", "reason"?, ...}`, the actor given)
-in the same transaction; a call that changes nothing writes nothing. A build's own outcome (PENDING ->
+in the same transaction, through the audit chain's one writer (`db.auditchain.append`); a call that
+changes nothing writes nothing. A build's own outcome (PENDING ->
 READY or FAILED) is not audited here: the build request and the job record it.
 """
 
 from __future__ import annotations
 
+from enginecache.db import auditchain
 from enginecache.db.columns import COLUMN_KINDS, DECODERS
 from enginecache.db.sqlexec import json_text
 from enginecache.errors import EngineCacheError
@@ -135,17 +137,8 @@ def _change(
 
 
 def _audit(ex: Executor, actor: Actor, action: str, target: str, details: Mapping[str, Any]) -> None:
-    ex.run(
-        "INSERT INTO audit_events (at, actor, origin, action, target, details) "
-        "VALUES (:at, :actor, :origin, :action, :target, :details)",
-        {
-            "at": ex.timestamp(),
-            "actor": actor.name,
-            "origin": actor.origin,
-            "action": action,
-            "target": target,
-            "details": json_text(dict(details)),
-        },
+    auditchain.append(
+        ex, at=ex.timestamp(), actor=actor.name, origin=actor.origin, action=action, target=target, details=details
     )
 
 

@@ -341,7 +341,8 @@ class AuditEventRecord(SQLModel, table=True):
     `dashboard <client address>`), what (`action`, `target`, `details`).
 
     Append-only: the database refuses UPDATE and DELETE of its rows (and TRUNCATE on PostgreSQL), by
-    the triggers of migration 0010."""
+    the triggers of migration 0010. Hash-chained (migration 0017): `prev_id` and `prev_hash` name the
+    row before it in the chain, `row_hash` is its own; only `db.auditchain.append` writes a row."""
 
     __tablename__ = "audit_events"
 
@@ -352,6 +353,21 @@ class AuditEventRecord(SQLModel, table=True):
     action: str = Field(index=True)
     target: str
     details: dict[str, Any] = _json()
+    prev_id: int | None = None
+    prev_hash: str = Field(default="", sa_column=sa.Column(sa.String(64), nullable=False))
+    row_hash: str = Field(default="", sa_column=sa.Column(sa.String(64), nullable=False))
+
+
+class AuditChainHeadRecord(SQLModel, table=True):
+    """The audit chain's head (migration 0017): its one row (`id` 1) names the chain's last row and
+    that row's hash (None and 64 zeros: an empty log). `db.auditchain.append` locks and moves it."""
+
+    __tablename__ = "audit_chain_head"
+    __table_args__ = (sa.CheckConstraint("id = 1", name="ck_audit_chain_head_one_row"),)
+
+    id: int = Field(primary_key=True)
+    last_id: int | None = None
+    last_hash: str = Field(sa_column=sa.Column(sa.String(64), nullable=False))
 
 
 class UserRoleRecord(SQLModel, table=True):

@@ -1,7 +1,8 @@
 """The audit log: who changed what, when, and from where (`audit_events`, append-only at the database).
 
 Each use case that changes the catalog or the store calls `record` right after the change succeeded,
-in a short write transaction of its own (an audit row never holds the change's transaction open, and
+in a short write transaction of its own, through the audit chain's one writer (`db.auditchain`;
+`service.access.auditverify` checks the chain) (an audit row never holds the change's transaction open, and
 a change that failed is never recorded). A failure to write the row raises: the change stands, and
 the caller learns that its record is missing. Changes of an engine's status are the exception: the
 engine-lifecycle gateway (`db.engines`) writes their row in the change's own transaction, as the
@@ -119,14 +120,34 @@ def current_actor() -> Actor:
 
 
 def record(app: AppContext, action: str, target: str, details: dict[str, Any] | None = None) -> AuditEventRecord:
-    """Append one event for the current actor (its own write transaction) and return it."""
+    """Append one event for the current actor (its own write transaction, through the audit chain's
+    one writer, `db.auditchain.append`) and return it."""
+    from datetime import UTC, datetime
+
+    from enginecache.db import auditchain
     from enginecache.db.models import AuditEventRecord
 
-    actor = current_actor()
-    event = AuditEventRecord(actor=actor.name, origin=actor.origin, action=action, target=target, details=details or {})
-    with app.catalog.write() as session:
-        session.add(event)
-    return event
+    actor, at, details = current_actor(), datetime.now(UTC), details or {}
+    with app.catalog.changes() as ex:
+        event_id, digest = auditchain.append(
+            ex,
+            at=ex.timestamp(at),
+            actor=actor.name,
+            origin=actor.origin,
+            action=action,
+            target=target,
+            details=details,
+        )
+    return AuditEventRecord(
+        id=event_id,
+        at=at,
+        actor=actor.name,
+        origin=actor.origin,
+        action=action,
+        target=target,
+        details=details,
+        row_hash=digest,
+    )
 
 
 def list_audit(

@@ -14,6 +14,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from enginecache.db.auditchain import HEAD_TABLE
 from enginecache.db.catalog import Catalog
 from enginecache.errors import BackupRefusedError, BackupToolError
 from enginecache.service.maintenance.backup.database import (
@@ -110,10 +111,15 @@ def prepare_postgres_target(url: str, backup_tables: Collection[str], *, drop: b
         names = [f"{quote_name(s)}.{quote_name(n)}" for s, n in found]
         if drop and names:
             connection.exec_driver_sql(f"LOCK TABLE {', '.join(names)} IN ACCESS EXCLUSIVE MODE")
-        with_rows = [  # the schema's own revision row is no data: an opened, never written catalog has it
+        # The schema's own revision row and an empty audit chain's head are no data: an opened, never
+        # written catalog has them.
+        data = {"alembic_version": "FALSE", HEAD_TABLE: "last_id IS NOT NULL"}
+        with_rows = [
             f"{s}.{n}"
             for (s, n), quoted in zip(found, names, strict=True)
-            if n != "alembic_version" and connection.exec_driver_sql(f"SELECT EXISTS (SELECT 1 FROM {quoted})").scalar()
+            if connection.exec_driver_sql(
+                f"SELECT EXISTS (SELECT 1 FROM {quoted} WHERE {data.get(n, 'TRUE')})"
+            ).scalar()
         ]
         if with_rows:
             raise BackupRefusedError(
