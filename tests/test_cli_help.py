@@ -92,3 +92,42 @@ def test_a_group_called_without_a_command_shows_its_help_with_flags_as_flags(
     shown = run_cli(capsys, "engine")
     assert "Usage" in shown.out and "<bool>" not in shown.out
     assert "error:" not in shown.err, "the help is not an error message"
+
+
+def _panels(help_text: str) -> list[tuple[str, list[str]]]:
+    """The root help's panels in order: (title, the commands listed in it)."""
+    found: list[tuple[str, list[str]]] = []
+    for line in help_text.splitlines():
+        title = re.match(r"╭─ (.+?) ─", line)
+        if title:
+            found.append((title.group(1), []))
+        elif found and line.startswith("│ ") and line[2:3] not in (" ", "-"):
+            found[-1][1].append(line[2:].split()[0])
+    return [(title, names) for title, names in found if title != "Options"]
+
+
+@pytest.mark.parametrize("from_table", [True, False], ids=["from the table", "from the modules"])
+def test_the_root_help_groups_the_commands_and_starts_with_model_add_and_build(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, from_table: bool
+) -> None:
+    """Issue 28: `--help` was one flat list of 21 commands with `model add` and `build` near the bottom."""
+    from enginecache.cli import app as cli_app
+
+    monkeypatch.setenv("COLUMNS", WIDE)
+    monkeypatch.setattr(cli_app.LazyGroup, "help_from_table", from_table)
+    shown = run_cli(capsys, "--help")
+    assert shown.code == 0, shown.err
+    panels = _panels(shown.out)
+    assert [title for title, _ in panels] == [
+        "Models",
+        "Engines and builds",
+        "Serving and fleet",
+        "Maintenance",
+        "Access",
+    ]
+    assert panels[0][1][0] == "model" and panels[1][1][0] == "build", "a new user's two commands first"
+    listed = [name for _, names in panels for name in names]
+    assert sorted(listed) == sorted(cli_app.COMMANDS), "every command once, each in a panel"
+    assert "Start here: `enginecache model add FILE.onnx`, then `enginecache build NAME`." in shown.out
+    model_help = run_cli(capsys, "model", "--help").out
+    assert model_help.index("│ add") < model_help.index("│ list"), "`model add` heads its group"

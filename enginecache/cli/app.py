@@ -8,7 +8,8 @@ on stdout (on failure the error object). An error is one message on stderr, `err
 corrupt, 2 bad input, 3 the catalog or the store is unavailable (see enginecache.errors).
 
 The root group is lazy: a command module is imported when one of its commands runs or shows its
-own `--help`, and `enginecache --help` lists the commands from `COMMANDS` without importing any of
+own `--help`, and `enginecache --help` lists the commands from `COMMANDS`, grouped in the panels of
+`PANELS` (models, engines and builds, serving and fleet, maintenance, access), without importing any of
 them (tests/test_cli_listing.py checks that the list reads exactly as the modules' own help). So a
 command pays for its own imports only, and the root callback opens nothing: the app context (and
 the catalog) is made when a command first asks for it (`cli.common.app_context`).
@@ -82,6 +83,19 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
 }
 
+# How `enginecache --help` groups the commands: panel title -> its commands, in the order shown (a
+# first-time user's two commands first: `model add`, then `build`). A command in no panel is listed
+# last, under OTHER_PANEL.
+PANELS: dict[str, tuple[str, ...]] = {
+    "Models": ("model", "release"),
+    "Engines and builds": ("build", "engine", "check", "test-load", "jobs", "job", "worker"),
+    "Serving and fleet": ("profiles", "pull", "ready", "export", "fingerprint", "serve"),
+    "Maintenance": ("verify", "gc", "backup", "restore"),
+    "Access": ("role", "audit", "keys"),
+}
+OTHER_PANEL = "Other commands"
+PANEL_OF = {name: panel for panel, names in PANELS.items() for name in names}
+
 
 def flags_take_no_value(params: Iterable[Any]) -> None:
     """Show each boolean flag (`--json`, `--help`, `--worker/--no-worker`) in `--help` with no value
@@ -134,16 +148,24 @@ class LazyGroup(Group):
         self._listing = False
 
     def list_commands(self, ctx: typer.Context) -> list[str]:  # type: ignore[override]
-        return [*super().list_commands(ctx), *(name for name in COMMANDS if name not in self.commands)]
+        """Every command, panel by panel (PANELS), then any other."""
+        known = [*super().list_commands(ctx), *(name for name in COMMANDS if name not in self.commands)]
+        grouped = [name for names in PANELS.values() for name in names if name in known]
+        return grouped + [name for name in known if name not in grouped]
 
     def get_command(self, ctx: typer.Context, cmd_name: str) -> Any:  # type: ignore[override]
+        """The command, in its help panel (PANEL_OF)."""
+        command: Any  # Typer's commands and groups have a `rich_help_panel`; Click's type does not say so
         if cmd_name in self.commands or cmd_name not in COMMANDS:
-            return self.commands.get(cmd_name)
-        module, help_text = COMMANDS[cmd_name]
-        if self._listing and self.help_from_table:
-            return TyperCommand(name=cmd_name, help=help_text)
-        self._load(module)
-        return self.commands.get(cmd_name)
+            command = self.commands.get(cmd_name)
+        elif self._listing and self.help_from_table:
+            command = TyperCommand(name=cmd_name, help=COMMANDS[cmd_name][1])
+        else:
+            self._load(COMMANDS[cmd_name][0])
+            command = self.commands.get(cmd_name)
+        if command is not None:
+            command.rich_help_panel = PANEL_OF.get(cmd_name, OTHER_PANEL)
+        return command
 
     def _load(self, module: str) -> None:
         commands = typer.Typer()
@@ -162,7 +184,8 @@ class LazyGroup(Group):
 
 app = typer.Typer(
     name="enginecache",
-    help="Build TensorRT engines once, load them in milliseconds.",
+    help="Build TensorRT engines once, load them in milliseconds.\n\n"
+    "Start here: `enginecache model add FILE.onnx`, then `enginecache build NAME`.",
     no_args_is_help=True,
     cls=LazyGroup,
 )
