@@ -47,6 +47,7 @@ def register(app: typer.Typer) -> None:
         worker_name: Annotated[str | None, typer.Option("--worker-name", help="Name of the local worker.")] = None,
     ) -> None:
         """Start the dashboard and one local worker on this catalog; ^C stops both."""
+        from enginecache.service.access.auditverify import report_trigger_problems
         from enginecache.service.access.exposure import (
             LOGIN_REQUIRED_ENV,
             decide_exposure,
@@ -59,6 +60,7 @@ def register(app: typer.Typer) -> None:
         note_line(exposure.note)
         app_ctx = app_context(ctx)
         app_ctx.catalog  # noqa: B018 - migrate once here, before two processes open the catalog
+        report_trigger_problems(app_ctx)  # a missing or disabled append-only trigger: an error logged
         spec = ServeSpec(
             home=app_ctx.home,
             db_url=app_ctx.db_url,

@@ -285,6 +285,11 @@ class Worker:
 
 
 def run_worker(app: AppContext, config: WorkerConfig, *, install_signals: bool = True) -> int:
+    """Run a worker until it stops (the `enginecache worker` command); an audit log whose append-only
+    triggers are missing or disabled is logged as an error first (`report_trigger_problems`)."""
+    from enginecache.service.access.auditverify import report_trigger_problems
+
+    report_trigger_problems(app)
     worker = Worker(app, config)
     if install_signals and threading.current_thread() is threading.main_thread():
         worker.install_signal_handlers()
