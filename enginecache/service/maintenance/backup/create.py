@@ -45,6 +45,7 @@ class BackupResult:
             "created_at": self.manifest["created_at"],
             "enginecache_version": self.manifest["enginecache_version"],
             "catalog": {key: catalog[key] for key in ("kind", "file", "alembic_revision", "sha256", "size", "tables")},
+            "audit_head": catalog.get("audit_head"),
             "blobs": len(self.manifest["blobs"]),
             "models": len(self.manifest["models"]),
             **self.manifest["totals"],

@@ -28,6 +28,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from enginecache.db.auditchain import HEAD_TABLE
 from enginecache.db.catalog import Catalog, normalize_url
 from enginecache.db.models import EngineStatus
 from enginecache.errors import BackupRefusedError, IntegrityCheckError
@@ -145,7 +146,8 @@ def read_state(query: Query, table_names: Sequence[str]) -> CatalogState:
 
     Engines: every row with a sha256, except those whose blob_path gc cleared (a RETIRED engine whose
     blob was collected: the catalog says it has none). Models: every row. Jobs: the digests their
-    payloads name."""
+    payloads name. The audit chain's head (revision 0017 on), as `details["audit_head"]` (`id`,
+    `hash`), which the manifest records: a head kept outside the catalog."""
     tables = _count_rows(query, table_names)
     state = CatalogState(read_revision(query) if "alembic_version" in tables else None, tables)
     if "engines" in tables:
@@ -164,6 +166,10 @@ def read_state(query: Query, table_names: Sequence[str]) -> CatalogState:
         for row in _rows(query, "SELECT id, payload FROM jobs ORDER BY id"):
             for digest in sorted(set(payload_digests(_json(row["payload"])))):
                 state.job_blobs.setdefault(digest, []).append(int(row["id"]))
+    if HEAD_TABLE in tables:
+        for row in _rows(query, f"SELECT last_id, last_hash FROM {HEAD_TABLE}"):
+            last_id = None if row["last_id"] is None else int(row["last_id"])
+            state.details["audit_head"] = {"id": last_id, "hash": str(row["last_hash"])}
     return state
 
 

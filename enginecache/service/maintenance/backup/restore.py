@@ -4,8 +4,9 @@ Restore refuses a home that is not empty and a catalog that has rows, copies eve
 folder beside the home while checking it against the manifest (service.maintenance.backup.restorecopy), puts the
 catalog back (the SQLite file, or pg_restore in one transaction into the --db database), checks the
 row counts and that every READY engine's blob and every OK model's bundle is there, migrates the
-catalog to the head revision, and only then renames the folder to the home. A failure leaves the
-home as it was (and drops what pg_restore created).
+catalog to the head revision, checks its audit log's hash chain (reaching the head the manifest
+recorded, where it recorded one: `service.access.auditverify`), and only then renames the folder to
+the home. A failure leaves the home as it was (and drops what pg_restore created).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from enginecache.db.reader import sqlite_url
 from enginecache.errors import BackupRefusedError, EngineCacheError, IntegrityCheckError
 from enginecache.service.access import audit
 from enginecache.service.access import roles as access
+from enginecache.service.access.auditverify import verify_catalog
 from enginecache.service.context import AppContext
 from enginecache.service.maintenance.backup.database import (
     POSTGRESQL,
@@ -32,6 +34,7 @@ from enginecache.service.maintenance.backup.database import (
     CatalogState,
     catalog_kind,
     check_references,
+    open_catalog,
     sqlite_path,
 )
 from enginecache.service.maintenance.backup.files import fsync_tree, is_empty_dir, publish_folder, remove_tree
@@ -62,6 +65,7 @@ class RestoreResult:
     files: int
     bytes: int
     tables: dict[str, int]
+    audit: dict[str, Any] = field(default_factory=dict)  # the restored audit chain: rows, head, triggers
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "home": str(self.home)}
@@ -135,6 +139,7 @@ def restore(
             url = app.db_url
         _check_state(state, tables, blobs, models, src)
         revision = migrate_to_head(url)
+        audit_chain = _check_audit_chain(url, catalog_meta.get("audit_head"), src)
         if staged is not None:
             require_integrity(staged, "the restored catalog")
             self_contained(staged)
@@ -180,6 +185,7 @@ def restore(
         files=files,
         bytes=size,
         tables=state.tables,
+        audit=audit_chain,
     )
 
 
@@ -190,6 +196,32 @@ def _undo_pg_restore(url: str, tables: list[str]) -> None:
         drop_tables(url, tables)
     except (sa.exc.SQLAlchemyError, EngineCacheError):
         logger.exception("could not drop the restored tables %s from %s; drop them by hand", tables, safe_url(url))
+
+
+def _check_audit_chain(url: str, head: Any, src: Path) -> dict[str, Any]:
+    """The restored catalog's audit chain, verified whole and (where the manifest recorded the head,
+    `catalog.audit_head`) holding that row with that hash: IntegrityCheckError naming the first break.
+    A missing or disabled append-only trigger is logged, not refused (the backup's catalog had it so).
+    What was found: rows, the chain's last row, the triggers' problems."""
+    anchor: tuple[int, str] | None = None
+    if head is not None:
+        if not isinstance(head, dict) or "id" not in head or not isinstance(head.get("hash"), str):
+            raise BackupRefusedError(f"{src / MANIFEST}: the catalog's audit_head is incomplete: it needs id and hash")
+        anchor = None if head["id"] is None else (int(head["id"]), head["hash"])
+    with open_catalog(url) as catalog:
+        result = verify_catalog(catalog, anchor=anchor)
+    if result.chain.broken is not None:
+        raise IntegrityCheckError(
+            f"the restored catalog's audit log does not verify against {src / MANIFEST}: {result.chain.broken.message}"
+        )
+    for problem in result.triggers:
+        logger.error("the restored catalog's audit log is not protected: %s", problem)
+    last = result.chain.last
+    return {
+        "rows": result.chain.rows,
+        "last": {"id": last[0], "hash": last[1]} if last else None,
+        "trigger_problems": result.triggers,
+    }
 
 
 def _check_state(state: CatalogState, tables: dict[str, int], blobs: set[str], models: set[str], src: Path) -> None:
