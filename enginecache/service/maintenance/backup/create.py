@@ -5,14 +5,14 @@ service.maintenance.backup.postgres: pg_dump sharing an exported snapshot with t
 references), then the blobs *that state* references are copied, verified (service.maintenance.backup.copy). The
 store's lock is held shared from before the snapshot until the last copy, as a publish does, so
 `enginecache gc` (which takes it exclusive) removes nothing meanwhile; publishers go on. The folder
-is written beside DEST and renamed to DEST once complete: a failed backup leaves nothing at DEST.
-Nothing in the live catalog or store is written (but the store's lock file, and the audit event once
-the backup is published).
+is written beside DEST and renamed to DEST once complete: a failed backup leaves nothing at DEST, and
+removes that folder; one killed leaves it claimed in the home's store, where `enginecache gc` finds it
+(service.maintenance.workdirs). Nothing in the live catalog or store is written but the store's lock
+file, that claim (removed when the backup ends), and the audit event once the backup is published.
 """
 
 from __future__ import annotations
 
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ from enginecache.service.maintenance.backup.manifest import CATALOG_FILES, MANIF
 from enginecache.service.maintenance.backup.postgres import postgres_snapshot
 from enginecache.service.maintenance.backup.progress import Progress, report
 from enginecache.service.maintenance.backup.sqlite import sqlite_snapshot
+from enginecache.service.maintenance.workdirs import backup_folder
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,8 @@ def backup(
 ) -> BackupResult:
     """Back up the catalog and every blob it references into the new folder `dest` (see the module
     docstring); workers and serving processes may go on writing meanwhile. Writes nothing to the
-    live catalog or store but the audit event of the backup, once it is published."""
+    live catalog or store but the backup's claim in its tmp/ (removed when the backup ends) and the
+    audit event of the backup, once it is published."""
     access.require(app, "backup")
     dest = Path(dest).expanduser().resolve()
     home = app.home.resolve()
@@ -70,41 +72,41 @@ def backup(
     if kind == SQLITE and not sqlite_path(app.db_url).is_file():
         raise BackupRefusedError(f"there is no SQLite catalog at {sqlite_path(app.db_url)} to back up")
     dest.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{dest.name}.partial-", dir=dest.parent))
-    try:
-        catalog_file = work / CATALOG_FILES[kind]
-        store = ArtifactStore(home)
-        # The store's lock, shared (as a publish takes it): gc, which takes it exclusive, waits until
-        # every blob this snapshot references is copied, and publishers go on meanwhile.
-        with store.publish_lock():
-            if kind == SQLITE:
-                state = sqlite_snapshot(sqlite_path(app.db_url), catalog_file)
-            else:
-                state = postgres_snapshot(app.db_url, catalog_file, pg_bin)
-            report(
-                progress,
-                "snapshot",
-                f"catalog {safe_url(app.db_url)} at revision {state.revision}: {len(state.models)} models, "
-                f"{len(state.engines)} engines with a blob",
+    with backup_folder(app.store.tmp_dir, dest) as work:
+        try:
+            catalog_file = work / CATALOG_FILES[kind]
+            store = ArtifactStore(home)
+            # The store's lock, shared (as a publish takes it): gc, which takes it exclusive, waits until
+            # every blob this snapshot references is copied, and publishers go on meanwhile.
+            with store.publish_lock():
+                if kind == SQLITE:
+                    state = sqlite_snapshot(sqlite_path(app.db_url), catalog_file)
+                else:
+                    state = postgres_snapshot(app.db_url, catalog_file, pg_bin)
+                report(
+                    progress,
+                    "snapshot",
+                    f"catalog {safe_url(app.db_url)} at revision {state.revision}: {len(state.models)} models, "
+                    f"{len(state.engines)} engines with a blob",
+                )
+                blobs, skipped = copy_blobs(store, state, work)
+                models, skipped_models = copy_models(store, state.models, work)
+            manifest = build_manifest(
+                source={"home": str(home), "catalog": safe_url(app.db_url)},
+                kind=kind,
+                catalog_file=catalog_file,
+                state=state,
+                blobs=blobs,
+                models=models,
+                skipped={"blobs": skipped, "models": skipped_models},
             )
-            blobs, skipped = copy_blobs(store, state, work)
-            models, skipped_models = copy_models(store, state.models, work)
-        manifest = build_manifest(
-            source={"home": str(home), "catalog": safe_url(app.db_url)},
-            kind=kind,
-            catalog_file=catalog_file,
-            state=state,
-            blobs=blobs,
-            models=models,
-            skipped={"blobs": skipped, "models": skipped_models},
-        )
-        report(progress, "copied", f"{manifest['totals']['files']} files copied and verified")
-        write_manifest(work, manifest)
-        fsync_tree(work)
-        publish_folder(work, dest, lambda err: f"{dest} could not be written (did it appear meanwhile?): {err}")
-    except BaseException:
-        remove_tree(work)
-        raise
+            report(progress, "copied", f"{manifest['totals']['files']} files copied and verified")
+            write_manifest(work, manifest)
+            fsync_tree(work)
+            publish_folder(work, dest, lambda err: f"{dest} could not be written (did it appear meanwhile?): {err}")
+        except BaseException:
+            remove_tree(work)
+            raise
     report(progress, "published", f"backup written to {dest}")
     audit.record(
         app,

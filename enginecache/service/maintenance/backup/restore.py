@@ -6,14 +6,15 @@ catalog back (the SQLite file, or pg_restore in one transaction into the --db da
 row counts and that every READY engine's blob and every OK model's bundle is there, migrates the
 catalog to the head revision, checks its audit log's hash chain (reaching the head the manifest
 recorded, where it recorded one: `service.access.auditverify`), and only then renames the folder to
-the home. A failure leaves the home as it was (and drops what pg_restore created).
+the home. A failure leaves the home as it was (and drops what pg_restore created). The folder is held
+while the restore runs (service.maintenance.workdirs): one a killed restore left is `enginecache gc`'s
+to remove.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,7 @@ from enginecache.service.maintenance.backup.sqlite import (
     restore_sqlite,
     self_contained,
 )
+from enginecache.service.maintenance.workdirs import restore_folder
 
 logger = logging.getLogger(__name__)
 
@@ -112,57 +114,57 @@ def restore(
         prepare_postgres_target(app.db_url, tables, drop=False)
 
     home.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{home.name}.restore-", dir=home.parent))
-    staged: Path | None = None
-    placed: Path | None = None
-    restored_tables: list[str] = []
-    try:
-        store = ArtifactStore(home)
-        blobs, models, files, size = restore_files(store, src, manifest, work)
-        report(progress, "copied", f"{files} files copied and verified against {src / MANIFEST}")
-        source = src / str(catalog_meta["file"])
-        sha256, file_size, what = str(catalog_meta["sha256"]), int(catalog_meta["size"]), "the backup's catalog"
-        if target_file is not None:
-            staged = (
-                work / target_file.relative_to(home)
-                if target_file.is_relative_to(home)
-                else target_file.parent / f".{target_file.name}.restore-{work.name}"
-            )
-            restore_verified(source, staged, sha256, file_size, what)
-            state = restore_sqlite(staged)
-            url = sqlite_url(staged)
-        else:
-            verify_in_place(source, sha256, file_size, what)
-            prepare_postgres_target(app.db_url, tables, drop=True)
-            restored_tables = list(tables)
-            state = restore_postgres(app.db_url, source, pg_bin, archive_major=catalog_meta.get("pg_dump_major"))
-            url = app.db_url
-        _check_state(state, tables, blobs, models, src)
-        revision = migrate_to_head(url)
-        audit_chain = _check_audit_chain(url, catalog_meta.get("audit_head"), src)
-        if staged is not None:
-            require_integrity(staged, "the restored catalog")
-            self_contained(staged)
-        fsync_tree(work)
-        if staged is not None and target_file is not None and not staged.is_relative_to(work):
-            try:
-                os.link(staged, target_file)
-            except FileExistsError as err:
-                raise BackupRefusedError(
-                    f"the catalog file {target_file} appeared meanwhile; nothing was restored"
-                ) from err
-            placed = target_file
-            staged.unlink()
-            fsync_dir(target_file.parent)
-        publish_folder(work, home, lambda err: f"the home {home} is no longer empty ({err}); nothing was restored")
-    except BaseException:
-        remove_tree(work)
-        for path in (staged, placed):
-            if path is not None and not path.is_relative_to(work):
-                path.unlink(missing_ok=True)
-        if restored_tables:
-            _undo_pg_restore(app.db_url, restored_tables)
-        raise
+    with restore_folder(home) as work:
+        staged: Path | None = None
+        placed: Path | None = None
+        restored_tables: list[str] = []
+        try:
+            store = ArtifactStore(home)
+            blobs, models, files, size = restore_files(store, src, manifest, work)
+            report(progress, "copied", f"{files} files copied and verified against {src / MANIFEST}")
+            source = src / str(catalog_meta["file"])
+            sha256, file_size, what = str(catalog_meta["sha256"]), int(catalog_meta["size"]), "the backup's catalog"
+            if target_file is not None:
+                staged = (
+                    work / target_file.relative_to(home)
+                    if target_file.is_relative_to(home)
+                    else target_file.parent / f".{target_file.name}.restore-{work.name}"
+                )
+                restore_verified(source, staged, sha256, file_size, what)
+                state = restore_sqlite(staged)
+                url = sqlite_url(staged)
+            else:
+                verify_in_place(source, sha256, file_size, what)
+                prepare_postgres_target(app.db_url, tables, drop=True)
+                restored_tables = list(tables)
+                state = restore_postgres(app.db_url, source, pg_bin, archive_major=catalog_meta.get("pg_dump_major"))
+                url = app.db_url
+            _check_state(state, tables, blobs, models, src)
+            revision = migrate_to_head(url)
+            audit_chain = _check_audit_chain(url, catalog_meta.get("audit_head"), src)
+            if staged is not None:
+                require_integrity(staged, "the restored catalog")
+                self_contained(staged)
+            fsync_tree(work)
+            if staged is not None and target_file is not None and not staged.is_relative_to(work):
+                try:
+                    os.link(staged, target_file)
+                except FileExistsError as err:
+                    raise BackupRefusedError(
+                        f"the catalog file {target_file} appeared meanwhile; nothing was restored"
+                    ) from err
+                placed = target_file
+                staged.unlink()
+                fsync_dir(target_file.parent)
+            publish_folder(work, home, lambda err: f"the home {home} is no longer empty ({err}); nothing was restored")
+        except BaseException:
+            remove_tree(work)
+            for path in (staged, placed):
+                if path is not None and not path.is_relative_to(work):
+                    path.unlink(missing_ok=True)
+            if restored_tables:
+                _undo_pg_restore(app.db_url, restored_tables)
+            raise
     report(progress, "published", f"restored {src} into {home} ({safe_url(app.db_url)}, revision {revision})")
     restored = AppContext(home=home, db_url=app.db_url)  # the event goes into the restored catalog
     try:

@@ -16,6 +16,9 @@ Removed (a dry run lists them; `apply=True` removes them):
   `build-<engine>-*` unless that engine is still PENDING, staging folders and partial blobs;
 - resume states `tmp/<sha256>.pull` (core.rangedfetch: what a killed fetch or pull left to resume)
   that no fetch holds and in which nothing changed for the resume age (default 1 day);
+- what a killed backup or restore left (service.maintenance.gc.debris): a backup's partial folder
+  beside its destination, found by its claim in `tmp/`, and a restore's folder beside the home,
+  once no backup or restore holds it and nothing in it changed for the grace period;
 Nothing in `objects/` or `models/` younger than the temp age is removed either: a blob or bundle is
 published a moment before the row that names it is written (core.store: publishing touches it).
 
@@ -39,15 +42,18 @@ removing them).
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 from sqlmodel import col
 
+from enginecache.db.catalogfile import sqlite_file
 from enginecache.db.models import EngineRecord, utcnow
 from enginecache.db.queue import Clock
 from enginecache.service.access import audit
 from enginecache.service.access import roles as access
 from enginecache.service.context import AppContext
 from enginecache.service.maintenance.gc.abandoned import find_abandoned_engines, mark_abandoned_engines
+from enginecache.service.maintenance.gc.debris import plan_debris, remove_debris
 from enginecache.service.maintenance.gc.files import remove
 from enginecache.service.maintenance.gc.plan import plan_store, plan_temp
 from enginecache.service.maintenance.gc.references import clear_retired_blob_paths, read_references
@@ -83,6 +89,9 @@ def collect_garbage(
     dead = {a.engine_id for a in report.abandoned}
     planned_temp = plan_temp(app, refs, dead, now, policy, report)
     report.removals.extend((remove(app.home, r) for r in planned_temp) if apply else planned_temp)
+    tmp_dir, catalog = store.tmp_dir, sqlite_file(app.db_url)
+    debris = plan_debris(app.home, tmp_dir, Path(catalog).resolve() if catalog else None, now, policy, report)
+    report.removals.extend((remove_debris(app.home, tmp_dir, r) for r in debris) if apply else debris)
     if apply:
         removed = sum(1 for r in report.removals if r.error is None)
         logger.info("gc removed %d entries, %d bytes", removed, report.size_bytes)

@@ -15,6 +15,7 @@ from pathlib import Path
 from enginecache.core import rangedfetch
 from enginecache.core.processes import pid_alive
 from enginecache.service.context import AppContext
+from enginecache.service.maintenance import workdirs
 from enginecache.service.maintenance.gc.files import age_of, blob_files, entries, newest_mtime, tree_size
 from enginecache.service.maintenance.gc.references import References
 from enginecache.service.maintenance.gc.report import (
@@ -79,6 +80,8 @@ def plan_temp(
         relative = store.relative(path)
         if rangedfetch.is_state_name(path.name):
             planned.extend(_plan_resume_state(path, relative, now, policy, report))
+            continue
+        if workdirs.is_claim_name(path.name):  # a backup's claim: service.maintenance.gc.debris
             continue
         owner = _live_owner(path.name, refs, dead)
         age = age_of(now, newest_mtime(path))

@@ -19,11 +19,13 @@ RETIRED_BLOB = "retired_blob"
 UNREFERENCED_BUNDLE = "unreferenced_bundle"
 TEMP = "temp"
 RESUME_STATE = "resume_state"
+BACKUP_PARTIAL = "backup_partial"
+RESTORE_PARTIAL = "restore_partial"
 
 
 @dataclass(frozen=True)
 class GcPolicy:
-    grace: timedelta = DEFAULT_GRACE  # retired engines' blobs, and finished jobs' inputs
+    grace: timedelta = DEFAULT_GRACE  # retired engines' blobs, finished jobs' inputs, killed backups' folders
     temp_age: timedelta = DEFAULT_TEMP_AGE  # temp entries, and unreferenced blobs and bundles
     pending_age: timedelta = DEFAULT_PENDING_AGE  # PENDING engine rows with no job
     resume_age: timedelta = DEFAULT_RESUME_AGE  # a killed fetch's resume state (tmp/<sha256>.pull) nobody holds
