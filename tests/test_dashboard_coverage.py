@@ -1,5 +1,6 @@
-"""The coverage matrix (issue 12, point 4): models x targets x precisions, each cell READY,
-INCOMPATIBLE, STALE, BUILDING, FAILED or MISSING from the catalog (the compatibility verdict is the
+"""The coverage matrix (issue 12, point 4): models x targets x precisions, each cell READY, BUILT
+(built, no host of this class seen yet: issue 28, point 2), INCOMPATIBLE (incompatible with every host
+seen), STALE, BUILDING, FAILED or MISSING from the catalog (the compatibility verdict is the
 backend's one rule on each worker's recorded fingerprint), in colour and in words; one click builds
 the missing and stale cells through `submit_build`; the filters are in the URL; the Hosts page says
 what each host can load and which READY engines it lacks.
@@ -17,7 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
-from sqlmodel import select
+from sqlmodel import delete, select
 from streamlit.testing.v1 import AppTest
 
 from enginecache.core.fingerprint import host_fingerprint
@@ -134,7 +135,7 @@ def test_every_state_is_read_from_the_catalog_in_words_and_colour(fleet: Seeded)
     matrix = _matrix(at)
     row32, row16 = matrix.loc[("convnet", "fp32")], matrix.loc[("convnet", "fp16")]
     assert row32[SM86] == f"READY · engine {fleet.engine_id}"
-    assert row32[SM120] == f"INCOMPATIBLE · engine {nobody}"
+    assert row32[SM120] == f"BUILT · engine {nobody}", "no sm120 host is known: built, not incompatible"
     assert row32[SM80] == f"BUILDING · job {job.id}"
     assert row32["TensorRT-RTX sm75"] == "MISSING", "a retired engine is no engine"
     assert row16[SM86] == f"STALE · engine {stale}"
@@ -145,11 +146,10 @@ def test_every_state_is_read_from_the_catalog_in_words_and_colour(fleet: Seeded)
     line = f"convnet fp16 TensorRT-RTX sm89 (no host): FAILED ([engine {failed}](engines?engine={failed}))"
     assert f"{line}, builder ran out of memory" in why
     assert f"built with TensorRT-RTX 1.6.0; the fleet runs {version}" in why
-    [refusal] = [v.reason for v in engine_host_verdicts(app, nobody)]
-    assert "not among the engine's targets" in refusal and refusal in why
+    assert f"BUILT ([engine {nobody}](engines?engine={nobody})), built, no host of this class seen yet" in why
     assert "was retired" not in why, "missing cells are not listed"
     # the counts add up, and name the fleet's libraries
-    assert "READY 1 · INCOMPATIBLE 1 · STALE 1 · BUILDING 1 · FAILED 1 · MISSING 7" in texts(at)
+    assert "READY 1 · BUILT 1 · INCOMPATIBLE 0 · STALE 1 · BUILDING 1 · FAILED 1 · MISSING 7" in texts(at)
     assert "the fleet's newest libraries: ONNX Runtime" in plain(texts(at)) and f"TensorRT-RTX {version}" in plain(
         texts(at)
     )
@@ -157,6 +157,66 @@ def test_every_state_is_read_from_the_catalog_in_words_and_colour(fleet: Seeded)
     assert coverage_view._style(f"FAILED · engine {failed}") == "background-color: #ffcdd2; color: #b71c1c"
     assert coverage_view._style("convnet") == ""
     assert len({coverage_view._style(state) for state in coverage.STATES}) == len(coverage.STATES)
+
+
+def _cpu_host(app: AppContext) -> None:
+    """worker-a recorded as a host with no GPU that runs TensorRT-RTX and ONNX Runtime (a build box)."""
+    host = host_fingerprint().to_dict()
+    host.update(hostname="cpu-box-1", os="Linux", gpus=[], nvml="no NVIDIA driver")
+    caps = worker_capabilities(host_fingerprint())
+    caps.update(backends=["rtx", "ort"], gpus=[])
+    with app.catalog.write() as session:
+        row = session.exec(select(WorkerRecord).where(WorkerRecord.name == "worker-a")).one()
+        row.fingerprint, row.capabilities, row.hostname = host, caps, "cpu-box-1"
+        session.add(row)
+
+
+def test_an_engine_built_ahead_of_time_for_a_class_no_host_has_is_built_not_incompatible(seeded: Seeded) -> None:
+    """Issue 28, point 2: the catalog has seen only a CPU host, so every fresh TensorRT-RTX engine was
+    INCOMPATIBLE (purple), which read as 'your builds are broken'; it is BUILT, in words and colour."""
+    _cpu_host(seeded.app)
+    matrix = coverage.coverage(seeded.app, backends=["rtx"], precisions=["fp32"])
+    [sm86] = [c for c in matrix.columns if c.target == "sm86"]
+    cell = matrix.cell(seeded.model_id, "fp32", sm86)
+    assert cell is not None and sm86.hosts == ()
+    assert (cell.state, cell.text) == (coverage.BUILT, f"BUILT · engine {seeded.engine_id}")
+    assert cell.reason == "built, no host of this class seen yet (1 known host(s), none with sm86)"
+    assert matrix.counts()[coverage.INCOMPATIBLE] == 0
+
+    at = _rtx_view("backend=rtx", "precision=fp32").run()
+    assert not at.exception, at.exception
+    assert _matrix(at).loc[("convnet", "fp32")][SM86] == f"BUILT · engine {seeded.engine_id}"
+    assert "READY 0 · BUILT 1 · INCOMPATIBLE 0 · STALE 0" in texts(at)
+    legend = frame(at, "state", "means")
+    means = dict(zip(legend["state"], legend["means"], strict=True))
+    assert means[coverage.BUILT].startswith("built, no host of this class seen yet")
+    assert means[coverage.INCOMPATIBLE].startswith("incompatible with every host seen")
+    built, incompatible = (
+        coverage_view._style(f"{state} · engine 1") for state in (coverage.BUILT, coverage.INCOMPATIBLE)
+    )
+    assert built and built != incompatible, "a colour of its own, not INCOMPATIBLE's purple"
+
+    with seeded.app.catalog.write() as session:  # no host known at all: still built, not READY
+        session.exec(delete(WorkerRecord))
+    nobody = coverage.coverage(seeded.app, backends=["rtx"], precisions=["fp32"])
+    [cell] = [c for c in nobody.cells if c.column.target == "sm86"]
+    assert (cell.state, cell.reason) == (coverage.BUILT, "built, no host of this class seen yet (no host known yet)")
+
+
+def test_incompatible_means_every_host_seen_refuses_an_engine_of_a_class_the_fleet_has(fleet: Seeded) -> None:
+    """An SM86 host is known (worker-a) and refuses the engine (another TensorRT-RTX version): INCOMPATIBLE,
+    with the rule's reason; the SM120 engine, of a class no host has, stays BUILT."""
+    app = fleet.app
+    refused = _engine_like(app, fleet.engine_id, precision="fp16", backend_version="99.0")
+    unseen = _engine_like(app, fleet.engine_id, targets="sm120")
+    matrix = coverage.coverage(app, backends=["rtx"], every_target=True)
+    cells = {(c.precision, c.column.target): c for c in matrix.cells}
+    cell = cells[("fp16", "sm86")]
+    assert (cell.state, cell.engine_id) == (coverage.INCOMPATIBLE, refused)
+    [rule] = [v.reason for v in engine_host_verdicts(app, refused)]
+    assert "99.0" in rule and cell.reason == f"incompatible with every host seen: {rule}"
+    assert (cells[("fp32", "sm120")].state, cells[("fp32", "sm120")].engine_id) == (coverage.BUILT, unseen)
+    assert cells[("fp32", "sm86")].state == coverage.READY
 
 
 def test_by_default_the_columns_are_the_targets_in_use(fleet: Seeded) -> None:

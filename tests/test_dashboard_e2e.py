@@ -139,7 +139,7 @@ def test_two_models_mixed_precisions_coverage_retire_and_test_load_in_chromium(
         expect(submit_none).to_be_disabled()
 
         # Coverage of the detector at fp32 on TensorRT-RTX, every target: the sm86 cell is built (READY,
-        # or INCOMPATIBLE where no known host has an SM86 GPU, as on a CPU-only machine), 5 are missing
+        # or BUILT where no known host has an SM86 GPU, as on a CPU-only machine), 5 are missing
         deep = f"/coverage?model={detector_id}&backend=rtx&precision=fp32&targets=all"
         open_view(deep)
         expect(page.get_by_text("STALE 0 · BUILDING 0 · FAILED 0 · MISSING 5")).to_be_visible()
@@ -154,7 +154,7 @@ def test_two_models_mixed_precisions_coverage_retire_and_test_load_in_chromium(
         expect(page.get_by_role("button", name="Retire")).to_be_disabled()
         open_view(deep)
         expect(
-            page.get_by_text("READY 0 · INCOMPATIBLE 0 · STALE 0 · BUILDING 0 · FAILED 0 · MISSING 6")
+            page.get_by_text("READY 0 · BUILT 0 · INCOMPATIBLE 0 · STALE 0 · BUILDING 0 · FAILED 0 · MISSING 6")
         ).to_be_visible()
 
         # Coverage: a deep link to the encoder on ONNX Runtime at fp32, one missing cell, built in one click;
@@ -162,12 +162,12 @@ def test_two_models_mixed_precisions_coverage_retire_and_test_load_in_chromium(
         deep = f"/coverage?model={encoder_id}&backend=ort&precision=fp32"
         open_view(deep)
         expect(
-            page.get_by_text("READY 0 · INCOMPATIBLE 0 · STALE 0 · BUILDING 0 · FAILED 0 · MISSING 1")
+            page.get_by_text("READY 0 · BUILT 0 · INCOMPATIBLE 0 · STALE 0 · BUILDING 0 · FAILED 0 · MISSING 1")
         ).to_be_visible()
         page.get_by_role("button", name="Build 1 missing or stale cell(s)").click()
         expect(page.get_by_text(re.compile(r"encoder fp32 ONNX Runtime .*: queued job \d+"))).to_be_visible()
         browserkit.expect_once(
-            page.get_by_text("READY 1 · INCOMPATIBLE 0 · STALE 0 · BUILDING 0 · FAILED 0 · MISSING 0"),
+            page.get_by_text("READY 1 · BUILT 0 · INCOMPATIBLE 0 · STALE 0 · BUILDING 0 · FAILED 0 · MISSING 0"),
             timeout_ms=READY_SECONDS * 1000,
         )
         build_none = page.get_by_role("button", name="Build 0 missing or stale cell(s)")
@@ -180,12 +180,12 @@ def test_two_models_mixed_precisions_coverage_retire_and_test_load_in_chromium(
         for chip in ("encoder", "ONNX Runtime", "fp32"):
             expect(again.get_by_test_id("stMultiSelect").get_by_text(chip, exact=True)).to_be_visible()
         expect(
-            again.get_by_text("READY 1 · INCOMPATIBLE 0 · STALE 0 · BUILDING 0 · FAILED 0 · MISSING 0")
+            again.get_by_text("READY 1 · BUILT 0 · INCOMPATIBLE 0 · STALE 0 · BUILDING 0 · FAILED 0 · MISSING 0")
         ).to_be_visible()
         again.close()
         # the whole matrix, every model and three precisions
         open_view("/coverage?precision=fp32,fp16,int8")
-        expect(page.get_by_text(re.compile(r"READY 1 · INCOMPATIBLE \d+ · STALE 0"))).to_be_visible()
+        expect(page.get_by_text(re.compile(r"READY 1 · BUILT \d+ · INCOMPATIBLE \d+ · STALE 0"))).to_be_visible()
         shot("coverage")
 
         # Engines: test-load the encoder's engine with an uploaded .npz; the accuracy table per output

@@ -1,9 +1,10 @@
 """Coverage: the fleet's engines as one matrix, models x GPU (or CPU) targets x precisions, each cell
-READY, INCOMPATIBLE (no known host can load it), STALE (built with an older library than the fleet
-runs), BUILDING, FAILED or MISSING (`service.fleet.coverage`), in colour with a legend and always in
-words; one click builds every missing and stale cell shown, through `submit_build` (which checks
-the role). The filters live in the URL (`?model=1,2&backend=rtx&precision=fp16,int8`), so a link
-reproduces the view; the matrix redraws itself while any job runs (`dashboard.live`).
+READY, BUILT (built, no host of this class seen yet), INCOMPATIBLE (incompatible with every host
+seen), STALE (built with an older library than the fleet runs), BUILDING, FAILED or MISSING
+(`service.fleet.coverage`), in colour with a legend and always in words; one click builds every
+missing and stale cell shown, through `submit_build` (which checks the role). The filters live in
+the URL (`?model=1,2&backend=rtx&precision=fp16,int8`), so a link reproduces the view; the matrix
+redraws itself while any job runs (`dashboard.live`).
 
 A view of its own rather than a section of Build: Build plans one model's next builds with its
 profile and builder options, while this answers a fleet-wide question (what is missing where,
@@ -36,6 +37,7 @@ BUILD_ROLE_CAPTION = "operators and admins can build"
 # (background, text) per state: a colour-blind reader has the word in every cell and the legend.
 COLOURS: dict[str, tuple[str, str]] = {
     cov.READY: ("#c8e6c9", "#1b5e20"),
+    cov.BUILT: ("#b2ebf2", "#006064"),
     cov.INCOMPATIBLE: ("#e1bee7", "#4a148c"),
     cov.STALE: ("#ffe0b2", "#8a4b00"),
     cov.BUILDING: ("#bbdefb", "#0d47a1"),
@@ -44,7 +46,8 @@ COLOURS: dict[str, tuple[str, str]] = {
 }
 LEGEND: dict[str, str] = {  # state -> what it means
     cov.READY: "built with the fleet's library version, loads on a known host",
-    cov.INCOMPATIBLE: "built, but no known host can load it",
+    cov.BUILT: f"{cov.NO_HOST_OF_CLASS}: nothing has tried to load it (built ahead of time, e.g. on a CPU host)",
+    cov.INCOMPATIBLE: f"{cov.REFUSED_BY_EVERY_HOST}: hosts of its class are known, and each refuses it",
     cov.STALE: "built with an older library version than the fleet runs: rebuild it",
     cov.BUILDING: "a build job is queued or running",
     cov.FAILED: "the last build failed (why: below the matrix)",
@@ -192,10 +195,12 @@ def _style(text: Any) -> str:
 def _details(matrix: cov.Coverage) -> None:
     """Why each cell that is not READY or MISSING is what it is, with a link to its engine."""
     names = dict(matrix.models)
-    shown = [c for c in matrix.cells if c.state in (cov.FAILED, cov.INCOMPATIBLE, cov.STALE) or c.job_id is not None]
+    explained = (cov.FAILED, cov.INCOMPATIBLE, cov.STALE, cov.BUILT)
+    shown = [c for c in matrix.cells if c.state in explained or c.job_id is not None]
     if not shown:
         return
-    with st.expander(f"Why: {len(shown)} cell(s) failed, stale, incompatible or building", expanded=False):
+    title = f"Why: {len(shown)} cell(s) failed, stale, incompatible, built for no known host or building"
+    with st.expander(title, expanded=False):
         lines = []
         for c in shown:
             where = f"{names.get(c.model_id, c.model_id)} {c.precision} {c.column.label}: {c.state}"

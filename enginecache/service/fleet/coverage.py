@@ -6,8 +6,12 @@ backend target (a compute capability TensorRT-RTX builds for from anywhere, or a
 of a worker the catalog has seen) and one precision. Its state, from the catalog as it is now:
 
 - READY: a READY engine covers the target, built with the newest library version the fleet runs,
-  and at least one known host can load it (or no host is known yet);
-- INCOMPATIBLE: such an engine exists, but every known host refuses it (the backend's one rule,
+  and at least one known host can load it;
+- BUILT: such an engine exists, no known host can load it, and no known host has this column's
+  target ("built, no host of this class seen yet": a TensorRT-RTX engine built ahead of time on a
+  CPU host for a GPU the fleet has not shown yet, which nothing has tried to load);
+- INCOMPATIBLE: such an engine exists and hosts of its class are known, but every known host refuses
+  it ("incompatible with every host seen": the backend's one rule,
   `service.engines.records.ref_verdict`, decided on each worker's recorded fingerprint);
 - STALE: the READY engines that cover it were all built with an older library version than the
   fleet's newest (the newest `capabilities.versions[backend]` the workers table holds);
@@ -46,12 +50,16 @@ from enginecache.service.readmodels.hosts import HostRow, worker_hosts
 from enginecache.service.readmodels.jobs import ACTIVE_JOB_STATUSES
 
 READY = "READY"
+BUILT = "BUILT"
 INCOMPATIBLE = Verdict.INCOMPATIBLE.outcome
 STALE = "STALE"
 BUILDING = "BUILDING"
 FAILED = "FAILED"
 MISSING = "MISSING"
-STATES: tuple[str, ...] = (READY, INCOMPATIBLE, STALE, BUILDING, FAILED, MISSING)
+STATES: tuple[str, ...] = (READY, BUILT, INCOMPATIBLE, STALE, BUILDING, FAILED, MISSING)
+# What BUILT and INCOMPATIBLE mean, as a cell's reason, the legend and the docs say it.
+NO_HOST_OF_CLASS = "built, no host of this class seen yet"
+REFUSED_BY_EVERY_HOST = "incompatible with every host seen"
 BUILDABLE: tuple[str, ...] = (MISSING, STALE)  # what "build the missing and stale cells" submits
 ACTIVE_BUILDS_SCANNED = 1000  # active build jobs looked at (the queue's head, oldest first)
 
@@ -265,16 +273,22 @@ def _cell(
     for group in current:
         if group not in verdicts:
             verdicts[group] = judge(group.ref())
-    loadable = [g for g in current if not hosts or any(v == Verdict.COMPATIBLE for v, _ in verdicts[g])]
+    loadable = [g for g in current if any(v == Verdict.COMPATIBLE for v, _ in verdicts[g])]
     if loadable:
         best = loadable[0]
         count = sum(v == Verdict.COMPATIBLE for v, _ in verdicts[best])
-        on = f"loads on {count} of {len(hosts)} host(s)" if hosts else "no host known yet"
-        return make(READY, f"READY · engine {best.newest_id}", best.newest_id, on)
+        return make(
+            READY, f"READY · engine {best.newest_id}", best.newest_id, f"loads on {count} of {len(hosts)} host(s)"
+        )
+    if current and not column.hosts:
+        best = current[0]
+        known = f"{len(hosts)} known host(s), none with {column.target}" if hosts else "no host known yet"
+        return make(BUILT, f"BUILT · engine {best.newest_id}", best.newest_id, f"{NO_HOST_OF_CLASS} ({known})")
     if current:
         best = current[0]
         reasons = "; ".join(sorted({reason for _, reason in verdicts[best]}))
-        return make(INCOMPATIBLE, f"INCOMPATIBLE · engine {best.newest_id}", best.newest_id, reasons)
+        why = f"{REFUSED_BY_EVERY_HOST}: {reasons}"
+        return make(INCOMPATIBLE, f"INCOMPATIBLE · engine {best.newest_id}", best.newest_id, why)
     if job_id is not None:
         return make(BUILDING, f"BUILDING · job {job_id}")
     if ready:
