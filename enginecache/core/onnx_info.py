@@ -4,7 +4,8 @@
 with their dynamic dims, opsets, IR version, producer, op histograms (the main graph's, and apart
 from it the ops inside If/Loop/Scan bodies), parameter count and bytes (computed from the dims of
 initializers and of Constant-node weights, never from the weights themselves), whether and how the
-model is already quantized, and the external data files the model refers to. Every external
+model is already quantized, how many initializers it also lists as graph inputs (not counted among
+its inputs), and the external data files the model refers to. Every external
 data reference is validated before anything else touches it: it must be a relative path
 without ``..``, must not be or pass through a symlink inside the model's folder, must stay
 inside that folder, and must exist; its ``offset`` and ``length`` must be non-negative decimal
@@ -53,6 +54,7 @@ from enginecache.core.onnx_graph import (
     subgraph_op_histogram,
     tensor_info,
 )
+from enginecache.core.onnx_initinputs import initializer_inputs
 from enginecache.core.onnx_quantized import quantization
 from enginecache.errors import InvalidModelError
 
@@ -112,6 +114,9 @@ class ModelInfo:
     quantized: str | None = None
     """How the model is already quantized (Q/DQ nodes, QOperator ops, integer ops, INT8 weights
     dequantized by Cast/Mul), or None for a float model: such a model builds only as is (fp32)."""
+    initializer_inputs: int = 0
+    """Initializers the model also lists among its graph inputs (`core.onnx_initinputs`: IR < 4 needed
+    them, old exporters kept them): not in `inputs`; a precision conversion takes them out first."""
 
     def to_dict(self) -> dict[str, object]:
         """A JSON-safe dict (paths as strings, tuples as lists)."""
@@ -133,6 +138,7 @@ class ModelInfo:
             "digest": self.digest,
             "chunk_blake3": dict(self.chunk_blake3),
             "quantized": self.quantized,
+            "initializer_inputs": self.initializer_inputs,
         }
 
 
@@ -188,8 +194,7 @@ def _inspect(path: Path) -> ModelInfo:
         raise InvalidModelError(f"{path}: onnx.checker rejected the model: {err}") from err
 
     graph = model.graph
-    initializer_names = {t.name for t in graph.initializer}
-    initializer_names.update(s.values.name for s in graph.sparse_initializer)
+    initializer_names = set(initializer_inputs(graph))
     inputs = tuple(tensor_info(v) for v in graph.input if v.name not in initializer_names)
     outputs = tuple(tensor_info(v) for v in graph.output)
 
@@ -221,6 +226,7 @@ def _inspect(path: Path) -> ModelInfo:
         digest=digest,
         chunk_blake3={name: found.chunk_blake3 for name, found in hashed.items() if found.chunk_blake3},
         quantized=quantization(model),
+        initializer_inputs=len(initializer_names),
     )
 
 

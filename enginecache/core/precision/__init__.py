@@ -17,6 +17,9 @@ precision and, for int8/fp8, by the backend family the result is for (`Precision
 - int8 / fp8 for ONNX Runtime ("ort"): `onnxruntime.quantization.quantize_static` (`quantize`:
   QDQ, symmetric, bias left in float; fp8 E4M3FN with the Distribution calibrator).
 
+A model that also lists initializers among its graph inputs (IR < 4 style, `core.onnx_initinputs`)
+is converted from a copy without them (`modelfiles.converter_source`), with a note saying so.
+
 Calibration data is an `.npz` (see `core.calibration`) or, without one, generated inputs at the
 profile's opt shapes plus an "uncalibrated" warning. Every converted model is validated (ONNX
 checker, strict shape inference, an ONNX Runtime CPU session) before it is returned. The result

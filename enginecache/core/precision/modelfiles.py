@@ -15,6 +15,7 @@ import onnx
 from google.protobuf.message import DecodeError
 
 from enginecache.core.onnx_graph import external_refs, normalise_location
+from enginecache.core.onnx_initinputs import describe, drop_initializer_inputs, initializer_inputs
 from enginecache.core.onnx_quantized import quantization
 from enginecache.errors import PrecisionError
 
@@ -136,6 +137,30 @@ def staged_copy(source: Path, folder: Path) -> Iterator[Path]:
         yield staged
     finally:
         shutil.rmtree(staged.parent, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def converter_source(source: Path, folder: Path) -> Iterator[tuple[Path, list[str]]]:
+    """`source` as a converter takes it, and notes: where it lists initializers among its graph
+    inputs (`core.onnx_initinputs`), a staged copy in `folder` (removed on the way out) with them
+    taken out of the inputs, and a note saying so; else `source` itself and no note."""
+    header = onnx.load(str(source), load_external_data=False)
+    names = initializer_inputs(header.graph)
+    if not names:
+        yield source, []
+        return
+    with staged_copy(source, folder) as staged:
+        model = onnx.load(str(staged), load_external_data=False)  # external data stays where it is
+        drop_initializer_inputs(model)
+        try:
+            onnx.save(model, str(staged))
+        except (OSError, ValueError) as err:
+            raise PrecisionError(f"cannot write {staged}: {err}") from err
+        note = (
+            f"{source.name}: {describe(names, int(header.ir_version))}; taken out of the inputs before "
+            "conversion (their values stay the weights), as the converters need"
+        )
+        yield staged, [note]
 
 
 @contextlib.contextmanager

@@ -17,7 +17,13 @@ from enginecache.core.hashing import sha256_file
 from enginecache.core.precision import availability
 from enginecache.core.precision.check import run_check, validate_model
 from enginecache.core.precision.floatcast import convert_float, float_converters
-from enginecache.core.precision.modelfiles import recipe_record, remove_model, source_quantization, tool_version
+from enginecache.core.precision.modelfiles import (
+    converter_source,
+    recipe_record,
+    remove_model,
+    source_quantization,
+    tool_version,
+)
 from enginecache.core.precision.ptq import ptq_unavailable, quantize_modelopt
 from enginecache.core.precision.quantize import quantize_ort
 from enginecache.core.precision.spec import (
@@ -64,22 +70,9 @@ def convert_precision(
     workdir.mkdir(parents=True, exist_ok=True)
     target = workdir / f"{source.stem}.{spec.precision}.onnx"
     started = time.perf_counter()
-    if spec.precision in ("fp16", "bf16"):
-        recipe, notes = convert_float(source, spec, target, input_shapes)
-    else:
-        if spec.backend_family == "tensorrt":
-            recipe, notes, hint = quantize_modelopt(source, spec, target, input_shapes)
-            made_by = "NVIDIA ModelOpt's ONNX PTQ"
-        else:
-            recipe, notes, hint = quantize_ort(source, spec, target, input_shapes)
-            made_by = "onnxruntime.quantization"
-        recipe["backend_family"] = spec.backend_family
-        try:
-            notes += validate_model(target, converter_hint=hint, converter=made_by)
-            notes += run_check(source, target, input_shapes, converter_hint=hint, converter=made_by)
-        except PrecisionError:
-            remove_model(target)
-            raise
+    with converter_source(source, workdir / f"{source.stem}.converter-source") as (converted_from, notes):
+        recipe, converted_notes = _convert(converted_from, spec, target, input_shapes)
+    notes = notes + converted_notes
     seconds = time.perf_counter() - started
     logger.info(
         "%s -> %s with %s in %.2f s (%d bytes)",
@@ -96,6 +89,28 @@ def convert_precision(
         warnings=tuple(notes),
         seconds=seconds,
     )
+
+
+def _convert(
+    source: Path, spec: PrecisionSpec, target: Path, input_shapes: Mapping[str, Sequence[int]] | None
+) -> tuple[dict[str, object], list[str]]:
+    """Convert `source` into `target` with the recipe `spec` names, validated; (recipe, notes)."""
+    if spec.precision in ("fp16", "bf16"):
+        return convert_float(source, spec, target, input_shapes)
+    if spec.backend_family == "tensorrt":
+        recipe, notes, hint = quantize_modelopt(source, spec, target, input_shapes)
+        made_by = "NVIDIA ModelOpt's ONNX PTQ"
+    else:
+        recipe, notes, hint = quantize_ort(source, spec, target, input_shapes)
+        made_by = "onnxruntime.quantization"
+    recipe["backend_family"] = spec.backend_family
+    try:
+        notes += validate_model(target, converter_hint=hint, converter=made_by)
+        notes += run_check(source, target, input_shapes, converter_hint=hint, converter=made_by)
+    except PrecisionError:
+        remove_model(target)
+        raise
+    return recipe, notes
 
 
 def plan_recipe(spec: PrecisionSpec, *, input_shapes: Mapping[str, Sequence[int]] | None = None) -> dict[str, object]:
