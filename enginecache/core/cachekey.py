@@ -26,6 +26,22 @@ INGREDIENTS: tuple[str, ...] = (
 )
 
 
+# An ingredient (or a leaf of one) an imported engine's declaration and header do not establish: kept
+# as this marker, never guessed, so the key of an import can equal no key a build computes.
+UNKNOWN: dict[str, Any] = {"unknown": True}
+
+
+def unknown_fields(ingredients: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """The dotted names of every ingredient (or leaf) that is `UNKNOWN`, in ingredient order."""
+    found: list[str] = []
+    for name, value in ingredients.items():
+        if value == UNKNOWN:
+            found.append(prefix + name)
+        elif isinstance(value, Mapping):
+            found.extend(unknown_fields(value, f"{prefix}{name}."))
+    return found
+
+
 def canonical_json(value: Any) -> str:
     """JSON with sorted keys and no whitespace: the bytes the key is computed over."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)

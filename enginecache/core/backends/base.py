@@ -283,14 +283,21 @@ def verdict(built: str, reasons: list[str], details: Mapping[str, Any], ok: str)
     return CompatibilityResult(Verdict.COMPATIBLE, f"{built}; {ok}", details)
 
 
+def same_release(installed: str, recorded: str) -> bool:
+    """Whether the installed library is the version an engine records: the same, or one it names only
+    in part (an imported engine whose header proves "1.7.1" runs on 1.7.1.116)."""
+    return installed == recorded or installed.startswith(recorded + ".")
+
+
 def common_reasons(engine: EngineRef, host: HostFingerprint, label: str, module: str) -> tuple[list[str], str | None]:
-    """The reasons every backend shares: its library missing or at another version, another OS.
+    """The reasons every backend shares: its library missing or at another version (an engine whose
+    version is not recorded, an import that declared none, is judged on the rest), another OS.
     Returns (reasons, installed version)."""
     installed = host.packages.get(module)
     reasons: list[str] = []
     if not installed:
         reasons.append(f"{label} is not installed on this host")
-    elif installed != engine.backend_version:
+    elif engine.backend_version and not same_release(installed, engine.backend_version):
         reasons.append(f"this host has {label} {installed}, the engine needs {engine.backend_version}")
     if engine.os and host.os and engine.os != host.os:
         reasons.append(f"the engine was built for {engine.os}, this host runs {host.os}")

@@ -35,6 +35,7 @@ if TYPE_CHECKING:  # the contract (`base`: dataclasses, typing) is imported wher
         ProgressCallback,
         Requirements,
     )
+    from enginecache.core.backends.headerfacts import HeaderFacts
     from enginecache.core.hostfingerprint import HostFingerprint
 
 # An ORT-format model is a flatbuffer whose file identifier (bytes 4..8) is "ORTM".
@@ -181,6 +182,33 @@ class OnnxRuntimeBackend:
 
     def hardware_names(self, targets: tuple[str, ...], target_info: Mapping[str, Any]) -> tuple[str, ...]:
         return targets
+
+    def import_targets(self, requested: tuple[str, ...]) -> tuple[str, ...]:
+        """The CPU target an import declares (`--target`, as `enginecache fingerprint` names one); at most one."""
+        from enginecache.errors import TargetError
+
+        targets = split_requested(requested)
+        if len(targets) > 1:
+            raise TargetError(f"an ONNX Runtime engine is made for one CPU target, not {', '.join(targets)}")
+        return tuple(targets)
+
+    def import_target_info(self, targets: tuple[str, ...]) -> dict[str, Any]:
+        """The cache key's target of an imported engine, as a build's (`target_info`)."""
+        return {"cpu": targets[0]}
+
+    def header_facts(self, header: bytes) -> HeaderFacts:
+        """An ORT-format model's file identifier (`check_header`'s first test): other bytes are refused.
+        Neither the version that wrote it nor its CPU target is in the header: both are declared."""
+        from enginecache.core.backends.headerfacts import HeaderFacts
+
+        identifier = bytes(header[4:8])
+        if identifier != ORT_FORMAT_IDENTIFIER:
+            return HeaderFacts(
+                refusal=f"not an ORT-format model (file identifier {identifier!r}, expected 'ORTM')",
+                checks={"identifier": identifier.hex()},
+            )
+        notes = ("an ORT-format header names neither the ONNX Runtime version nor the CPU target: both are declared",)
+        return HeaderFacts(format="ORT-format model", checks={"identifier": "ORTM"}, notes=notes)
 
     def check_header(self, header: bytes, spec: LoadSpec, timer: PhaseTimer | None = None) -> None:
         """The ORT-format identifier, and the ONNX Runtime version (ORT-format models are tied to the

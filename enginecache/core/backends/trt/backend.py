@@ -50,6 +50,7 @@ if TYPE_CHECKING:  # the contract (`base`: dataclasses, typing) is imported wher
         Requirements,
     )
     from enginecache.core.backends.declaration import BackendDeclaration
+    from enginecache.core.backends.headerfacts import HeaderFacts
     from enginecache.core.hostfingerprint import HostFingerprint
 
 # EngineInvalidityDiagnostics bits, with the words we report for each.
@@ -62,6 +63,9 @@ _DIAGNOSTICS = {
     32: "the engine is malformed",
     64: "a CUDA error occurred while checking",
 }
+
+
+_MALFORMED = 32  # the diagnostics bit of a header the library cannot read as one of its engines
 
 
 def describe_diagnostics(mask: int) -> list[str]:
@@ -286,6 +290,75 @@ class TensorRTBackend:
         with captured(trt) as (trt_logger, sink), (timer or PhaseTimer()).phase("validity"):
             runtime = trt.Runtime(trt_logger)
             self._refuse_invalid(runtime, bytes(header[: _header_size(runtime)]), spec, sink)
+
+    def import_targets(self, requested: tuple[str, ...]) -> tuple[str, ...]:
+        """The targets an import declares (`--target`), validated as a build's are; () where none are
+        (TensorRT-RTX: the header says). TensorRT: any compute capability (the GPU it was built on)."""
+        if not requested:
+            return ()
+        return parse_rtx_targets(requested) if self.aot_targets else parse_capabilities(requested)
+
+    def import_target_info(self, targets: tuple[str, ...]) -> dict[str, Any]:
+        """The cache key's target of an imported engine: a build's (`target_info`) where the targets
+        say all of it; TensorRT's GPU model, which only the building host knew, is `UNKNOWN`."""
+        if self.aot_targets:
+            return {"compute_capabilities": list(targets)}
+        from enginecache.core.cachekey import UNKNOWN
+
+        if len(targets) == 1:
+            return {"compute_capability": targets[0], "gpu": UNKNOWN}
+        return {"compute_capabilities": list(targets), "gpu": UNKNOWN}
+
+    def header_facts(self, header: bytes) -> HeaderFacts:
+        """What the header proves on this host, GPU or none (`core.backends.headerfacts`): the library's
+        own validity check where it has one (TensorRT-RTX's `get_engine_validity`; a header it calls
+        malformed is refused), then, for TensorRT-RTX, the version that wrote it and the compute
+        capabilities it was built for (`trt.header`). TensorRT's header is not read: its facts are declared."""
+        from enginecache.core.backends.headerfacts import HeaderFacts
+        from enginecache.core.backends.trt.header import TARGET_BITS, parse
+
+        checks: dict[str, Any] = {}
+        notes: list[str] = []
+        try:
+            trt = self._trt()
+        except BackendUnavailableError:
+            notes.append(f"{self.label} is not installed here: its own header check did not run")
+        else:
+            with captured(trt) as (trt_logger, sink):
+                runtime = trt.Runtime(trt_logger)
+                validity, mask = _header_validity(runtime, bytes(header[: _header_size(runtime)]))
+            if validity is not None:
+                library = [line for line in sink if "VERBOSE" not in line]
+                diagnostics = describe_diagnostics(mask)
+                checks = {"validity": validity, "diagnostics_mask": mask, "diagnostics": diagnostics}
+                checks["library_log"] = library
+                if mask & _MALFORMED:
+                    said = f" [{self.label}: {' | '.join(library)}]" if library else ""
+                    words = "; ".join(diagnostics)
+                    refusal = f"{self.label}'s header check says it is not one of its engines: {words}{said}"
+                    return HeaderFacts(checks=checks, refusal=refusal)
+        if not self.aot_targets:
+            notes.append(f"{self.label}'s header is not read here: its targets and version are declared")
+            return HeaderFacts(checks=checks, notes=tuple(notes))
+        parsed = parse(bytes(header))
+        if parsed.problem is not None:
+            return HeaderFacts(checks=checks, refusal=f"not a {self.label} plan: {parsed.problem}")
+        if parsed.targets is None:
+            notes.append(
+                f"the header layout of {self.label} {parsed.version_text} is not known here: its targets are declared"
+            )
+        elif parsed.other_bits:
+            notes.append(
+                f"the header's target mask also has bits {parsed.other_bits:#x}, which name none of "
+                + ", ".join(TARGET_BITS)
+            )
+        return HeaderFacts(
+            format=f"{self.label} {parsed.version_text} plan",
+            targets=parsed.targets,
+            backend_version=parsed.version_text,
+            checks=checks,
+            notes=tuple(notes),
+        )
 
     def _refuse_invalid(self, runtime: Any, header: bytes, spec: LoadSpec, sink: list[str]) -> None:
         validity, mask = _header_validity(runtime, header)
