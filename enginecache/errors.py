@@ -19,6 +19,7 @@ stored), 3 the catalog or the store is unavailable (try again later).
     │   ├── AmbiguousError                   a name that matches more than one row
     │   ├── ModelNameError                   a model name outside the pattern, or taken by other bytes
     │   ├── BackupRefusedError               backup or restore refused: the destination, home or catalog is not empty
+    │   ├── ImportRefusedError               `engine import` refused: not an engine, or its header contradicts it
     │   └── ServeError                       `serve` cannot start as asked (port taken, bad address)
     ├── NotFoundError                        exit 2: no row with that id, name or digest
     ├── AccessDeniedError                    exit 2 ("forbidden"): the user's role does not allow it
@@ -132,6 +133,13 @@ class ServeError(BadInputError):
 class BackupRefusedError(BadInputError):
     """`backup` or `restore` refused before writing anything: the destination is not empty, the home
     or the target catalog already holds something, or the source is not a backup this version reads."""
+
+
+class ImportRefusedError(BadInputError):
+    """An engine file `engine import` refuses before storing anything: not an engine of the declared
+    backend, or its own header contradicting the declaration (the message names both values)."""
+
+    kind = "import_refused"
 
 
 # -- not found (exit 2) ---------------------------------------------------------------------

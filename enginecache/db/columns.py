@@ -61,6 +61,7 @@ COLUMN_KINDS: dict[str, dict[str, str]] = {
         "created_at": "time",
         "finished_at": "time",
         "verified_at": "time",
+        "provenance": "json",
     },
     "jobs": {
         "id": "",

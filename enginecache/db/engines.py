@@ -16,6 +16,11 @@ concurrent change on PostgreSQL is read again rather than overwritten):
 - `mark_verified`: the blob matched its digest in full: `verified_at`, `blob_path` and `header_blake3`
   stamped, and a CORRUPT engine READY again.
 - `retire`: no lookup returns it again (-> RETIRED, `retired_at`).
+- `insert_imported`: an engine built elsewhere, registered by `engine import` (a new row, UNPROVEN,
+  with its `provenance`; audited `engine.import`).
+- `mark_proven`: a host that can run an UNPROVEN engine loaded it (a test-load's PASS) -> READY, the
+  proof added to its `provenance` (audited `engine.proven`). An imported engine reaches READY no other
+  way: `mark_verified` puts a CORRUPT one that was never proven back to UNPROVEN.
 - `note_load_error`: a runtime could not load it on some host (`error`; the status stays).
 
 It also reads engine rows without the ORM (`engine_fields`, decoded as `db.columns` says;
@@ -56,11 +61,15 @@ if TYPE_CHECKING:
 
 # `db.models.EngineStatus`'s values (tests/test_engine_gateway.py checks they are the same).
 PENDING, READY, FAILED, CORRUPT, RETIRED = "PENDING", "READY", "FAILED", "CORRUPT", "RETIRED"
+UNPROVEN = "UNPROVEN"
 
 # Audit actions of status changes (`service.access.audit` re-exports them).
 ENGINE_CORRUPT = "engine.corrupt"  # verify, check, a test-load or a serving load found the blob changed
 ENGINE_READY = "engine.ready"  # verify found a CORRUPT engine's blob whole again
 ENGINE_RETIRE = "engine.retire"
+ENGINE_IMPORT = "engine.import"  # an engine built elsewhere registered (UNPROVEN)
+ENGINE_PROVEN = "engine.proven"  # a host that can run an imported engine loaded it: UNPROVEN -> READY
+ENGINE_UNPROVEN = "engine.unproven"  # verify found a CORRUPT, never proven import's blob whole again
 
 
 def audited_action(was: str, status: str) -> str | None:
@@ -71,6 +80,10 @@ def audited_action(was: str, status: str) -> str | None:
         return ENGINE_RETIRE
     if status == READY and was == CORRUPT:
         return ENGINE_READY
+    if status == READY and was == UNPROVEN:
+        return ENGINE_PROVEN
+    if status == UNPROVEN and was == CORRUPT:
+        return ENGINE_UNPROVEN
     return None
 
 
@@ -80,7 +93,7 @@ _KINDS = {**COLUMN_KINDS["engines"], "retired_at": "time"}
 # The columns a transition may set beside `status`, each with its kind.
 _SETTABLE = (
     "error builder_log variant_model_id sha256 blake3 header_blake3 chunk_blake3 size_bytes blob_path build_seconds io"
-    " warnings finished_at verified_at retired_at"
+    " warnings finished_at verified_at retired_at provenance"
 )
 FIELD_KINDS = {name: _KINDS[name] for name in _SETTABLE.split()}
 LOAD_PHASES = ("validity", "deserialize", "create_context", "allocate_io")  # a load event's `load_s`
@@ -195,10 +208,12 @@ def mark_verified(
     reason: str,
 ) -> str | None:
     """Its blob matched its digest in full at `at`: `verified_at`, `blob_path`, `header_blake3` and
-    `chunk_blake3` set, and a CORRUPT engine READY again (audited). The status it had."""
+    `chunk_blake3` set, and a CORRUPT engine READY again, or UNPROVEN where it is an import no host
+    has proven (audited). The status it had."""
+    whole_again = UNPROVEN if _unproven_import(ex, engine_id) else READY
 
     def verified(was: str) -> str:
-        return READY if was == CORRUPT else was
+        return whole_again if was == CORRUPT else was
 
     fields = {"verified_at": at, "blob_path": blob_path, "header_blake3": header_blake3, "chunk_blake3": chunk_blake3}
     return _change(ex, engine_id, verified, fields, actor=actor, by=by, reason=reason)
@@ -213,6 +228,73 @@ def retire(
         return None if was == RETIRED else RETIRED
 
     return _change(ex, engine_id, retired, {"retired_at": at}, actor=actor, by=by, details=details)
+
+
+def _provenance(ex: Executor, engine_id: int) -> dict[str, Any]:
+    found = engine_fields(ex, engine_id, ("provenance",))
+    return dict((found or {}).get("provenance") or {})
+
+
+def _unproven_import(ex: Executor, engine_id: int) -> bool:
+    provenance = _provenance(ex, engine_id)
+    return provenance.get("kind") == "imported" and not provenance.get("proven")
+
+
+def insert_imported(ex: Executor, row: Mapping[str, Any], *, actor: Actor, details: Mapping[str, Any]) -> int:
+    """Add an engine built elsewhere: `row` holds its columns (`IMPORT_COLUMNS`; `provenance` with
+    `kind` "imported"), its status is UNPROVEN, and its `engine.import` audit row (`details`) is
+    written in the same transaction. Its id."""
+    if (row.get("provenance") or {}).get("kind") != "imported":
+        raise ValueError("an imported engine's provenance says kind 'imported'")
+    values: dict[str, Any] = {}
+    for name in IMPORT_COLUMNS:
+        value, kind = row.get(name), _KINDS.get(name, "")
+        if value is not None and kind == "json":
+            value = json_text(value)
+        elif kind == "time":
+            value = ex.timestamp(value)
+        values[name] = value
+    values["status"] = UNPROVEN
+    names = (*IMPORT_COLUMNS, "status")
+    found = ex.rows(
+        f"INSERT INTO engines ({', '.join(names)}) VALUES ({', '.join(':' + n for n in names)}) RETURNING id", values
+    )
+    engine_id = int(found[0][0])
+    _audit(ex, actor, ENGINE_IMPORT, f"engine {engine_id}", {"by": "import", **details})
+    return engine_id
+
+
+# The columns `insert_imported` writes (`status` is UNPROVEN; the rest of the row keeps its defaults).
+_IMPORTED = (
+    "model_id backend backend_version precision targets cache_key onnx_digest key_ingredients precision_recipe"
+    " build_options target_info os host io warnings sha256 blake3 header_blake3 chunk_blake3 size_bytes"
+    " blob_path builder_log created_at finished_at verified_at provenance"
+)
+IMPORT_COLUMNS = tuple(_IMPORTED.split())
+
+
+def mark_proven(
+    ex: Executor,
+    engine_id: int,
+    *,
+    at: datetime,
+    host: str,
+    actor: Actor,
+    by: str,
+    details: Mapping[str, Any] | None = None,
+) -> str | None:
+    """A host that can run the UNPROVEN engine loaded it at `at`: READY, with `provenance.proven`
+    (`at`, `host`, `by`, `details`), audited `engine.proven`. Any other status is left as it is. The
+    status it had."""
+    proof = {"at": at.isoformat(), "host": host, "by": by, **(details or {})}
+    provenance = {**_provenance(ex, engine_id), "proven": proof}
+
+    def proven(was: str) -> str | None:
+        return READY if was == UNPROVEN else None
+
+    return _change(
+        ex, engine_id, proven, {"provenance": provenance}, actor=actor, by=by, details={"host": host, **(details or {})}
+    )
 
 
 def note_load_error(ex: Executor, engine_id: int, note: str) -> None:

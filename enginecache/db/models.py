@@ -26,6 +26,7 @@ class EngineStatus(StrEnum):
     FAILED = "FAILED"
     CORRUPT = "CORRUPT"
     RETIRED = "RETIRED"
+    UNPROVEN = "UNPROVEN"  # imported (`engine import`): no host has loaded it yet; lookups pass it by
 
 
 class ModelStatus(StrEnum):
@@ -128,6 +129,11 @@ class EngineRecord(SQLModel, table=True):
     retired_at: datetime | None = _tz_time(nullable=True)  # when it was RETIRED: gc's grace counts from it
     job_id: int | None = Field(default=None, index=True)
     job_attempt: int | None = None
+    # Where the engine came from (migration 0018): {} for one built here; an imported one's
+    # {"kind": "imported", "by", "origin", "source", "declared", "header", "unknown", "proven"?}
+    provenance: dict[str, Any] = Field(
+        default_factory=dict, sa_column=sa.Column(sa.JSON, nullable=False, server_default="{}")
+    )
 
 
 class JobStatus(StrEnum):
