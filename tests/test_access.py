@@ -47,7 +47,7 @@ from tests.test_dashboard_login import AUTH
 # The table, by role: what each role may do beyond the one below it.
 ADDED_BY_ROLE = {
     Role.VIEWER: {"browse", "download"},
-    Role.OPERATOR: {"upload", "build", "cancel", "test_load", "release"},
+    Role.OPERATOR: {"upload", "build", "cancel", "test_load", "release", "import"},
     Role.ADMIN: {"retire", "delete", "gc", "backup", "restore", "server_path", "roles"},
 }
 EXPECTED = {permission: role for role, permissions in ADDED_BY_ROLE.items() for permission in permissions}

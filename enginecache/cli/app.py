@@ -75,7 +75,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "release": ("releasecmd", "Versions and aliases of a model: promote, roll back, list."),
     "role": ("rolescmd", "Give dashboard users roles (viewer < operator < admin); deny by default."),
     "model": ("models", "Register and inspect ONNX models."),
-    "engine": ("engines", "List, inspect, retire and delete engines."),
+    "engine": ("engines", "List, inspect, import, retire and delete engines."),
     "job": ("jobs", "Inspect and cancel jobs."),
     "gc": (
         "maintenance",

@@ -23,6 +23,7 @@ from enginecache.cli.common import (
     stream_rows,
     when,
 )
+from enginecache.cli.engineimport import engine_import
 
 # `engine list`: the columns' names, then a row per engine in the same widths (`_engine_line`).
 ENGINE_HEADER = f"{'ID':>4}  {'MODEL':<24} {'VER':<4} {'BACKEND':<7} {'PREC':<5} {'TARGETS':<28} {'STATUS':<8} SHA256"
@@ -107,6 +108,9 @@ def _engine_text(data: dict[str, Any]) -> str:
         for tensor in tensors:
             shape = printable(shape_text(tensor.get("shape") or []))
             lines.append(f"  {printable(str(tensor.get('name')))}: {tensor.get('dtype')} {shape}")
+    from enginecache.service.engines.provenance import provenance_lines
+
+    lines.extend(printable(line) for line in provenance_lines(data.get("provenance")))
     lines.append(f"built on: {printable(_host_text(data.get('host') or {}))}")
     for gpu in (data.get("host") or {}).get("gpus") or []:
         lines.append(f"  GPU {gpu.get('index')}: {printable(str(gpu.get('name')))} {gpu.get('compute_capability')}")
@@ -212,6 +216,12 @@ def register(app: typer.Typer) -> None:
     add_group(
         app,
         "engine",
-        "List, inspect, retire and delete engines.",
-        {"list": engine_list, "show": engine_show, "retire": engine_retire, "delete": engine_delete},
+        "List, inspect, import, retire and delete engines.",
+        {
+            "list": engine_list,
+            "show": engine_show,
+            "import": engine_import,
+            "retire": engine_retire,
+            "delete": engine_delete,
+        },
     )

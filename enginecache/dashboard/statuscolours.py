@@ -10,12 +10,13 @@ from typing import Any
 
 from enginecache.service.readmodels.display import markdown_literal
 
-_GREEN, _BLUE, _RED, _DARK_RED, _GREY = (
+_GREEN, _BLUE, _RED, _DARK_RED, _GREY, _VIOLET = (
     ("#c8e6c9", "#1b5e20"),
     ("#bbdefb", "#0d47a1"),
     ("#ffcdd2", "#b71c1c"),
     ("#ef9a9a", "#7f0000"),
     ("#eeeeee", "#424242"),
+    ("#e1bee7", "#4a148c"),
 )
 STATUS_COLOURS: dict[str, tuple[str, str]] = {  # status -> (background, text)
     "READY": _GREEN,
@@ -28,11 +29,19 @@ STATUS_COLOURS: dict[str, tuple[str, str]] = {  # status -> (background, text)
     "CORRUPT": _DARK_RED,
     "RETIRED": _GREY,
     "CANCELLED": _GREY,
+    "UNPROVEN": _VIOLET,  # imported, no host has loaded it yet
 }
 
 
 # Streamlit's badge colours nearest each one (a badge has no dark red: a corrupt engine is orange).
-_BADGES: dict[tuple[str, str], str] = {_GREEN: "green", _BLUE: "blue", _RED: "red", _DARK_RED: "orange", _GREY: "gray"}
+_BADGES: dict[tuple[str, str], str] = {
+    _GREEN: "green",
+    _BLUE: "blue",
+    _RED: "red",
+    _DARK_RED: "orange",
+    _GREY: "gray",
+    _VIOLET: "violet",
+}
 
 
 def status_badge(status: str) -> str:

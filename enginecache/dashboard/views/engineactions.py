@@ -39,7 +39,7 @@ from enginecache.service.readmodels.statuses import EngineStatus, JobStatus
 
 RESULT = "engines_result"  # st.session_state: (engine id, [(ok, line)]) of the last action
 CONFIRM = "engines_retire_confirm"  # st.session_state: the engine whose retirement awaits confirmation
-HAS_BLOB = (EngineStatus.READY, EngineStatus.CORRUPT)
+HAS_BLOB = (EngineStatus.READY, EngineStatus.CORRUPT, EngineStatus.UNPROVEN)
 
 
 def _done(engine_id: int, lines: list[tuple[bool, str]]) -> None:
@@ -61,7 +61,7 @@ def actions(app: AppContext, engine: EngineDetail, test_loads: list[JobView]) ->
         verdicts = data.attempt("compatibility check failed", engines.engine_host_verdicts, app, engine_id)
         if verdicts is not None:
             st.session_state["engines_verdicts"] = (engine_id, verdicts)
-    testable = status == EngineStatus.READY and data.may("test_load")
+    testable = status in (EngineStatus.READY, EngineStatus.UNPROVEN) and data.may("test_load")  # UNPROVEN: to prove it
     inputs_ready, upload = _test_load_inputs(app, engine_id) if testable else (False, None)
     if cols[2].button("Test-load", key="engines_testload", disabled=not (testable and inputs_ready)):
         with _inputs_file(upload) as inputs:
@@ -162,7 +162,7 @@ def _retire(app: AppContext, engine_id: int, status: str, col: Any) -> None:
     if not data.may("retire"):
         return
     confirm = st.session_state.get(CONFIRM) == engine_id
-    retirable = status in (EngineStatus.READY, EngineStatus.CORRUPT, EngineStatus.PENDING)
+    retirable = status in (EngineStatus.READY, EngineStatus.CORRUPT, EngineStatus.UNPROVEN, EngineStatus.PENDING)
     clicked = col.button(
         "Confirm retire" if confirm and retirable else "Retire",
         key="engines_retire",

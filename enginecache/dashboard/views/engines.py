@@ -18,12 +18,14 @@ from enginecache.dashboard.statuscolours import status_style
 from enginecache.dashboard.urlstate import from_url, to_url, url_int, url_text
 from enginecache.dashboard.views.build import make_request, target_options
 from enginecache.dashboard.views.engineactions import actions
+from enginecache.dashboard.views.engineimport import import_form
 from enginecache.dashboard.views.enginetestloads import load_runs
 from enginecache.service.builds.plan import plan_build
 from enginecache.service.builds.views import PRECISIONS, backend_label, diff_ingredients
 from enginecache.service.context import AppContext
 from enginecache.service.engines.detail import EngineDetail, engine_detail
 from enginecache.service.engines.loadruns import list_load_runs
+from enginecache.service.engines.provenance import provenance_kind, provenance_lines
 from enginecache.service.models.detail import model_release
 from enginecache.service.readmodels.display import markdown_literal, shape_text
 from enginecache.service.readmodels.engines import EngineFilter, ingredient_rows
@@ -93,6 +95,11 @@ def _filters(key: data.CatalogKey) -> EngineFilter:
 def render() -> None:
     st.title("Engines")
     app = data.get_app()
+    _engines(app)
+    import_form(app)  # last: the engine page's own uploader (test-load inputs) comes first
+
+
+def _engines(app: AppContext) -> None:
     key = data.catalog_key()
     spec = _filters(key)
     last = st.session_state.get("engines_last_filter")
@@ -187,8 +194,12 @@ def _engine_page(key: data.CatalogKey, engine_id: int) -> bool:
     st.markdown(
         f"**model** {link(str(engine.model), 'models', model=engine.model_id)}{_aliases(app, engine)}  \n"
         f"**sha256** `{engine.sha256 or '-'}`  \n**blake3** `{engine.blake3 or '-'}`  \n"
-        f"**cache key** `{engine.cache_key}`  \n**blob** `{engine.path or '-'}`"
+        f"**cache key** `{engine.cache_key}`  \n**blob** `{engine.path or '-'}`  \n"
+        f"**provenance** {provenance_kind(engine.provenance)}"
     )
+    if engine.provenance.get("kind") == "imported":
+        for line in provenance_lines(engine.provenance)[1:]:
+            st.caption(markdown_literal(line.strip()))
     if engine.error:
         st.error(markdown_literal(f"Build error: {engine.error}"))
     for warning in engine.warnings:

@@ -74,6 +74,7 @@ PERMISSIONS: dict[str, Role] = {
     "build": Role.OPERATOR,
     "cancel": Role.OPERATOR,
     "test_load": Role.OPERATOR,
+    "import": Role.OPERATOR,  # `engine import`: an engine built elsewhere
     "release": Role.OPERATOR,
     "retire": Role.ADMIN,
     "delete": Role.ADMIN,

@@ -5,7 +5,9 @@ answer): ONNX Runtime engines on a CPU of their target, TensorRT-RTX engines on 
 their compute capabilities. `run_test_load` is the harness run in the job's child
 (`service.builds.testloadjob`) or in-process; its result is a `LoadRunRecord` whatever the verdict, an
 ERROR with the reason included (inputs the model rejects, a shape too large to generate), so the
-engine page always shows the last attempt. A CORRUPT verdict also marks the engine CORRUPT.
+engine page always shows the last attempt. A CORRUPT verdict also marks the engine CORRUPT; a PASS
+of an UNPROVEN (imported) engine proves it (`db.engines.mark_proven`: READY, audited), in the same
+transaction as the run.
 The accuracy reference (ONNX Runtime on the fp32 source) reads a private copy of the source bundle,
 hashed in the pass that copied it (`modelverify.stage_bundle`); a source that no longer hashes to its
 digest is an ERROR run naming it.
@@ -27,9 +29,18 @@ from sqlmodel import Session
 from enginecache.core.backends.registry import get_backend
 from enginecache.core.blobpaths import blob_path
 from enginecache.core.fingerprint import HostFingerprint, host_fingerprint
-from enginecache.core.validate import CORRUPT, ERROR, TestLoadResult, TestLoadSpec, tolerances_for, validate_engine
+from enginecache.core.profiles import resolve_profile
+from enginecache.core.validate import (
+    CORRUPT,
+    ERROR,
+    PASS,
+    TestLoadResult,
+    TestLoadSpec,
+    tolerances_for,
+    validate_engine,
+)
 from enginecache.db import engines, queue
-from enginecache.db.models import EngineRecord, EngineStatus, JobRecord, LoadRunRecord, ModelRecord
+from enginecache.db.models import EngineRecord, EngineStatus, JobRecord, LoadRunRecord, ModelRecord, utcnow
 from enginecache.db.sqlexec import AlchemyExecutor
 from enginecache.errors import EngineCacheError, StaleLeaseError, TestInputError, UnavailableError
 from enginecache.service.access import audit
@@ -39,6 +50,7 @@ from enginecache.service.context import AppContext
 from enginecache.service.engines.records import get_engine
 from enginecache.service.jobs.refs import engine_io, engine_targets
 from enginecache.service.jobs.routing import load_requirements
+from enginecache.service.models.register import model_inputs
 from enginecache.service.models.verify import stage_bundle
 
 logger = logging.getLogger(__name__)
@@ -46,6 +58,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_ITERATIONS = 50
 TEST_LOAD_TIMEOUT_SECONDS = 900.0
 MAX_SAMPLES_KEPT = 1000  # latency samples stored per run (the distribution chart)
+_LOADABLE = (EngineStatus.READY, EngineStatus.UNPROVEN)  # what a test-load is asked for (UNPROVEN: to prove it)
 
 
 @dataclass(frozen=True)
@@ -86,8 +99,10 @@ def submit_test_load(
     access.require(app, "test_load")
     options = TestLoadOptions.of(options, fields)
     engine = get_engine(app, engine_id)
-    if engine.status != EngineStatus.READY or engine.blob_path is None:
-        raise TestInputError(f"engine {engine_id} is {engine.status}: only READY engines can be test-loaded")
+    if engine.status not in _LOADABLE or engine.blob_path is None:
+        raise TestInputError(
+            f"engine {engine_id} is {engine.status}: only READY and UNPROVEN engines can be test-loaded"
+        )
     if options.iterations < 0:
         raise TestInputError(f"iterations must be >= 0, got {options.iterations}")
     if options.batch is not None and options.batch <= 0:
@@ -170,6 +185,11 @@ def run_test_load(
             details = {"job_id": job_id}
             ex = AlchemyExecutor(session.connection())
             engines.mark_corrupt(ex, engine_id, actor=actor, by="test-load", reason=result.reason, details=details)
+        elif result.verdict == PASS and engine.status == EngineStatus.UNPROVEN:
+            ex = AlchemyExecutor(session.connection())
+            proof = {"job_id": job_id, "host_target": record.host_target}
+            at, by = utcnow(), "test-load"
+            engines.mark_proven(ex, engine_id, at=at, host=host.hostname, actor=actor, by=by, details=proof)
 
     if commit is not None:
         commit(write, record)
@@ -181,7 +201,7 @@ def run_test_load(
 
 
 def _validate(app: AppContext, engine: EngineRecord, model: ModelRecord, options: TestLoadOptions) -> TestLoadResult:
-    if engine.status not in (EngineStatus.READY, EngineStatus.CORRUPT) or engine.blob_path is None:
+    if engine.status not in (*_LOADABLE, EngineStatus.CORRUPT) or engine.blob_path is None:
         raise TestInputError(f"engine {engine.id} is {engine.status}: there is no engine to load")
     with app.store.temp_dir(prefix=f"test-load-{engine.id}-") as work:
         # The accuracy reference runs on a verified private copy of the source model (a CORRUPT one
@@ -198,7 +218,7 @@ def _spec(
         blake3=engine.blake3,
         source_onnx=stage_bundle(app, model, work / "source"),
         io=engine_io(engine),
-        profiles=engine.build_options.get("profiles", {}),
+        profiles=engine.build_options.get("profiles") or _default_profiles(engine, model),
         precision=engine.precision,
         backend_version=engine.backend_version,
         targets=engine_targets(engine),
@@ -208,6 +228,14 @@ def _spec(
         tolerances=tolerances_for(engine.precision, options.tolerances),
         label=f"engine {engine.id} ({model.name} {engine.backend} {engine.precision} {engine.targets})",
     )
+
+
+def _default_profiles(engine: EngineRecord, model: ModelRecord) -> dict[str, Any]:
+    """The shapes a test-load feeds an imported engine whose import named no profile: the model's
+    default profile, as `build` would choose it (a built engine always records its own)."""
+    if (engine.provenance or {}).get("kind") != "imported":
+        return {}
+    return resolve_profile(model_inputs(model)).to_dict()
 
 
 def _load_run_record(

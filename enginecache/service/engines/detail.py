@@ -40,6 +40,7 @@ class EngineDetail:
     error: str | None
     builder_log: str
     job_id: int | None  # the job that built it
+    provenance: dict[str, Any]  # `kind` built | imported; an import's who, from where, declared, header, unknown
 
 
 def engine_detail(app: AppContext, engine_id: int) -> EngineDetail:
@@ -74,4 +75,5 @@ def engine_detail(app: AppContext, engine_id: int) -> EngineDetail:
         error=engine.error,
         builder_log=engine.builder_log,
         job_id=engine.job_id,
+        provenance=info["provenance"],
     )

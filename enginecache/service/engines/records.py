@@ -39,6 +39,9 @@ from enginecache.service.readmodels.listing import catalog_rows, engine_dict, mo
 
 logger = logging.getLogger(__name__)
 
+# The statuses whose engine a host may be asked to load (UNPROVEN: an import, to prove it).
+_LOADABLE = (EngineStatus.READY, EngineStatus.UNPROVEN)
+
 
 def get_engine(app: AppContext, engine_id: int) -> EngineRecord:
     with app.catalog.read() as session:
@@ -108,7 +111,7 @@ def verify_engines(app: AppContext, engine_ids: list[int] | None = None) -> list
     if engine_ids:
         found = [get_engine(app, engine_id) for engine_id in engine_ids]
     else:
-        found = list_engines(app, status=EngineStatus.READY) + list_engines(app, status=EngineStatus.CORRUPT)
+        found = [e for status in (*_LOADABLE, EngineStatus.CORRUPT) for e in list_engines(app, status=status)]
     results = []
     for engine in found:
         if engine.sha256 is None:
@@ -149,7 +152,8 @@ def verify_engines(app: AppContext, engine_ids: list[int] | None = None) -> list
                 by="verify",
                 reason=message,
             )
-        status = EngineStatus.READY if was == EngineStatus.CORRUPT else (was or engine.status)
+            now = engines.engine_fields(ex, engine.id or 0, ("status",))  # READY, or UNPROVEN (an unproven import)
+        status = str(now["status"]) if now is not None else (was or engine.status)
         results.append(VerifyResult(engine.id or 0, True, status, message))
     return results
 
@@ -168,7 +172,7 @@ def check_engine(app: AppContext, engine_id: int, *, host: HostFingerprint | Non
     `corrupt`: the blob (the file its sha256 implies, re-hashed in full first) does not match its
     recorded digest, the engine is marked CORRUPT and the backend is never handed its header."""
     engine = get_engine(app, engine_id)
-    if engine.status != EngineStatus.READY or engine.sha256 is None:
+    if engine.status not in _LOADABLE or engine.sha256 is None:
         return CompatibilityResult(
             Verdict.UNKNOWN, f"engine {engine_id} is {engine.status}, there is no engine to load"
         )
@@ -233,7 +237,7 @@ def engine_host_verdicts(app: AppContext, engine_id: int) -> list[HostVerdict]:
 
 def host_verdict(engine: EngineRecord, fingerprint: Mapping[str, Any]) -> tuple[Verdict, str]:
     """(verdict, reason) of the backend's rule for a host as the catalog recorded its fingerprint."""
-    if engine.status != EngineStatus.READY:
+    if engine.status not in _LOADABLE:
         return Verdict.UNKNOWN, f"engine {engine.id} is {engine.status}: there is nothing to load"
     return ref_verdict(engine_ref(engine), recorded_host(fingerprint))
 

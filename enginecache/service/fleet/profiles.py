@@ -5,7 +5,9 @@ The verdict is the backend's one compatibility rule (`Backend.compatibility`: li
 GPU compute capability or CPU target), decided from this host's fingerprint; it loads no library
 and reads no blob (`enginecache check ID` adds the library's header check on a verified blob). A
 RETIRED or FAILED engine is no profile; one that is not READY yet (PENDING) or no longer (CORRUPT) is
-listed with its status as the reason and never selected.
+listed with its status as the reason and never selected. An UNPROVEN engine (`engine import`ed, no
+host has loaded it yet) is judged by the same rule and listed, and selected only where asked for: pinned
+by its id (`--engine N`), or with `Wanted.unproven`.
 
 What a serving process will load narrows the candidates first (`Wanted`, the one rule `pull` and
 `profiles` share with `load_or_build(spec)`'s pulled start): the backend and precision it asks for,
@@ -52,6 +54,13 @@ class Wanted:
     precision: str | None = None
     engine_id: int | None = None
     allow_cpu: bool = False
+    unproven: bool = False  # an UNPROVEN engine may be selected (one pinned by `engine_id` always may)
+
+    def selectable(self, profile: Profile) -> bool:
+        """Whether `profile`'s status lets it be selected: READY, or UNPROVEN where asked for."""
+        if profile.status == EngineStatus.READY:
+            return True
+        return profile.status == EngineStatus.UNPROVEN and (self.unproven or self.engine_id == profile.engine_id)
 
     def admits(self, profile: Profile, host_has_gpu: bool) -> bool:
         """Whether `profile` is a candidate at all (compatibility and status are judged apart)."""
@@ -129,11 +138,13 @@ class Profiles:
 
 def _judge(engine: EngineRecord, host: HostFingerprint) -> Profile:
     targets = engine_targets(engine)
-    if engine.status != EngineStatus.READY:
+    if engine.status not in (EngineStatus.READY, EngineStatus.UNPROVEN):
         verdict, reason = Verdict.UNKNOWN, f"engine {engine.id} is {engine.status}: there is no engine to load"
     else:
         result = get_backend(engine.backend).compatibility(engine_ref(engine), host)
         verdict, reason = result.verdict, result.reason
+        if engine.status == EngineStatus.UNPROVEN:
+            reason = f"UNPROVEN (imported; no host has loaded it yet, selected only when pinned): {reason}"
     return Profile(
         engine_id=engine.id or 0,
         backend=engine.backend,
@@ -163,12 +174,13 @@ def selection_rank(profile: Profile, precision: str | None = None) -> tuple[int,
 def select_profile(
     profiles: Sequence[Profile], wanted: Wanted | None = None, *, host_has_gpu: bool = False
 ) -> Profile | None:
-    """The compatible READY profile this host takes among those `wanted` admits, or None."""
+    """The compatible READY profile this host takes among those `wanted` admits (an UNPROVEN one
+    only where `wanted` asks for it), or None."""
     wanted = wanted or Wanted()
     candidates = [
         p
         for p in profiles
-        if p.verdict == Verdict.COMPATIBLE and p.status == EngineStatus.READY and wanted.admits(p, host_has_gpu)
+        if p.verdict == Verdict.COMPATIBLE and wanted.selectable(p) and wanted.admits(p, host_has_gpu)
     ]
     return min(candidates, key=lambda p: selection_rank(p, wanted.precision), default=None)
 

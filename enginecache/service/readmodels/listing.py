@@ -53,6 +53,7 @@ ENGINE_DETAIL_ONLY = frozenset(
         "key_ingredients",
         "os",
         "precision_recipe",
+        "provenance",
         "target_info",
         "verified_at",
     }
@@ -142,7 +143,16 @@ def engine_dict(
         data["header_blake3"] = engine.header_blake3 or None  # of the first HEAD_BYTES; none before 0015
         data["verified_at"] = _iso(engine.verified_at)
         data["builder_log"] = engine.builder_log
+        data["provenance"] = provenance_of(engine.provenance)
     return data
+
+
+def provenance_of(recorded: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Where an engine came from, as `engine show` and the engine page say it: `kind` "built" (here,
+    by a worker; what a row before migration 0018 records, `{}`) or "imported" (`engine import`: who,
+    from where, what was declared, what its header proved, what is unknown, and once a host loaded
+    it, `proven`)."""
+    return dict(recorded) if recorded else {"kind": "built"}
 
 
 _NO_WAITING = object()

@@ -3,7 +3,8 @@
 The engine for a plan is the READY one with its cache key, or one whose key differs only in its
 target list (a TensorRT-RTX engine built for several SMs); either only where the backend's
 compatibility rule (`Backend.compatibility`, the one `check` and the dashboard use) says this host
-can load it. A miss names the nearest engine and the key ingredients that differ.
+can load it. A miss names the nearest engine and the key ingredients that differ, and says where
+the model has UNPROVEN (imported) engines of the plan's backend and precision, which no lookup returns.
 """
 
 from __future__ import annotations
@@ -288,6 +289,9 @@ def explain_miss(app: AppContext, plan: BuildPlan, host: HostFingerprint) -> Mis
             f"{plan.model.name} --backend {plan.backend.name} --precision {plan.precision.precision}{targets}`",
             nearest={"id": corrupt, "status": EngineStatus.CORRUPT.value, "exact": True},
         )
+    unproven = _unproven_note(app, plan)
+    if unproven:
+        head = f"{head}; {unproven}"
     nearest = _nearest(app, plan)
     if nearest is None:
         return MissError(f"{head}; the model has no READY engine at all")
@@ -320,6 +324,31 @@ def _corrupt_exact_match(app: AppContext, plan: BuildPlan) -> int | None:
     )
     with app.catalog.read() as session:
         return session.exec(query).first()
+
+
+def _unproven_note(app: AppContext, plan: BuildPlan) -> str:
+    """Words for the model's UNPROVEN (imported) engines of the plan's backend and precision, which no
+    lookup returns until a host that can run one has loaded it; "" where there are none."""
+    query = (
+        select(EngineRecord.id)
+        .where(
+            col(EngineRecord.model_id) == plan.model.id,
+            col(EngineRecord.backend) == plan.backend.name,
+            col(EngineRecord.precision) == plan.precision.precision,
+            col(EngineRecord.status) == EngineStatus.UNPROVEN,
+        )
+        .order_by(col(EngineRecord.id).desc())
+        .limit(5)
+    )
+    with app.catalog.read() as session:
+        found = list(session.exec(query).all())
+    if not found:
+        return ""
+    ids = ", ".join(str(i) for i in found)
+    return (
+        f"imported engine {ids} is UNPROVEN (no host has loaded it yet; lookups return proven engines only): "
+        f"prove it with `enginecache test-load {found[0]}` on a host that can run it"
+    )
 
 
 def unknown_model_miss(app: AppContext, path: Path, digest: str) -> MissError:

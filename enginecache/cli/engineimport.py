@@ -1,0 +1,75 @@
+"""`enginecache engine import`: register an engine file built elsewhere against a registered model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from enginecache.cli.common import EXIT_BAD_INPUT, JsonOption, app_context, emit, fail
+
+
+def engine_import(
+    ctx: typer.Context,
+    path: Annotated[Path, typer.Argument(metavar="PATH", help="The engine file (a TensorRT plan, ...).")],
+    model: Annotated[
+        str | None,
+        typer.Option("--model", help="The model it was built from: its name, NAME@ALIAS, an id or a digest."),
+    ] = None,
+    backend: Annotated[str | None, typer.Option("--backend", help="rtx | trt | ort")] = None,
+    target: Annotated[
+        list[str] | None,
+        typer.Option("--target", help="Comma-separated: sm86,sm89 (default for rtx: what the header says)."),
+    ] = None,
+    precision: Annotated[str | None, typer.Option("--precision", help="fp32 | fp16 | bf16 | int8 | fp8")] = None,
+    backend_version: Annotated[
+        str | None, typer.Option("--backend-version", help="The library version that built it (e.g. 10.13.0).")
+    ] = None,
+    profile: Annotated[
+        list[str] | None, typer.Option("--profile", help="INPUT=MIN,OPT,MAX it was built with, as for build.")
+    ] = None,
+    notes: Annotated[str | None, typer.Option("--notes", help="Free text kept with it (a CI run's URL).")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Register an engine built elsewhere; UNPROVEN until a host that can run it loads it (test-load).
+
+    The file is copied into the store and hashed; what its header proves (TensorRT-RTX: the version
+    and compute capabilities) is checked against what is declared, and a contradiction is refused
+    (exit 2) naming both. Lookups and pull pass an UNPROVEN engine by until `enginecache test-load ID`
+    passes on a host that can run it."""
+    missing = [
+        name for name, value in (("--model", model), ("--backend", backend), ("--precision", precision)) if not value
+    ]
+    if missing:
+        fail(f"engine import needs {', '.join(missing)}", EXIT_BAD_INPUT)
+    from enginecache.service.engines.importing import ImportRequest, import_engine
+
+    request = ImportRequest(
+        path=path,
+        model=str(model),
+        backend=str(backend),
+        precision=str(precision),
+        targets=tuple(target or ()),
+        backend_version=backend_version,
+        profiles=tuple(profile or ()),
+        notes=notes or "",
+    )
+    result = import_engine(app_context(ctx), request)
+    emit(result.to_dict(), as_json, _text(result.to_dict()))
+
+
+def _text(data: dict[str, Any]) -> str:
+    from enginecache.service.readmodels.display import printable
+
+    verb = "is already" if data["already"] else "imported as"
+    lines = [
+        f"{printable(str(data['model']))}: {verb} engine {data['id']} ({data['status']}), {data['backend']} "
+        f"{data['backend_version'] or '(version unknown)'} {data['precision']} {','.join(data['targets'])}",
+        f"sha256 {data['sha256']} ({data['size_bytes']:,} B)",
+    ]
+    if data["unknown"]:
+        lines.append("unknown (left out of matching, never guessed): " + ", ".join(data["unknown"]))
+    if data["status"] == "UNPROVEN":
+        lines.append(f"lookups pass it by until a host that can run it loads it: enginecache test-load {data['id']}")
+    return "\n".join(lines)
