@@ -2,7 +2,11 @@
 
 The reference is the source ONNX run by ONNX Runtime on the CPU with every graph optimization
 disabled (`ORT_DISABLE_ALL`): an ORT engine is an optimized model, so its reference must take
-another path, or a broken optimization would agree with itself.
+another path, or a broken optimization would agree with itself. An already-quantized source is the
+exception (`REFERENCE_PATH_QUANTIZED`): with its optimizations disabled ONNX Runtime runs each
+DequantizeLinear -> float op -> QuantizeLinear in float, which rounds differently from the integer
+kernels its optimizer fuses them into (the model's real arithmetic, and what an ORT engine runs), so
+its reference runs at `ORT_ENABLE_ALL`, the level an ORT engine is built at.
 
 Each output is judged in *parts*. Most outputs are one part. An output whose channel axis (the last
 axis; for rank >= 3 also axis 1, channel-first layouts such as YOLO's [1, 84, 8400]) ends in a block
@@ -59,6 +63,10 @@ SUM_TOLERANCE = 1e-2
 _SCORE_NAME = re.compile(r"logit|score|prob|cls|class|conf", re.IGNORECASE)
 
 REFERENCE_PATH = "ONNX Runtime CPU, graph optimizations disabled (ORT_DISABLE_ALL)"
+REFERENCE_PATH_QUANTIZED = (
+    "ONNX Runtime CPU, graph optimizations on (ORT_ENABLE_ALL, as an ORT engine is built): the source is "
+    "quantized, and its integer kernels are its arithmetic"
+)
 
 
 def is_library_error(err: BaseException) -> bool:
@@ -328,21 +336,24 @@ def compare_outputs(
     return results
 
 
-def reference_session_options(ort: Any) -> Any:
-    """The reference run's session options: CPU, quiet, every graph optimization disabled."""
+def reference_session_options(ort: Any, *, quantized: bool = False) -> Any:
+    """The reference run's session options: CPU, quiet, every graph optimization disabled (all of
+    them on for a `quantized` source: the module docstring says why)."""
     options = ort.SessionOptions()
     options.log_severity_level = 3
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    levels = ort.GraphOptimizationLevel
+    options.graph_optimization_level = levels.ORT_ENABLE_ALL if quantized else levels.ORT_DISABLE_ALL
     return options
 
 
-def reference_outputs(onnx_path: Path, feeds: Feeds) -> dict[str, np.ndarray]:
-    """The fp32 source model's outputs (REFERENCE_PATH: unoptimized, so an ORT engine is not its own
-    reference); a model ONNX Runtime cannot run on these feeds raises TestInputError with its words."""
+def reference_outputs(onnx_path: Path, feeds: Feeds, *, quantized: bool = False) -> dict[str, np.ndarray]:
+    """The source model's outputs (REFERENCE_PATH: unoptimized, so an ORT engine is not its own
+    reference; REFERENCE_PATH_QUANTIZED for a `quantized` source); a model ONNX Runtime cannot run on
+    these feeds raises TestInputError with its words."""
     ort = import_backend("onnxruntime")
     try:
         session = ort.InferenceSession(
-            str(onnx_path), reference_session_options(ort), providers=["CPUExecutionProvider"]
+            str(onnx_path), reference_session_options(ort, quantized=quantized), providers=["CPUExecutionProvider"]
         )
         names = [o.name for o in session.get_outputs()]
         values = session.run(names, dict(feeds))

@@ -26,6 +26,9 @@ _INTEGER_OPS = (
 )
 _LOW_BIT_WEIGHTS = frozenset({TensorProto.INT8, TensorProto.UINT8, TensorProto.INT4, TensorProto.UINT4})
 _FLOAT_TYPES = frozenset({TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.DOUBLE})
+_FLOAT8_TYPES = frozenset(
+    {TensorProto.FLOAT8E4M3FN, TensorProto.FLOAT8E4M3FNUZ, TensorProto.FLOAT8E5M2, TensorProto.FLOAT8E5M2FNUZ}
+)
 MIN_QUANTIZED_WEIGHT = 256
 """Elements an INT8/UINT8 tensor needs to count as a quantized weight (smaller ones are masks or lookups)."""
 
@@ -58,6 +61,23 @@ def quantization(model: ModelProto) -> str | None:
         plural = "s" if weights != 1 else ""
         found.append(f"{weights} INT8/UINT8 weight tensor{plural} dequantized by Cast/Mul (weight-only quantization)")
     return "; ".join(found) or None
+
+
+def quantized_arithmetic(model: ModelProto) -> str | None:
+    """The precision whose arithmetic a quantized model runs ("fp8" where any of its tensors or Q/DQ
+    outputs are float8, else "int8"), or None for a float model (`quantization` finds nothing)."""
+    if quantization(model) is None:
+        return None
+    for graph in all_graphs(model):
+        if any(t.data_type in _FLOAT8_TYPES for t in graph.initializer):
+            return "fp8"
+    for node in all_nodes(model):
+        for attr in node.attribute:
+            if attr.name in ("output_dtype", "to") and attr.i in _FLOAT8_TYPES:
+                return "fp8"
+            if attr.name == "value" and attr.t.data_type in _FLOAT8_TYPES:
+                return "fp8"
+    return "int8"
 
 
 def _dequantized_weights(model: ModelProto) -> int:

@@ -6,7 +6,10 @@ loading an engine, each timed: read the blob while verifying its digest (one pas
 pre-sized buffer), the backend's validity check, deserialize, execution context, I/O allocation,
 first inference, then N timed iterations. It then runs the same inputs through the source fp32
 ONNX (ONNX Runtime, graph optimizations off) and compares every output against tolerances that
-depend on the engine's precision. The verdict is one of:
+depend on the engine's precision. An fp32 ("as is") engine of an already-quantized source runs the
+source's quantized arithmetic: it is judged at that arithmetic's tolerances (int8's, or fp8's) against
+the reference core.accuracy names for a quantized source (its graph optimizations on), and the
+verdict's reason says so. The verdict is one of:
 
 - PASS / FAIL: loaded and ran; accuracy within / outside tolerances.
 - INCOMPATIBLE: the backend's validity check refused the engine on this host (its diagnostic kept).
@@ -30,6 +33,7 @@ import numpy as np
 
 from enginecache.core.accuracy import (
     REFERENCE_PATH,
+    REFERENCE_PATH_QUANTIZED,
     OutputAccuracy,
     compare_outputs,
     is_library_error,
@@ -124,7 +128,8 @@ class TestLoadSpec:
     iterations: int = 50
     batch: int | None = None
     inputs_path: Path | None = None
-    tolerances: Tolerances | None = None
+    tolerances: Tolerances | None = None  # else the judged precision's, with `tolerance_overrides`
+    tolerance_overrides: Mapping[str, float] | None = None  # as `tolerances_for` takes them
     seed: int = 0
     label: str = "engine"
 
@@ -205,7 +210,9 @@ def validate_engine(backend: Backend, spec: TestLoadSpec) -> TestLoadResult:
     large to generate) raises TestInputError before the engine is read.
     """
     timer = PhaseTimer()
-    tolerances = spec.tolerances or tolerances_for(spec.precision)
+    quantized = source_arithmetic(spec.source_onnx) if spec.precision == "fp32" else None
+    judged = quantized or spec.precision
+    tolerances = spec.tolerances or tolerances_for(judged, spec.tolerance_overrides)
     feeds, shapes, made = prepare_inputs(spec)
     result = TestLoadResult(
         verdict=ERROR,
@@ -255,14 +262,37 @@ def validate_engine(backend: Backend, spec: TestLoadSpec) -> TestLoadResult:
     if samples:
         result.latency = latency_stats(samples, batch)
         result.samples_ms = [s * 1000.0 for s in samples]
-    result.details["reference"] = REFERENCE_PATH
+    result.details["reference"] = REFERENCE_PATH_QUANTIZED if quantized else REFERENCE_PATH
+    if quantized:
+        result.details["quantized_source"] = quantized
     try:
-        reference = reference_outputs(spec.source_onnx, feeds)
+        reference = reference_outputs(spec.source_onnx, feeds, quantized=quantized is not None)
         result.accuracy = compare_outputs(outputs, reference, tolerances)
     except TestInputError as err:  # the reference cannot run these inputs, or the outputs do not match it
         return _error(result, err)
-    _judge(result, spec.precision)
+    _judge(result, judged)
+    if quantized:
+        result.reason += (
+            f"; the source is already quantized ({quantized}): judged at its {quantized} tolerances against "
+            "ONNX Runtime with its graph optimizations on (ORT_ENABLE_ALL), its integer kernels"
+        )
     return result
+
+
+def source_arithmetic(source_onnx: Path) -> str | None:
+    """The quantized arithmetic of an already-quantized source ("int8" or "fp8",
+    `onnx_quantized.quantized_arithmetic`), read without its weights; None for a float model, and
+    where the source cannot be read (the reference run then says why)."""
+    import onnx  # imported where a model is read
+    from google.protobuf.message import DecodeError
+
+    from enginecache.core.onnx_quantized import quantized_arithmetic
+
+    try:
+        model = onnx.load(str(source_onnx), load_external_data=False)
+    except (OSError, ValueError, DecodeError):
+        return None
+    return quantized_arithmetic(model)
 
 
 def _judge(result: TestLoadResult, precision: str) -> None:

@@ -225,7 +225,7 @@ def _spec(
         iterations=options.iterations,
         batch=options.batch,
         inputs_path=options.inputs,
-        tolerances=tolerances_for(engine.precision, options.tolerances),
+        tolerance_overrides=options.tolerances,  # over the judged precision's (core.validate)
         label=f"engine {engine.id} ({model.name} {engine.backend} {engine.precision} {engine.targets})",
     )
 
