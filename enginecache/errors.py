@@ -20,10 +20,12 @@ stored), 3 the catalog or the store is unavailable (try again later).
     │   ├── ModelNameError                   a model name outside the pattern, or taken by other bytes
     │   ├── BackupRefusedError               backup or restore refused: the destination, home or catalog is not empty
     │   ├── ImportRefusedError               `engine import` refused: not an engine, or its header contradicts it
+    │   ├── SigningKeyError                  a signing or trusted key that cannot be used (not Ed25519, readable by all)
     │   └── ServeError                       `serve` cannot start as asked (port taken, bad address)
     ├── NotFoundError                        exit 2: no row with that id, name or digest
     ├── AccessDeniedError                    exit 2 ("forbidden"): the user's role does not allow it
     ├── IntegrityCheckError                  bytes that do not match their recorded digest (CORRUPT)
+    │   └── ProvenanceError                  an engine no trusted signature vouches for (TAMPERED or UNTRUSTED)
     ├── BuildFailedError                     the backend ran and failed; carries its own words
     ├── LoadFailedError                      an engine could not be loaded (deserialize, context, I/O)
     │   ├── IncompatibleEngineError          the backend's own validity check refuses it on this host
@@ -142,6 +144,13 @@ class ImportRefusedError(BadInputError):
     kind = "import_refused"
 
 
+class SigningKeyError(BadInputError):
+    """A signing key or trusted key (`core.signing`) that cannot be used: missing, unreadable, not an
+    Ed25519 key in PEM, or a private key that others may read; the message names the file."""
+
+    kind = "signing_key"
+
+
 # -- not found (exit 2) ---------------------------------------------------------------------
 
 
@@ -170,6 +179,20 @@ class IntegrityCheckError(EngineCacheError):
     """A blob's bytes do not match its recorded digest (the engine or model is CORRUPT)."""
 
     kind = "integrity"
+
+
+class ProvenanceError(IntegrityCheckError):
+    """An engine's signed statement (`core.signing`) does not vouch for it: `verdict` TAMPERED (a
+    signature that does not verify, or a statement that does not match the row or the request) or
+    UNTRUSTED (unsigned, or signed by a key not trusted here). `row_changed`: the row itself
+    contradicts its statement (the engine is marked TAMPERED), not only the request."""
+
+    kind = "provenance"
+
+    def __init__(self, message: str, *, verdict: str, row_changed: bool = False) -> None:
+        super().__init__(message)
+        self.verdict = verdict
+        self.row_changed = row_changed
 
 
 class BuildFailedError(EngineCacheError):

@@ -6,6 +6,9 @@ Each step adds its words to the one before it:
   asks too: `service.jobs.routing.can_run`): COMPATIBLE or INCOMPATIBLE, UNKNOWN where there is no
   engine to decide on (not READY, its blob missing);
 - checking the blob (`engine check`, every load): CORRUPT, its bytes no longer match its digest;
+- checking its signed statement (`core.signing`, where trusted keys are configured): TAMPERED, a
+  signature or statement that does not match the row, its bytes or the request; UNTRUSTED, no
+  signature by a key trusted here;
 - loading it: INCOMPATIBLE (the backend's own validity test refuses it), ERROR (the runtime could
   not load it, or the run could not be made);
 - a test-load's run: PASS or FAIL, its outputs within the precision's tolerances or not.
@@ -25,6 +28,8 @@ class Verdict(StrEnum):
     INCOMPATIBLE = "incompatible"
     UNKNOWN = "unknown"
     CORRUPT = "corrupt"
+    TAMPERED = "tampered"
+    UNTRUSTED = "untrusted"
     ERROR = "error"
     PASS = "pass"
     FAIL = "fail"
