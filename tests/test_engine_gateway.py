@@ -145,7 +145,10 @@ def test_the_scan_leaves_other_statuses_and_reads_alone(snippet: str) -> None:
 
 
 def test_the_gateway_names_the_models_statuses() -> None:
-    names = (engines.PENDING, engines.READY, engines.FAILED, engines.CORRUPT, engines.RETIRED, engines.UNPROVEN)
+    names = (
+        *(engines.PENDING, engines.READY, engines.FAILED, engines.CORRUPT, engines.RETIRED, engines.UNPROVEN),
+        engines.TAMPERED,
+    )
     assert sorted(names) == sorted(status.value for status in EngineStatus)
     assert set(engines.FIELD_KINDS) <= set(EngineRecord.__table__.columns.keys())  # type: ignore[attr-defined]
     assert set(engines.LOAD_EVENT_COLUMNS) == set(LoadEventRecord.__table__.columns.keys()) - {"id"}  # type: ignore[attr-defined]

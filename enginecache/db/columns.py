@@ -62,6 +62,8 @@ COLUMN_KINDS: dict[str, dict[str, str]] = {
         "finished_at": "time",
         "verified_at": "time",
         "provenance": "json",
+        "signed_statement": "",
+        "signature": "",
     },
     "jobs": {
         "id": "",

@@ -21,6 +21,11 @@ concurrent change on PostgreSQL is read again rather than overwritten):
 - `mark_proven`: a host that can run an UNPROVEN engine loaded it (a test-load's PASS) -> READY, the
   proof added to its `provenance` (audited `engine.proven`). An imported engine reaches READY no other
   way: `mark_verified` puts a CORRUPT one that was never proven back to UNPROVEN.
+- `mark_tampered`: its signed statement (`core.signing`) no longer matches its row (-> TAMPERED, audited
+  `engine.tampered`); `mark_signature_verified` puts a TAMPERED engine whose row, statement and blob
+  agree again back (READY, or UNPROVEN for an unproven import).
+- `record_signature`: an admin's `verify --sign` signed it (`signed_statement`, `signature`; the status
+  stays; audited `engine.signed`). A build's signature comes with `mark_ready`.
 - `note_load_error`: a runtime could not load it on some host (`error`; the status stays).
 
 It also reads engine rows without the ORM (`engine_fields`, decoded as `db.columns` says;
@@ -62,6 +67,7 @@ if TYPE_CHECKING:
 # `db.models.EngineStatus`'s values (tests/test_engine_gateway.py checks they are the same).
 PENDING, READY, FAILED, CORRUPT, RETIRED = "PENDING", "READY", "FAILED", "CORRUPT", "RETIRED"
 UNPROVEN = "UNPROVEN"
+TAMPERED = "TAMPERED"
 
 # Audit actions of status changes (`service.access.audit` re-exports them).
 ENGINE_CORRUPT = "engine.corrupt"  # verify, check, a test-load or a serving load found the blob changed
@@ -70,19 +76,23 @@ ENGINE_RETIRE = "engine.retire"
 ENGINE_IMPORT = "engine.import"  # an engine built elsewhere registered (UNPROVEN)
 ENGINE_PROVEN = "engine.proven"  # a host that can run an imported engine loaded it: UNPROVEN -> READY
 ENGINE_UNPROVEN = "engine.unproven"  # verify found a CORRUPT, never proven import's blob whole again
+ENGINE_TAMPERED = "engine.tampered"  # a load, pull, verify or check found its row changed from what was signed
+ENGINE_SIGNED = "engine.signed"  # an admin's `verify --sign` signed it
 
 
 def audited_action(was: str, status: str) -> str | None:
     """The audit action of a change of status from `was` to `status` (None: not audited)."""
     if status == CORRUPT:
         return ENGINE_CORRUPT
+    if status == TAMPERED:
+        return ENGINE_TAMPERED
     if status == RETIRED:
         return ENGINE_RETIRE
-    if status == READY and was == CORRUPT:
+    if status == READY and was in (CORRUPT, TAMPERED):
         return ENGINE_READY
     if status == READY and was == UNPROVEN:
         return ENGINE_PROVEN
-    if status == UNPROVEN and was == CORRUPT:
+    if status == UNPROVEN and was in (CORRUPT, TAMPERED):
         return ENGINE_UNPROVEN
     return None
 
@@ -93,7 +103,7 @@ _KINDS = {**COLUMN_KINDS["engines"], "retired_at": "time"}
 # The columns a transition may set beside `status`, each with its kind.
 _SETTABLE = (
     "error builder_log variant_model_id sha256 blake3 header_blake3 chunk_blake3 size_bytes blob_path build_seconds io"
-    " warnings finished_at verified_at retired_at provenance"
+    " warnings finished_at verified_at retired_at provenance signed_statement signature"
 )
 FIELD_KINDS = {name: _KINDS[name] for name in _SETTABLE.split()}
 LOAD_PHASES = ("validity", "deserialize", "create_context", "allocate_io")  # a load event's `load_s`
@@ -295,6 +305,56 @@ def mark_proven(
     return _change(
         ex, engine_id, proven, {"provenance": provenance}, actor=actor, by=by, details={"host": host, **(details or {})}
     )
+
+
+def mark_tampered(
+    ex: Executor,
+    engine_id: int,
+    *,
+    actor: Actor,
+    by: str,
+    reason: str,
+    details: Mapping[str, Any] | None = None,
+) -> str | None:
+    """TAMPERED: its signed statement no longer matches its row (audited once; a PENDING, FAILED,
+    RETIRED or TAMPERED engine is left as it is). The status it had."""
+
+    def tampered(was: str) -> str | None:
+        return TAMPERED if was in (READY, UNPROVEN, CORRUPT) else None
+
+    return _change(ex, engine_id, tampered, {}, actor=actor, by=by, reason=reason, details=details)
+
+
+def mark_signature_verified(ex: Executor, engine_id: int, *, actor: Actor, by: str, reason: str) -> str | None:
+    """A TAMPERED engine whose row, signed statement and blob agree again (an admin restored the row):
+    READY, or UNPROVEN where it is an import no host has proven (audited). Any other status is left
+    as it is. The status it had."""
+    whole_again = UNPROVEN if _unproven_import(ex, engine_id) else READY
+
+    def restored(was: str) -> str | None:
+        return whole_again if was == TAMPERED else None
+
+    return _change(ex, engine_id, restored, {}, actor=actor, by=by, reason=reason)
+
+
+def record_signature(
+    ex: Executor,
+    engine_id: int,
+    *,
+    statement: str,
+    signature: str,
+    actor: Actor,
+    by: str,
+    details: Mapping[str, Any] | None = None,
+) -> str | None:
+    """Store an engine's signed statement and signature (its status stays), audited `engine.signed`.
+    The status it had (None: no such engine)."""
+    was = _change(
+        ex, engine_id, lambda was: was, {"signed_statement": statement, "signature": signature}, actor=actor, by=by
+    )
+    if was is not None:
+        _audit(ex, actor, ENGINE_SIGNED, f"engine {engine_id}", {"by": by, "status": was, **(details or {})})
+    return was
 
 
 def note_load_error(ex: Executor, engine_id: int, note: str) -> None:

@@ -27,6 +27,7 @@ class EngineStatus(StrEnum):
     CORRUPT = "CORRUPT"
     RETIRED = "RETIRED"
     UNPROVEN = "UNPROVEN"  # imported (`engine import`): no host has loaded it yet; lookups pass it by
+    TAMPERED = "TAMPERED"  # its signed statement no longer matches its row (core.signing): never loaded
 
 
 class ModelStatus(StrEnum):
@@ -134,6 +135,10 @@ class EngineRecord(SQLModel, table=True):
     provenance: dict[str, Any] = Field(
         default_factory=dict, sa_column=sa.Column(sa.JSON, nullable=False, server_default="{}")
     )
+    # Signed provenance (migration 0019, core.signing): the statement's exact text and its Ed25519
+    # signature `ed25519:<key id>:<base64>`; None: unsigned
+    signed_statement: str | None = Field(default=None, sa_column=sa.Column(sa.Text, nullable=True))
+    signature: str | None = Field(default=None, sa_column=sa.Column(sa.Text, nullable=True))
 
 
 class JobStatus(StrEnum):
