@@ -36,6 +36,8 @@ from enginecache.core.calibration import load_calibration, read_model_inputs
 from enginecache.core.fingerprint import HostFingerprint, host_fingerprint
 from enginecache.core.precision import PrecisionSpec, plan_recipe
 from enginecache.core.profiles import ProfileResult, parse_profile_args, resolve_profile
+from enginecache.core.signing import SigningKey, engine_statement, signing_key, statement_text
+from enginecache.core.store import BlobInfo
 from enginecache.db import engines, queue
 from enginecache.db.models import EngineRecord, EngineStatus, ModelRecord, utcnow
 from enginecache.db.sqlexec import AlchemyExecutor
@@ -274,6 +276,7 @@ def run_build(
     `before_publish()` runs after the build and before the blob goes to the store (and its remote):
     a queue job checks its lease there, so a host whose job was taken over publishes nothing.
     """
+    key = signing_key()  # a pool's key that cannot be used fails the build before anything is written
     record = create_pending_engine(app, plan, job_id=job_id, job_attempt=job_attempt)
     engine_id = record.id or 0
     started = time.perf_counter()
@@ -324,6 +327,8 @@ def run_build(
             "warnings": [*plan.notes, *warnings, *output.warnings],
             "finished_at": utcnow(),
         }
+        if key is not None:
+            facts.update(_signed(plan, blob, key, job_id))
         engines.mark_ready(AlchemyExecutor(session.connection()), engine_id, facts)
         row = session.get(EngineRecord, engine_id, populate_existing=True)
         if row is None:
@@ -344,6 +349,33 @@ def run_build(
         seconds,
     )
     return BuildResult(ready[0], plan.model, cache_hit=False, notes=plan.notes)
+
+
+def _signed(plan: BuildPlan, blob: BlobInfo, key: SigningKey, job_id: int | None) -> dict[str, str]:
+    """The engine's signed statement (core.signing) and its signature, as `mark_ready` stores them:
+    its digests bound to the plan's cache key and ingredients, the model, backend, version, precision,
+    targets, and who built it where."""
+    origin = {"kind": "built", "by": audit.current_actor().name, "host": plan.host.hostname, "job_id": job_id}
+    statement = engine_statement(
+        sha256=blob.sha256,
+        blake3_digest=blob.blake3,
+        header_blake3=blob.head_blake3,
+        chunk_blake3=blob.chunk_blake3,
+        size_bytes=blob.size,
+        cache_key=plan.cache_key,
+        ingredients=plan.ingredients,
+        model_digest=plan.model.digest,
+        model_name=plan.model.name,
+        backend=plan.backend.name,
+        backend_version=plan.backend_version,
+        precision=plan.precision.precision,
+        targets=plan.targets,
+        origin=origin,
+        key=key.key_id,
+        signed_at=utcnow().isoformat(timespec="seconds"),
+    )
+    text = statement_text(statement)
+    return {"signed_statement": text, "signature": key.sign(text)}
 
 
 def _prove_loadable(plan: BuildPlan, engine_path: Path, engine_id: int) -> str:

@@ -4,7 +4,9 @@ No catalog here (both `load_or_build` paths use it: the ORM one through `service
 stdlib-sqlite cache hit through `service.serving.hitpath`); what the catalog must do about a corrupt blob
 is the caller's `on_corrupt(reason)`.
 
-Order: the runtime's import (a missing library fails before anything is read); then, where the
+Order: the runtime's import (a missing library fails before anything is read); then, where this
+host trusts signing keys, the engine's signed statement against its row and the caller's request
+(`check_provenance`, core.signing: TAMPERED or UNTRUSTED before any byte is read); then, where the
 catalog records the BLAKE3 of the blob's first ENGINE_HEADER_BYTES (`header_blake3`, written by the
 store in the pass that hashes the whole blob), those bytes alone, read and verified, and the
 backend's validity test on them (`Backend.check_header`: TensorRT-RTX's `get_engine_validity`, the
@@ -38,10 +40,17 @@ from enginecache.core.backends.registry import get_backend
 from enginecache.core.blobpaths import blob_file
 from enginecache.core.diskbudget import BlobHold, fetch_within_budget
 from enginecache.core.lazyimport import import_backend
+from enginecache.core.signing import check_statement, policy, row_expectations
 from enginecache.core.targettext import split_targets
 from enginecache.core.valuetype import Frozen, field
 from enginecache.core.verdicts import Verdict
-from enginecache.errors import EngineRejectedError, IncompatibleEngineError, IntegrityCheckError, LoadFailedError
+from enginecache.errors import (
+    EngineRejectedError,
+    IncompatibleEngineError,
+    IntegrityCheckError,
+    LoadFailedError,
+    ProvenanceError,
+)
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy treats the name as True)
 if TYPE_CHECKING:
@@ -75,6 +84,12 @@ class EngineFacts(Frozen):
     input_shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     header_blake3: str | None = None
     chunk_blake3: str | None = None  # core.chunkdigests' encoding: a read checks each chunk as it lands
+    # What its signed statement (core.signing) is checked against, and the statement itself
+    cache_key: str | None = None
+    onnx_digest: str | None = None  # the source model's digest the row records
+    size_bytes: int | None = None
+    signed_statement: str | None = None
+    signature: str | None = None
 
     @classmethod
     def from_row(cls, home: str | os.PathLike[str], row: Mapping[str, Any]) -> EngineFacts:
@@ -92,6 +107,11 @@ class EngineFacts(Frozen):
             input_shapes={name: tuple(p["opt"]) for name, p in profiles.items()},
             header_blake3=row.get("header_blake3"),
             chunk_blake3=row.get("chunk_blake3"),
+            cache_key=row.get("cache_key"),
+            onnx_digest=row.get("onnx_digest"),
+            size_bytes=row.get("size_bytes"),
+            signed_statement=row.get("signed_statement"),
+            signature=row.get("signature"),
         )
 
     @property
@@ -119,6 +139,24 @@ class EngineFacts(Frozen):
         if self.blake3:
             return {"blake3_digest": self.blake3, "chunk_blake3": self.chunk_blake3}
         return {"sha256": self.sha256 or ""}
+
+    def signed_row(self) -> dict[str, Any]:
+        """What its signed statement must say of it (`core.signing.row_expectations`)."""
+        return row_expectations(
+            {
+                "sha256": self.sha256,
+                "blake3": self.blake3,
+                "header_blake3": self.header_blake3,
+                "chunk_blake3": self.chunk_blake3,
+                "size_bytes": self.size_bytes,
+                "cache_key": self.cache_key,
+                "onnx_digest": self.onnx_digest,
+                "backend": self.backend,
+                "backend_version": self.backend_version,
+                "precision": self.precision,
+                "targets": self.targets,
+            }
+        )
 
     def load_spec(self) -> LoadSpec:
         return LoadSpec(
@@ -148,13 +186,45 @@ def _corrupt(facts: EngineFacts, err: BaseException, on_corrupt: Callable[[str],
     )
 
 
+def check_provenance(
+    facts: EngineFacts,
+    timer: PhaseTimer,
+    *,
+    request: Mapping[str, Any] | None = None,
+    on_tampered: Callable[[str], None] | None = None,
+) -> None:
+    """Where this process trusts signing keys (`core.signing.policy`), the engine's signed statement
+    checked against its row and `request` (dotted paths into the statement -> what the caller asked
+    for; phase `provenance`). A row that no longer says what was signed calls `on_tampered` and raises
+    EngineRejectedError TAMPERED; a statement signed for another request is TAMPERED without the
+    call; an unsigned engine, or one signed by a key not trusted here, is UNTRUSTED. Without trusted
+    keys nothing is checked."""
+    with timer.phase("provenance"):
+        checks = policy()
+        if checks is None:
+            return
+        try:
+            check_statement(
+                facts.signed_statement,
+                facts.signature,
+                row=facts.signed_row(),
+                request=request or {},
+                checks=checks,
+                label=f"engine {facts.id}",
+            )
+        except ProvenanceError as err:
+            if err.row_changed and on_tampered is not None:
+                on_tampered(str(err))
+            raise EngineRejectedError(str(err), engine_id=facts.id, verdict=err.verdict) from err
+
+
 def _fetch(facts: EngineFacts, on_corrupt: Callable[[str], None]) -> None:
     """A remote store configured and the blob not here yet: fetched and verified, within the store
     cache's budget where one is set (core.diskbudget; StoreError: the remote is unavailable, or the
     blob is larger than the budget); the remote's copy missing or not the blob is CORRUPT, as a
     missing one."""
     try:
-        fetch_within_budget(facts.home, facts.sha256)
+        fetch_within_budget(facts.home, facts.sha256, chunk_blake3=facts.chunk_blake3)
     except IntegrityCheckError as err:
         raise _corrupt(facts, err, on_corrupt) from err
 
@@ -203,24 +273,34 @@ def _read_header(facts: EngineFacts, timer: PhaseTimer, on_corrupt: Callable[[st
 
 
 def load_engine(
-    facts: EngineFacts, timer: PhaseTimer, *, on_corrupt: Callable[[str], None], hold: BlobHold | None = None
+    facts: EngineFacts,
+    timer: PhaseTimer,
+    *,
+    on_corrupt: Callable[[str], None],
+    hold: BlobHold | None = None,
+    request: Mapping[str, Any] | None = None,
+    on_tampered: Callable[[str], None] | None = None,
 ) -> EngineSession:
     """The runtime's import (phase `import_runtime`: a missing library fails before anything is read);
-    where the catalog records the header's digest, the backend's header check on the verified header
-    (a refusal reads nothing more); the verified read of the whole blob; then the backend's load of the
-    verified bytes (its header check first).
+    the signed statement checked against the row and `request` where trusted keys are configured
+    (`check_provenance`: nothing is read before it passed); where the catalog records the header's
+    digest, the backend's header check on the verified header (a refusal reads nothing more); the
+    verified read of the whole blob; then the backend's load of the verified bytes (its header check
+    first).
 
     From before the blob is read it is held (`core.diskbudget.BlobHold`: no disk budget's eviction
     removes it, and its last use is recorded): `hold`, where given, is left holding it for the caller
     to close with the session (also where the blob is not there: then it holds nothing); without
     it, the hold ends on return. A load that raises holds nothing.
 
-    Raises EngineRejectedError: CORRUPT (bytes do not match, or the blob is gone; `on_corrupt` ran),
-    INCOMPATIBLE (the backend's validity test) or ERROR (the runtime could not load it).
+    Raises EngineRejectedError: TAMPERED or UNTRUSTED (`check_provenance`), CORRUPT (bytes do not
+    match, or the blob is gone; `on_corrupt` ran), INCOMPATIBLE (the backend's validity test) or ERROR
+    (the runtime could not load it).
     """
     backend = get_backend(facts.backend)
     with timer.phase("import_runtime"):
         import_backend(backend.module, backend.declaration.install_hint)
+    check_provenance(facts, timer, request=request, on_tampered=on_tampered)
     spec = facts.load_spec()
     _fetch(facts, on_corrupt)
     held = BlobHold() if hold is None else hold

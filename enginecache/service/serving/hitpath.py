@@ -13,12 +13,14 @@ SQLAlchemy, SQLModel, Alembic (its migration check) and onnx (profiles from the 
    spec, backend and tool versions, host facts, code), confirmed still READY and with the model's
    READY engines unchanged since (a retired, corrupt or newly built engine sends it down the full
    path), read in one read transaction;
-4. load through `service.serving.engineload` (header check, verified read, `Backend.load`) from the
-   path the engine's sha256 implies (`core.blobpaths`; the row's `blob_path` is not read).
+4. load through `service.serving.engineload` (its signed statement where keys are trusted, checked
+   against the row and this request: the stat cache's model digest, backend, library version,
+   precision, OS; header check, verified read, `Backend.load`) from the path the engine's sha256
+   implies (`core.blobpaths`; the row's `blob_path` is not read).
 
 What it writes goes through the engine-lifecycle gateway (`db.engines`) on this stdlib connection, the
-same SQL the full path runs on SQLAlchemy: the load event, a CORRUPT mark with its audit row (one
-transaction), a load error's note. Rows and columns decode by `db.columns`.
+same SQL the full path runs on SQLAlchemy: the load event, a CORRUPT or TAMPERED mark with its audit
+row (one transaction), a load error's note. Rows and columns decode by `db.columns`.
 
 Anything it cannot vouch for (a PostgreSQL URL, a calibration file, another schema revision, no
 memo, a stat mismatch, a racy entry, a backend library missing) returns None and the caller takes
@@ -83,6 +85,11 @@ _ENGINE_COLUMNS = (
     "header_blake3",
     "chunk_blake3",
     "build_options",
+    "cache_key",
+    "onnx_digest",
+    "size_bytes",
+    "signed_statement",
+    "signature",
 )
 
 
@@ -106,13 +113,16 @@ def _connect(path: str) -> sqlite3.Connection:
 
 
 class _Found:
-    __slots__ = ("digest", "engine", "model_id", "model_name")
+    __slots__ = ("backend_version", "digest", "engine", "model_id", "model_name")
 
-    def __init__(self, digest: str, model_id: int, model_name: str, engine: dict[str, Any]) -> None:
+    def __init__(
+        self, digest: str, model_id: int, model_name: str, engine: dict[str, Any], backend_version: str
+    ) -> None:
         self.digest = digest
         self.model_id = model_id
         self.model_name = model_name
         self.engine = engine
+        self.backend_version = backend_version
 
 
 def _lookup(
@@ -155,7 +165,7 @@ def _lookup(
         engine = engines.engine_fields(SqliteExecutor(connection), engine_id, _ENGINE_COLUMNS)
         if model is None or model[1] != digest or engine is None:
             return None
-        return _Found(digest, model_id, str(model[0]), engine)
+        return _Found(digest, model_id, str(model[0]), engine, backend_version)
     finally:
         connection.execute("COMMIT")
 
@@ -171,6 +181,32 @@ def _mark_corrupt(connection: sqlite3.Connection, engine_id: int, reason: str) -
             engines.mark_corrupt(ex, engine_id, actor=audit.current_actor(), by=LOAD_OR_BUILD, reason=reason)
     except sqlite3.Error as err:  # the verdict stands; `enginecache verify` marks it later
         _log().warning("engine %s not marked CORRUPT: %s", engine_id, err)
+
+
+def _mark_tampered(connection: sqlite3.Connection, engine_id: int, reason: str) -> None:
+    """The engine marked TAMPERED, with its audit row, in one transaction (`db.engines.mark_tampered`,
+    as the full path marks it)."""
+    from enginecache.service.access import audit  # the rare path pays for its imports
+    from enginecache.service.serving.loading import LOAD_OR_BUILD
+
+    try:
+        with SqliteWrite(connection) as ex:
+            engines.mark_tampered(ex, engine_id, actor=audit.current_actor(), by=LOAD_OR_BUILD, reason=reason)
+    except sqlite3.Error as err:  # the verdict stands; `enginecache verify` marks it later
+        _log().warning("engine %s not marked TAMPERED: %s", engine_id, err)
+
+
+def _signed_request(found: _Found, spec: RuntimeSpec, host: HostFingerprint) -> dict[str, Any]:
+    """What this request asks of the engine's signed statement (core.signing): the model digest the
+    stat cache gave, the backend, this host's library version, the precision and the OS. (The cache
+    key is the full path's to compare: it needs a plan.)"""
+    return {
+        "model.digest": found.digest,
+        "backend": spec.backend,
+        "backend_version": found.backend_version,
+        "precision": spec.precision,
+        "ingredients.os": host.os,
+    }
 
 
 def _mark_load_error(connection: sqlite3.Connection, engine_id: int, note: str) -> None:
@@ -306,7 +342,12 @@ def _load(
     hold = BlobHold()
     try:
         session = load_engine(
-            facts, timer, on_corrupt=lambda reason: _mark_corrupt(connection, facts.id, reason), hold=hold
+            facts,
+            timer,
+            on_corrupt=lambda reason: _mark_corrupt(connection, facts.id, reason),
+            hold=hold,
+            request=_signed_request(found, spec, host),
+            on_tampered=lambda reason: _mark_tampered(connection, facts.id, reason),
         )
     except EngineRejectedError as err:
         if err.verdict == Verdict.ERROR.outcome:

@@ -11,7 +11,8 @@ runtime's words).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from enginecache.core.backends.base import EngineSession, PhaseTimer
 from enginecache.core.diskbudget import BlobHold
@@ -42,6 +43,11 @@ def engine_facts(app: AppContext, engine: EngineRecord) -> EngineFacts:
         input_shapes={name: tuple(p["opt"]) for name, p in profiles.items()},
         header_blake3=engine.header_blake3,
         chunk_blake3=engine.chunk_blake3,
+        cache_key=engine.cache_key,
+        onnx_digest=engine.onnx_digest,
+        size_bytes=engine.size_bytes,
+        signed_statement=engine.signed_statement,
+        signature=engine.signature,
     )
 
 
@@ -56,20 +62,44 @@ def read_engine(
 
 
 def load_engine_record(
-    app: AppContext, engine: EngineRecord, timer: PhaseTimer, *, hold: BlobHold | None = None
+    app: AppContext,
+    engine: EngineRecord,
+    timer: PhaseTimer,
+    *,
+    hold: BlobHold | None = None,
+    request: Mapping[str, Any] | None = None,
 ) -> EngineSession:
-    """The backend's header check, then read and verify the blob in one pass, then load it; CORRUPT
-    marks the engine (audited as found by `load_or_build`). `hold` as `engineload.load_engine`'s.
-    Raises EngineRejectedError (CORRUPT, INCOMPATIBLE or ERROR)."""
+    """Its signed statement checked against the row and `request` where trusted keys are configured,
+    the backend's header check, then read and verify the blob in one pass, then load it; CORRUPT and
+    TAMPERED mark the engine (audited as found by `load_or_build`). `hold` and `request` as
+    `engineload.load_engine`'s. Raises EngineRejectedError (TAMPERED, UNTRUSTED, CORRUPT, INCOMPATIBLE
+    or ERROR)."""
     engine_id = engine.id or 0
     try:
         facts = engine_facts(app, engine)
-        return load_engine(facts, timer, on_corrupt=_marker(app, engine_id, LOAD_OR_BUILD), hold=hold)
+        return load_engine(
+            facts,
+            timer,
+            on_corrupt=_marker(app, engine_id, LOAD_OR_BUILD),
+            hold=hold,
+            request=request,
+            on_tampered=tamper_marker(app, engine_id, LOAD_OR_BUILD),
+        )
     except EngineRejectedError as err:
         if err.verdict == Verdict.ERROR.outcome:
             with app.catalog.changes() as ex:
                 engines.note_load_error(ex, engine_id, load_error_note(str(err)))
         raise
+
+
+def tamper_marker(app: AppContext, engine_id: int, by: str) -> Callable[[str], None]:
+    """`on_tampered` for `engineload`: the engine marked TAMPERED, with its audit row, in one transaction."""
+
+    def mark(reason: str) -> None:
+        with app.catalog.changes() as ex:
+            engines.mark_tampered(ex, engine_id, actor=audit.current_actor(), by=by, reason=reason)
+
+    return mark
 
 
 def _marker(app: AppContext, engine_id: int, by: str) -> Callable[[str], None]:

@@ -120,6 +120,18 @@ def remember_hit(
         logger.warning("load memo not written: %s", err)
 
 
+def signed_request(plan: BuildPlan, engine: EngineRecord) -> dict[str, Any]:
+    """What this request asks of the engine's signed statement (core.signing): the model's digest,
+    every key ingredient but the target (an engine whose key differs only in its targets serves where
+    the backend's rule says this host can load it), and the cache key itself where the lookup chose
+    the engine by it."""
+    asked: dict[str, Any] = {"model.digest": plan.model.digest, "backend": plan.backend.name}
+    asked.update({f"ingredients.{name}": value for name, value in plan.ingredients.items() if name != "target"})
+    if engine.cache_key == plan.cache_key:
+        asked["cache_key"] = plan.cache_key
+    return asked
+
+
 def load_or_build_full(
     onnx_path: str | Path,
     *,
@@ -183,7 +195,7 @@ def load_or_build_full(
                 engine = find_engine(app, plan, host)
         if engine is not None and model is not None and plan is not None:
             try:
-                session = load_engine_record(app, engine, timer, hold=hold)
+                session = load_engine_record(app, engine, timer, hold=hold, request=signed_request(plan, engine))
             except EngineRejectedError as err:
                 finish("rejected", str(err), engine)
                 remember_hit(app, spec, plan, engine, ready, host)  # the same verdict, sooner, next time
@@ -212,7 +224,8 @@ def load_or_build_full(
         with timer.phase("build"):
             built = build_engine(app, request, host=host).engine
         try:
-            session = load_engine_record(app, built, timer, hold=hold)
+            plan = plan or plan_build(app, request, host=host)
+            session = load_engine_record(app, built, timer, hold=hold, request=signed_request(plan, built))
         except EngineRejectedError as err:
             finish("rejected", f"built engine {built.id}, then: {err}", built)
             raise

@@ -61,6 +61,16 @@ def _check_spec(path: Path, engine: dict[str, Any], spec: RuntimeSpec | None) ->
         )
 
 
+def _signed_request(path: Path, data: dict[str, Any], spec: RuntimeSpec | None) -> dict[str, Any]:
+    """What loading this manifest asks of the engine's signed statement (core.signing): the model
+    the manifest's name says (`manifests/<model>.json`) and its digest, and the spec's backend and
+    precision where a spec is given."""
+    asked: dict[str, Any] = {"model.name": path.stem, "model.digest": data["model"].get("digest")}
+    if spec is not None:
+        asked.update({"backend": spec.backend, "precision": spec.precision})
+    return asked
+
+
 # A serving process's load event is best effort: a catalog that does not answer in this long is given
 # up on (the catalog's own default waits 10 s, which a process's close() and exit would wait too).
 EVENT_CONNECT_SECONDS = 2
@@ -131,13 +141,16 @@ def load_pulled(
     engine = data["engine"]
     _check_spec(manifest, engine, spec)
     home = manifest.parent.parent
-    row = {**engine, "targets": ",".join(engine["targets"])}
+    row = {**engine, "targets": ",".join(engine["targets"]), "onnx_digest": data["model"].get("digest")}
     facts = EngineFacts.from_row(home, row)
     timer = PhaseTimer()
     hold = BlobHold()  # while the engine lives, `pull --max-bytes` into this folder leaves its blob alone
     try:
-        # a corrupt copy is the folder's own: the next pull replaces it, the catalog's engine stays as it is
-        session = load_engine(facts, timer, on_corrupt=lambda _reason: None, hold=hold)
+        # a corrupt or tampered copy is the folder's own: the next pull replaces it, the catalog's engine
+        # stays as it is
+        session = load_engine(
+            facts, timer, on_corrupt=lambda _reason: None, hold=hold, request=_signed_request(manifest, data, spec)
+        )
     except EngineRejectedError as err:
         _record(url, data["model"], facts, "rejected", str(err), timer, started)
         raise
