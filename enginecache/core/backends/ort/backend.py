@@ -109,9 +109,14 @@ class OnnxRuntimeBackend:
         if progress is not None:
             progress(ProgressEvent("finish", "Optimizing for this CPU"))
         text = f"ONNX Runtime {ort.__version__}: optimized {spec.onnx_path.name} with ORT_ENABLE_ALL (ORT format)"
+        from enginecache.core.backends.ort.weights import low_precision_warning
+
+        stored_at_fp32 = low_precision_warning(output, spec.precision)  # measured from the engine's weights
+        warnings = (stored_at_fp32,) if stored_at_fp32 else ()
+        text = "\n".join((text, *warnings))
         if log is not None:
             log(text)
-        return BuildOutput(engine_path=output, io=io, log=text)
+        return BuildOutput(engine_path=output, io=io, log=text, warnings=warnings)
 
     def prove_loadable(self, engine_path: Path, spec: LoadSpec, host: HostFingerprint) -> str:
         """A session from the engine file's bytes, as a serving process makes one: ORT can write an
