@@ -48,7 +48,7 @@ from tests.test_dashboard_login import AUTH
 ADDED_BY_ROLE = {
     Role.VIEWER: {"browse", "download"},
     Role.OPERATOR: {"upload", "build", "cancel", "test_load", "release", "import"},
-    Role.ADMIN: {"retire", "delete", "gc", "backup", "restore", "server_path", "roles"},
+    Role.ADMIN: {"retire", "delete", "gc", "backup", "restore", "server_path", "roles", "sign"},
 }
 EXPECTED = {permission: role for role, permissions in ADDED_BY_ROLE.items() for permission in permissions}
 

@@ -138,6 +138,12 @@ RECIPES: dict[str, tuple[list[str], list[str], str]] = {
     ),
     "role remove": (["role", "remove", "gone@example.com"], ["role", "remove", "nobody@example.com"], "not_found"),
     "role list": (["role", "list"], ["role", "list", "--no-such-option"], "usage"),
+    "keys generate": (
+        ["keys", "generate", "{tmp}/keys"],
+        ["keys", "generate", "{tmp}/keys-bad", "--name", ".pool"],
+        "signing_key",
+    ),
+    "keys list": (["keys", "list"], ["keys", "list", "--no-such-option"], "usage"),
     "backup": (["backup", "{tmp}/backup-ok"], ["backup", "{home}"], "bad_input"),  # not inside the home
     # restore goes into an empty home of its own (a leading --home replaces the catalog's)
     "restore": (["--home", "{tmp}/restored", "restore", "{tmp}/backup"], ["restore", "{tmp}/no-backup"], "bad_input"),
@@ -231,7 +237,7 @@ def test_success_prints_one_json_document(
 # what the success case of a command needs again before it runs a second time, and the paths it
 # writes to, given fresh ones (`{tmp}/export` -> `{tmp}/export-text`)
 TEXT_SETUP: dict[str, list[str]] = {"role remove": ["role", "set", "gone@example.com", "viewer"]}
-WRITES = ("{tmp}/export", "{tmp}/backup-ok", "{tmp}/restored")
+WRITES = ("{tmp}/export", "{tmp}/backup-ok", "{tmp}/restored", "{tmp}/keys")
 
 
 def test_without_json_the_output_is_text(

@@ -74,6 +74,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "audit": ("auditcmd", "The audit log: every change, who made it, when and from where; newest first."),
     "release": ("releasecmd", "Versions and aliases of a model: promote, roll back, list."),
     "role": ("rolescmd", "Give dashboard users roles (viewer < operator < admin); deny by default."),
+    "keys": ("keyscmd", "Ed25519 keys that sign engines (a build pool's) and that hosts trust."),
     "model": ("models", "Register and inspect ONNX models."),
     "engine": ("engines", "List, inspect, import, retire and delete engines."),
     "job": ("jobs", "Inspect and cancel jobs."),

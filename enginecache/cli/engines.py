@@ -148,9 +148,21 @@ def verify(
         list[str] | None,
         typer.Option("--model", metavar="MODEL", help=f"Verify this model's stored bundle: {MODEL_REF_HELP}."),
     ] = None,
+    sign: Annotated[
+        bool,
+        typer.Option(
+            "--sign",
+            help="Admin: sign each verified engine that is unsigned (or signed by another trusted key) "
+            "with ENGINECACHE_SIGNING_KEY.",
+        ),
+    ] = False,
     as_json: JsonOption = False,
 ) -> None:
     """Re-hash stored model bundles and engine blobs; a mismatch marks it CORRUPT and exits 1.
+
+    Where trusted keys are configured (ENGINECACHE_TRUSTED_KEYS) each engine's signed statement is
+    checked too: a row that no longer says what was signed is marked TAMPERED, and an unsigned one
+    fails until an admin's `verify --sign`.
 
     --json: one array, the models' results (`"kind": "model"`) then the engines' (`"kind": "engine"`)."""
     if not engine_ids and not all_engines and not models:
@@ -166,7 +178,7 @@ def verify(
         model_results = verify_models(app, [get_model(app, ref) for ref in models])
     elif all_engines:
         model_results = verify_models(app)
-    engine_results = verify_engines(app, list(engine_ids or [])) if engine_ids or all_engines else []
+    engine_results = verify_engines(app, list(engine_ids or []), sign=sign) if engine_ids or all_engines else []
     lines = [
         f"model {r.model_id} ({printable(r.name)}): {'ok' if r.ok else 'FAILED'} - {printable(r.message)}"
         for r in model_results
@@ -184,12 +196,13 @@ def check(ctx: typer.Context, engine_id: EngineIdArgument, as_json: JsonOption =
     """Can this host load this engine? compatible | incompatible | unknown, with the reason.
 
     The blob is re-hashed first: one that does not match its digest is `corrupt` (exit 1), the engine
-    is marked CORRUPT and its header is never handed to the backend."""
-    from enginecache.service.engines.records import CORRUPT_VERDICT, check_engine
+    is marked CORRUPT and its header is never handed to the backend. Where trusted keys are configured
+    its signed statement is checked before that: `tampered` or `untrusted` (exit 1)."""
+    from enginecache.service.engines.records import REFUSED_VERDICTS, check_engine
 
     result = check_engine(app_context(ctx), engine_id)
     emit({"id": engine_id, **result.to_dict()}, as_json, f"{result.verdict}: {result.reason}")
-    if result.verdict == CORRUPT_VERDICT:
+    if result.verdict in REFUSED_VERDICTS:
         raise typer.Exit(EXIT_FAILED)
 
 

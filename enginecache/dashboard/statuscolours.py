@@ -27,6 +27,7 @@ STATUS_COLOURS: dict[str, tuple[str, str]] = {  # status -> (background, text)
     "FAILED": _RED,
     "DEAD": _RED,
     "CORRUPT": _DARK_RED,
+    "TAMPERED": _DARK_RED,  # its row no longer says what was signed (core.signing)
     "RETIRED": _GREY,
     "CANCELLED": _GREY,
     "UNPROVEN": _VIOLET,  # imported, no host has loaded it yet

@@ -162,7 +162,13 @@ def _retire(app: AppContext, engine_id: int, status: str, col: Any) -> None:
     if not data.may("retire"):
         return
     confirm = st.session_state.get(CONFIRM) == engine_id
-    retirable = status in (EngineStatus.READY, EngineStatus.CORRUPT, EngineStatus.UNPROVEN, EngineStatus.PENDING)
+    retirable = status in (
+        EngineStatus.READY,
+        EngineStatus.CORRUPT,
+        EngineStatus.TAMPERED,
+        EngineStatus.UNPROVEN,
+        EngineStatus.PENDING,
+    )
     clicked = col.button(
         "Confirm retire" if confirm and retirable else "Retire",
         key="engines_retire",

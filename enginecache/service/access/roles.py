@@ -77,6 +77,7 @@ PERMISSIONS: dict[str, Role] = {
     "import": Role.OPERATOR,  # `engine import`: an engine built elsewhere
     "release": Role.OPERATOR,
     "retire": Role.ADMIN,
+    "sign": Role.ADMIN,  # `verify --sign`: sign engines from before signing (core.signing)
     "delete": Role.ADMIN,
     "gc": Role.ADMIN,
     "backup": Role.ADMIN,

@@ -30,6 +30,7 @@ from enginecache.core.backends.registry import get_backend
 from enginecache.core.blobpaths import blob_path
 from enginecache.core.fingerprint import HostFingerprint, host_fingerprint
 from enginecache.core.profiles import resolve_profile
+from enginecache.core.signing import policy
 from enginecache.core.validate import (
     CORRUPT,
     ERROR,
@@ -48,6 +49,7 @@ from enginecache.service.access import roles as access
 from enginecache.service.builds.testinputs import check_inputs
 from enginecache.service.context import AppContext
 from enginecache.service.engines.records import get_engine
+from enginecache.service.engines.signatures import check_row
 from enginecache.service.jobs.refs import engine_io, engine_targets
 from enginecache.service.jobs.routing import load_requirements
 from enginecache.service.models.register import model_inputs
@@ -203,6 +205,9 @@ def run_test_load(
 def _validate(app: AppContext, engine: EngineRecord, model: ModelRecord, options: TestLoadOptions) -> TestLoadResult:
     if engine.status not in (*_LOADABLE, EngineStatus.CORRUPT) or engine.blob_path is None:
         raise TestInputError(f"engine {engine.id} is {engine.status}: there is no engine to load")
+    checks = policy()
+    if checks is not None:  # ProvenanceError: an ERROR run saying why (a changed row is marked TAMPERED)
+        check_row(app, engine, checks, by="test-load")
     with app.store.temp_dir(prefix=f"test-load-{engine.id}-") as work:
         # The accuracy reference runs on a verified private copy of the source model (a CORRUPT one
         # raises IntegrityCheckError: an ERROR run naming the model), never on the store's file.

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,7 @@ from enginecache.errors import IntegrityCheckError, NotFoundError
 from enginecache.service.access import audit
 from enginecache.service.access import roles as access
 from enginecache.service.context import AppContext
+from enginecache.service.engines import signatures
 from enginecache.service.jobs.refs import engine_ref
 from enginecache.service.readmodels import modelrefs
 from enginecache.service.readmodels.hosts import worker_hosts
@@ -103,21 +104,33 @@ def verify_blob_at(path: Path, engine: EngineRecord) -> DigestResult:
     return check_file(path, sha256=engine.sha256, blake3_digest=engine.blake3)
 
 
-def verify_engines(app: AppContext, engine_ids: list[int] | None = None) -> list[VerifyResult]:
+def verify_engines(app: AppContext, engine_ids: list[int] | None = None, *, sign: bool = False) -> list[VerifyResult]:
     """Re-hash each engine's blob (at the path its sha256 implies) in one pass; a mismatch or a missing
     blob marks it CORRUPT. A row whose `blob_path` names another file is set to the digest's path, and
     one without the digest of its header (built before migration 0015), or with another, gets the
-    header's, from the same pass: its loads check the header first from then on."""
+    header's, from the same pass: its loads check the header first from then on.
+
+    Its signed statement (`service.engines.signatures`): where trusted keys are configured, a row
+    that no longer says what was signed is marked TAMPERED before its blob is read, and an unsigned
+    or untrusted one is not ok; without them the result says what is recorded. `sign` (an admin's
+    `verify --sign`): each engine whose blob matched is signed with the pool's key where unsigned,
+    or re-signed where a trusted key other than the pool's signed it."""
+    checks, key = signatures.verify_setup(app, sign=sign)
     if engine_ids:
         found = [get_engine(app, engine_id) for engine_id in engine_ids]
     else:
-        found = [e for status in (*_LOADABLE, EngineStatus.CORRUPT) for e in list_engines(app, status=status)]
+        wanted = (*_LOADABLE, EngineStatus.CORRUPT, EngineStatus.TAMPERED)
+        found = [e for status in wanted for e in list_engines(app, status=status)]
     results = []
     for engine in found:
         if engine.sha256 is None:
             results.append(
                 VerifyResult(engine.id or 0, False, engine.status, f"engine {engine.id} has no blob ({engine.status})")
             )
+            continue
+        tampered = signatures.tampered_row(app, engine, checks)
+        if tampered is not None:
+            results.append(VerifyResult(engine.id or 0, False, EngineStatus.TAMPERED, tampered))
             continue
         try:
             path = blob_path(app.home, engine.sha256)
@@ -154,7 +167,9 @@ def verify_engines(app: AppContext, engine_ids: list[int] | None = None) -> list
             )
             now = engines.engine_fields(ex, engine.id or 0, ("status",))  # READY, or UNPROVEN (an unproven import)
         status = str(now["status"]) if now is not None else (was or engine.status)
-        results.append(VerifyResult(engine.id or 0, True, status, message))
+        signed = signatures.after_blob(app, engine.id or 0, checks, key)
+        status = signed.status or status
+        results.append(VerifyResult(engine.id or 0, signed.ok, status, f"{message}; {signed.message}"))
     return results
 
 
@@ -165,13 +180,24 @@ def _mark_corrupt(app: AppContext, engine_id: int, by: str, err: IntegrityCheckE
 
 
 CORRUPT_VERDICT = Verdict.CORRUPT  # `check_engine`'s verdict for a blob that does not match its digest
+# `check_engine`'s verdicts that refuse the engine (the CLI exits 1)
+REFUSED_VERDICTS = (Verdict.CORRUPT, Verdict.TAMPERED, Verdict.UNTRUSTED)
 
 
 def check_engine(app: AppContext, engine_id: int, *, host: HostFingerprint | None = None) -> CompatibilityResult:
     """Can this host load the engine? Verdict compatible | incompatible | unknown, with a reason; or
     `corrupt`: the blob (the file its sha256 implies, re-hashed in full first) does not match its
-    recorded digest, the engine is marked CORRUPT and the backend is never handed its header."""
+    recorded digest, the engine is marked CORRUPT and the backend is never handed its header; or,
+    where trusted keys are configured, `tampered` (its row no longer says what was signed: marked
+    TAMPERED) or `untrusted` (unsigned, or signed by a key not trusted here), decided before the blob
+    is read. Without trusted keys the reason ends with what is recorded of its signature."""
     engine = get_engine(app, engine_id)
+    if engine.status == EngineStatus.TAMPERED:
+        return CompatibilityResult(
+            Verdict.TAMPERED,
+            f"engine {engine_id} is TAMPERED: its row no longer says what was signed (the audit log says when and "
+            "why); `verify` puts it back once its row is restored",
+        )
     if engine.status not in _LOADABLE or engine.sha256 is None:
         return CompatibilityResult(
             Verdict.UNKNOWN, f"engine {engine_id} is {engine.status}, there is no engine to load"
@@ -182,6 +208,9 @@ def check_engine(app: AppContext, engine_id: int, *, host: HostFingerprint | Non
             return CompatibilityResult(
                 Verdict.UNKNOWN, f"engine {engine_id}'s blob is missing from the store ({path}); run verify"
             )
+        refused = signatures.check_refusal(app, engine)
+        if refused is not None:
+            return CompatibilityResult(refused[0], refused[1], {"signature": engine.signature})
         verify_blob_at(path, engine)
     except IntegrityCheckError as err:
         _mark_corrupt(app, engine_id, "check", err)
@@ -190,7 +219,8 @@ def check_engine(app: AppContext, engine_id: int, *, host: HostFingerprint | Non
             f"engine {engine_id} is CORRUPT (now marked so; its header was not checked): {err}",
             {"sha256": engine.sha256, "blake3": engine.blake3},
         )
-    return get_backend(engine.backend).check_compatibility(engine_ref(engine, path), host or host_fingerprint())
+    result = get_backend(engine.backend).check_compatibility(engine_ref(engine, path), host or host_fingerprint())
+    return replace(result, reason=f"{result.reason}; {signatures.check_note(engine)}")
 
 
 def retire_engine(app: AppContext, engine_id: int, *, clock: Callable[[], datetime] = utcnow) -> EngineRecord:

@@ -32,8 +32,14 @@ selects); room is made before the copy and the rest evicted once the manifest is
 (`PullResult.evicted`). A budget the selected engine does not fit, beside the blobs the other
 manifests name, is BadInputError before anything is copied or removed.
 
+Where trusted keys are configured (`core.signing`), the selected engine's signed statement is checked
+against its row and the model asked for before anything is copied (a row that no longer says what
+was signed is marked TAMPERED), and the manifest carries the statement and signature, which the
+serving start checks again (`service.serving.pulled`).
+
 Exit codes (the CLI's, enginecache.errors): 0 pulled or up to date; 1 no engine of the model fits
-this host (each engine's reason in the message) or the source blob does not match its digest; 2 an
+this host (each engine's reason in the message), the selected engine is TAMPERED or UNTRUSTED, or
+the source blob does not match its digest; 2 an
 unknown model or a bad argument (a budget the engine does not fit); 3 the catalog or the store cannot be reached.
 """
 
@@ -53,12 +59,14 @@ from enginecache.core.fingerprint import HostFingerprint, host_fingerprint
 from enginecache.core.hashing import StreamHasher, hash_stream
 from enginecache.core.names import check_model_name
 from enginecache.core.resumable import copy_resumable
+from enginecache.core.signing import policy
 from enginecache.core.store import ArtifactStore
 from enginecache.core.storeenv import configured as remote_configured
 from enginecache.db.models import EngineRecord
 from enginecache.errors import NoEngineFitsError, StoreError
 from enginecache.service.context import AppContext
 from enginecache.service.engines.records import get_engine
+from enginecache.service.engines.signatures import check_row
 from enginecache.service.fleet.profiles import Profile, Wanted, model_profiles
 from enginecache.service.models.register import get_model
 from enginecache.service.models.releases import AliasTarget, version_of
@@ -135,6 +143,8 @@ def _manifest(
             "header_blake3": engine.header_blake3,
             "chunk_blake3": engine.chunk_blake3,
             "size_bytes": engine.size_bytes,
+            "signed_statement": engine.signed_statement,  # core.signing: a serving start checks it again
+            "signature": engine.signature,
         },
         "blob": blob_relative(engine.sha256),
         "selected_for": {"host": host.hostname, "reason": profile.reason},
@@ -152,7 +162,11 @@ def _up_to_date(path: Path, engine: EngineRecord, blob: Path) -> bool:
     so this pull copies it again)."""
     try:
         existing = json.loads(path.read_text())
-        named = existing.get("format") == MANIFEST_FORMAT and existing["engine"]["sha256"] == engine.sha256
+        named = (
+            existing.get("format") == MANIFEST_FORMAT
+            and existing["engine"]["sha256"] == engine.sha256
+            and existing["engine"].get("signature") == engine.signature  # signed since: the manifest is rewritten
+        )
     except (OSError, ValueError, KeyError, TypeError):
         return False
     if not named or not blob.is_file():
@@ -231,6 +245,11 @@ def _pull(
     if chosen is None:
         raise NoEngineFitsError(_no_fit(found.model, host, found.profiles, wanted))
     engine = get_engine(app, chosen.engine_id)
+    checks = policy()
+    if checks is not None:  # before anything is copied: a TAMPERED row is marked, an untrusted one refused
+        requested = get_model(app, found.model_id)
+        asked = {"model.digest": requested.digest, "model.name": requested.name}
+        check_row(app, engine, checks, by="pull", request=asked)
     sha256 = str(engine.sha256)
     manifest = _manifest(app, engine, chosen, host, found.release)
     final = dest / manifest["blob"]
