@@ -9,7 +9,11 @@ per-pair ratio, CPU from rusage, load average around every run):
    stored engine file (`floor_ort`). The four shared models (../shared/models) and a synthetic
    1 GB model (an MLP of four 8192x8192 fp32 initializers in external data, made under the
    scratch folder and removed after; --quick: 256 MB). Goal 1.25x. This figure and the next run
-   `HIT_PAIRS` (9) pairs, or `pairs` where that is more: their medians sit near the goal.
+   `HIT_PAIRS` (9) pairs, or `pairs` where that is more: their medians sit near the goal. Every
+   engine is signed by a pool key the hits trust (`signing_env`: signature checks on, as a fleet
+   runs them; the full path's first load leaves the receipt each hit finds), and one more row
+   runs the first model's hit with no receipts kept (the Ed25519 check, `cryptography` imported,
+   at every start) to show what the receipt saves.
 2. TensorRT-RTX on a host without a supported GPU: the hit ends in EngineRejectedError
    INCOMPATIBLE; time to that verdict against `import tensorrt_rtx`, a Runtime, reading the engine
    file and `get_engine_validity` on its header (`floor_rtx`; ours verifies every byte before the
@@ -132,6 +136,15 @@ def build_catalog(home: Path, models: dict[str, Path], rtx: tuple[str, ...]) -> 
     return engines
 
 
+def signing_env(scratch: Path) -> dict[str, str]:
+    """A pool key the builds sign with and the hits trust, with receipts in the scratch folder
+    (core.signing): every hit figure is taken with signature checks on."""
+    from enginecache.core.signing import RECEIPTS_ENV, SIGNING_KEY_ENV, TRUSTED_KEYS_ENV, generate_key
+
+    private, public, _ = generate_key(scratch / "keys", "bench")
+    return {SIGNING_KEY_ENV: private, TRUSTED_KEYS_ENV: public, RECEIPTS_ENV: str(scratch / "receipts")}
+
+
 def has_gpu() -> bool:
     from enginecache.core.fingerprint import host_fingerprint
 
@@ -153,7 +166,10 @@ def child(name: str, *args: str, env: dict[str, str]) -> Command:
 def hit_figures(
     report: Report, models: dict[str, Path], engines: dict[tuple[str, str], Any], env: dict[str, str]
 ) -> None:
+    from enginecache.core.signing import RECEIPTS_ENV
+
     home = Path(env["ENGINECACHE_HOME"])
+    unreceipted = {**env, RECEIPTS_ENV: "off"}
     for name, path in models.items():
         engine = engines[(name, "ort")]
         report.compare(
@@ -165,6 +181,16 @@ def hit_figures(
             goal_ratio=1.25,
             pairs=max(report.pairs, HIT_PAIRS),
         )
+    name, path = next(iter(models.items()))
+    engine = engines[(name, "ort")]
+    report.compare(  # what the receipt saves: the Ed25519 check (cryptography imported) at every start
+        child("load_or_build hit (ort), signature verified every start", "hit", str(path), "ort", env=unreceipted),
+        child("import onnxruntime + InferenceSession (floor)", "floor_ort", str(home / engine.blob_path), env=env),
+        section=HIT,
+        name=f"{name}, no receipts",
+        params={"model": name, "size_bytes": engine.size_bytes, "receipts": False},
+        pairs=max(report.pairs, HIT_PAIRS),
+    )
 
 
 def rtx_figures(
@@ -326,12 +352,15 @@ def run(report: Report) -> None:
     only = set(report.options.get("start_only") or ("hit", "rtx", "fingerprint", "probe"))
     scratch = Path(tempfile.mkdtemp(prefix="bench-start-", dir=report.scratch))
     held: list[Any] = []
+    signed: dict[str, str] = {}
     editable = report.options.get("start_children") == "editable"
     try:
         if not editable:
             use_installed_python(scratch)
         home = scratch / "home"
-        env = {"ENGINECACHE_HOME": str(home)}
+        signed = signing_env(scratch)
+        os.environ.update(signed)  # this process's builds sign; its first loads leave the receipts
+        env = {"ENGINECACHE_HOME": str(home), **signed}
         models = {name: SHARED / f"{name}.onnx" for name in MODELS if (SHARED / f"{name}.onnx").is_file()}
         big_size = 256 * 1024**2 if report.quick else 1024**3
         big = make_big_model(scratch / "big", big_size)
@@ -412,6 +441,8 @@ def run(report: Report) -> None:
     finally:
         for loaded in held:
             loaded.close()
+        for name in signed:
+            os.environ.pop(name, None)
         shutil.rmtree(scratch, ignore_errors=True)
         PY = sys.executable
 
