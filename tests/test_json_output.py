@@ -47,9 +47,12 @@ def json_commands() -> list[str]:
     def walk(group: Any, path: list[str]) -> None:
         for name in group.list_commands(context):
             command = group.get_command(context, name)
+            has_json = any("--json" in param.opts for param in command.params)
             if hasattr(command, "list_commands"):
+                if has_json and getattr(command, "invoke_without_command", False):  # `audit` runs alone too
+                    found.append(" ".join([*path, name]))
                 walk(command, [*path, name])
-            elif any("--json" in param.opts for param in command.params):
+            elif has_json:
                 found.append(" ".join([*path, name]))
 
     walk(root, [])
@@ -119,6 +122,7 @@ RECIPES: dict[str, tuple[list[str], list[str], str]] = {
         "not_found",
     ),
     "audit": (["audit"], ["audit", "--limit", "0"], "usage"),
+    "audit verify": (["audit", "verify"], ["audit", "verify", "--head", "bogus"], "bad_input"),
     "release promote": (
         ["release", "promote", "{model}", "--alias", "canary"],
         ["release", "promote", "no-such-model", "--alias", "canary"],
