@@ -24,8 +24,9 @@ fast is in docs/performance.md ("Verified read"), measured by bench/bench_read.p
   by the thread that read it a 1 MiB piece at a time, while the piece is in that core's cache:
   reading and hashing overlap on every core, and a mismatch names the chunk and its byte range.
   Without them (a row from before chunk digests, or a blob of one chunk) the whole file's BLAKE3
-  runs on every core once every byte is in, and a sha256 (rows before BLAKE3) on one. The floor bench/bench_read.py holds this to is the two
-  done apart on all cores: a parallel read plus a parallel BLAKE3 of the same bytes.
+  runs on every core once every byte is in, and a sha256 (rows before BLAKE3) on one. The floor
+  bench/bench_read.py holds this to is the two done apart on all cores: a parallel read plus a
+  parallel BLAKE3 of the same bytes.
 - What only one path needs is imported on first use (`hashlib` for sha256, `ctypes`,
   `threading`): a new process pays for what it uses, which the 10 MiB figure shows.
 - The size comes from `fstat` of the open file. A short read (the file shrank), a byte past that
