@@ -55,6 +55,7 @@ from pathlib import Path
 
 from enginecache.core.chunkdigests import CHUNK_DIGEST_BYTES, ChunkDigests, chunk_ranges
 from enginecache.core.hashing import StreamHasher, hash_stream
+from enginecache.core.storelock import held_by_a_live_process
 from enginecache.errors import IntegrityCheckError, StoreError
 
 logger = logging.getLogger(__name__)
@@ -112,17 +113,7 @@ def hold_state(folder: Path) -> Iterator[ResumeState]:
 
 def state_held(folder: Path) -> bool:
     """Whether a fetch holds the resume state at `folder` now."""
-    try:
-        fd = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    return False
+    return held_by_a_live_process(folder / LOCK_NAME)
 
 
 def remove_unheld(folder: Path) -> bool:

@@ -10,6 +10,7 @@ that dies holds nothing.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import logging
 import os
@@ -51,3 +52,24 @@ class StoreLock:
                 fcntl.flock(fd, operation)
         except OSError as err:
             raise StoreError(f"could not lock the store's {self.path}: {err}") from err
+
+
+def held_by_a_live_process(path: Path) -> bool:
+    """Whether some process holds an `flock` on the file at `path` now (a writer's claim on its work:
+    a fetch's resume state, a backup's claim, a restore's folder). False where the file is gone or
+    is a symbolic link (never a writer's)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError as err:
+        if err.errno == errno.ELOOP:  # a symbolic link
+            return False
+        raise
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False

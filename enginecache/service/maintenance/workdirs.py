@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from enginecache.core.storelock import held_by_a_live_process
 from enginecache.errors import BackupRefusedError
 
 CLAIM_SUFFIX = ".claim"
@@ -101,17 +102,7 @@ def restore_folder(home: Path) -> Iterator[Path]:
 def held(path: Path) -> bool:
     """Whether a live writer holds the flock of `path` (a claim file or a restore folder); False
     where `path` is gone."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
-    except OSError:  # gone, or a symlink (never a writer's)
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    return False
+    return held_by_a_live_process(path)
 
 
 def read_claim(claim: Path) -> dict[str, Any]:
