@@ -34,6 +34,7 @@ from enginecache.core.signing import policy
 from enginecache.core.validate import (
     CORRUPT,
     ERROR,
+    FAIL,
     PASS,
     TestLoadResult,
     TestLoadSpec,
@@ -192,6 +193,19 @@ def run_test_load(
             proof = {"job_id": job_id, "host_target": record.host_target}
             at, by = utcnow(), "test-load"
             engines.mark_proven(ex, engine_id, at=at, host=host.hostname, actor=actor, by=by, details=proof)
+        if result.verdict in (PASS, FAIL):  # it loaded and ran: every byte read matched the digest
+            ex = AlchemyExecutor(session.connection())
+            engines.mark_verified(
+                ex,
+                engine_id,
+                at=utcnow(),
+                blob_path=app.store.relative(blob_path(app.home, engine.sha256)),
+                header_blake3=engine.header_blake3,
+                chunk_blake3=engine.chunk_blake3,
+                actor=actor,
+                by="test-load",
+                reason=f"test-load {result.verdict}: the blob read matched its digest",
+            )
 
     if commit is not None:
         commit(write, record)
