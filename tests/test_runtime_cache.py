@@ -6,9 +6,13 @@ Each row is a cache's key and a host's; the rule either hands the cache over or 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from enginecache.core.backends.trt.runtimecache import create_context, serialized_cache, supports_runtime_cache
 from enginecache.core.runtimecache import CacheTarget, normalize_sm, parse_version, refusal, select
+from enginecache.errors import LoadFailedError
 
 ENGINE = "a" * 64
 OTHER_ENGINE = "b" * 64
@@ -97,3 +101,98 @@ def test_versions_are_dotted_integers_only() -> None:
     assert parse_version("1.7.1.116") == (1, 7, 1, 116)
     assert parse_version("12.9rc1") is None
     assert parse_version("") is None
+
+
+# -- the hand-over to TensorRT-RTX's runtime ----------------------------------------------------
+# No RTX GPU here: these objects stand in for TensorRT-RTX's ICudaEngine / IRuntimeConfig /
+# IRuntimeCache, recording the documented calls, and the cache bytes are opaque stand-ins.
+
+
+class StandInRtxRuntimeCache:
+    def __init__(self, accepts: bool) -> None:
+        self.accepts = accepts
+        self.received: bytes | None = None
+        self.entries = b""
+
+    def deserialize(self, blob: bytes) -> bool:
+        self.received = bytes(blob)
+        if self.accepts:
+            self.entries = bytes(blob)
+        return self.accepts
+
+    def serialize(self) -> memoryview:
+        return memoryview(self.entries + b"+compiled")
+
+
+class StandInRtxRuntimeConfig:
+    def __init__(self, accepts: bool) -> None:
+        self.accepts = accepts
+        self.attached: StandInRtxRuntimeCache | None = None
+
+    def create_runtime_cache(self) -> StandInRtxRuntimeCache:
+        return StandInRtxRuntimeCache(self.accepts)
+
+    def set_runtime_cache(self, cache: StandInRtxRuntimeCache) -> bool:
+        self.attached = cache
+        return True
+
+    def get_runtime_cache(self) -> StandInRtxRuntimeCache | None:
+        return self.attached
+
+
+class StandInRtxEngine:
+    def __init__(self, accepts: bool = True) -> None:
+        self.config = StandInRtxRuntimeConfig(accepts)
+        self.context_config: object = None
+
+    def create_runtime_config(self) -> StandInRtxRuntimeConfig:
+        return self.config
+
+    def create_execution_context(self, runtime_config: object = None) -> str:
+        self.context_config = runtime_config
+        return "context"
+
+
+def test_cache_file_handed_to_stand_in_for_tensorrt_rtx_runtime(tmp_path: Path) -> None:
+    stand_in_cache = tmp_path / "stand-in-runtime-cache.bin"
+    stand_in_cache.write_bytes(b"opaque stand-in for a TensorRT-RTX runtime cache")
+    engine = StandInRtxEngine()
+    assert supports_runtime_cache(engine)
+    context, hand_over = create_context(engine, str(stand_in_cache))
+    assert context == "context"
+    assert engine.context_config is engine.config  # the context runs with the config that holds the cache
+    attached = engine.config.attached
+    assert attached is not None and attached.received == stand_in_cache.read_bytes()
+    assert hand_over.loaded and hand_over.path == str(stand_in_cache)
+    assert serialized_cache(hand_over) == stand_in_cache.read_bytes() + b"+compiled"
+
+
+def test_cache_refused_by_stand_in_for_tensorrt_rtx_runtime_is_no_error(tmp_path: Path) -> None:
+    stand_in_cache = tmp_path / "stand-in-runtime-cache.bin"
+    stand_in_cache.write_bytes(b"opaque stand-in the runtime refuses")
+    engine = StandInRtxEngine(accepts=False)
+    _, hand_over = create_context(engine, str(stand_in_cache))
+    assert not hand_over.loaded
+    assert engine.config.attached is not None  # an empty cache, filled by this process's compiles
+    assert serialized_cache(hand_over) == b"+compiled"
+
+
+def test_no_cache_file_gives_an_empty_cache_to_stand_in_for_tensorrt_rtx_runtime() -> None:
+    engine = StandInRtxEngine()
+    _, hand_over = create_context(engine, None)
+    assert not hand_over.loaded and engine.config.attached is not None
+    assert engine.config.attached.received is None
+
+
+def test_unreadable_cache_file_names_it(tmp_path: Path) -> None:
+    missing = tmp_path / "missing-stand-in-cache.bin"
+    with pytest.raises(LoadFailedError, match=r"missing-stand-in-cache\.bin"):
+        create_context(StandInRtxEngine(), str(missing))
+
+
+def test_plain_tensorrt_engine_has_no_runtime_cache() -> None:
+    class PlainTensorRTEngine:
+        def create_execution_context(self) -> str:
+            return "context"
+
+    assert not supports_runtime_cache(PlainTensorRTEngine())

@@ -67,6 +67,9 @@ class LoadSpec(Frozen):
     label: str = "engine"
     backend_version: str | None = None  # the version that built it (checked where the format is tied to it)
     targets: tuple[str, ...] = ()
+    # A TensorRT-RTX runtime cache file (chosen by core.runtimecache.select) to hand to the runtime;
+    # other backends ignore it.
+    runtime_cache: str | None = None
 
 
 class TensorIO(Frozen):

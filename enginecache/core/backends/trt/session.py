@@ -14,6 +14,12 @@ import numpy as np
 from enginecache.core.backends.loadtypes import LoadSpec, PhaseTimer, TensorIO, numpy_dtype
 from enginecache.core.backends.trt import cuda
 from enginecache.core.backends.trt.dtypes import dtype_name
+from enginecache.core.backends.trt.runtimecache import (
+    RuntimeCacheHandOver,
+    create_context,
+    serialized_cache,
+    supports_runtime_cache,
+)
 from enginecache.errors import InferenceError, LoadFailedError
 
 if TYPE_CHECKING:  # the contract (`base`: dataclasses) stays out of a cache hit
@@ -46,8 +52,14 @@ class TensorRTEngineSession:
             self.engine = runtime.deserialize_cuda_engine(buffer)
         if self.engine is None:
             raise LoadFailedError(f"{spec.label}: deserialize failed: " + "; ".join(_error_lines(log_lines)))
+        # TensorRT-RTX: the context's runtime config carries a runtime cache (spec.runtime_cache's bytes
+        # where given; core/backends/trt/runtimecache.py), so `runtime_cache_bytes()` can write it back.
+        self.runtime_cache: RuntimeCacheHandOver | None = None
         with timer.phase("create_context"):
-            self.context = self.engine.create_execution_context()
+            if supports_runtime_cache(self.engine):
+                self.context, self.runtime_cache = create_context(self.engine, spec.runtime_cache)
+            else:
+                self.context = self.engine.create_execution_context()
         if self.context is None:
             raise LoadFailedError(f"{spec.label}: no execution context: " + "; ".join(_error_lines(log_lines)))
         names = [self.engine.get_tensor_name(i) for i in range(self.engine.num_io_tensors)]
@@ -117,6 +129,11 @@ class TensorRTEngineSession:
             self._buffers[name] = device
             self.context.set_tensor_address(name, device.ptr)
         return device
+
+    def runtime_cache_bytes(self) -> bytes | None:
+        """The TensorRT-RTX runtime cache as it stands (to publish with `publish_runtime_cache`);
+        None for plain TensorRT. Needs an RTX GPU."""
+        return serialized_cache(self.runtime_cache) if self.runtime_cache is not None else None
 
     def close(self) -> None:
         for device in self._buffers.values():
