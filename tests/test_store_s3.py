@@ -202,17 +202,34 @@ def test_a_conditional_put_of_an_existing_key_does_not_overwrite_it(
     assert stored_bytes(server, prefix, sha256) == source.read_bytes()
 
 
+@pytest.mark.parametrize("claim", ["the-digest", "another"])
 @pytest.mark.parametrize("size", [10_000, 6 * MIB], ids=["single-put", "multipart"])
-def test_an_object_that_is_not_the_blob_is_refused_and_left_alone(
-    server: S3Server, prefix: str, tmp_path: Path, size: int
+def test_an_object_that_is_not_the_blob_is_replaced_by_a_publish(
+    server: S3Server, prefix: str, tmp_path: Path, size: int, claim: str
 ) -> None:
     remote = remote_for(server, prefix, ENGINECACHE_STORE_MULTIPART_MB="5", ENGINECACHE_STORE_CHUNK_MB="5")
     source, sha256 = blob_file(tmp_path, size)
-    squatter = payload(size, seed=99)  # same size, other bytes, claiming the digest
-    obstore.put(raw_store(server, prefix), blob_key(sha256), squatter, attributes={"sha256": "0" * 64})
-    with pytest.raises(IntegrityCheckError, match="not blob"):
-        remote.put_blob(sha256, source, size)
-    assert stored_bytes(server, prefix, sha256) == squatter
+    squatter = payload(size, seed=99)  # same size, other bytes: its size and claim are not trusted
+    claimed = sha256 if claim == "the-digest" else "0" * 64
+    obstore.put(raw_store(server, prefix), blob_key(sha256), squatter, attributes={"sha256": claimed})
+    assert remote.put_blob(sha256, source, size) is True
+    assert stored_bytes(server, prefix, sha256) == source.read_bytes()
+    head = server.s3().head_object(Bucket=BUCKET, Key=f"{prefix}/{blob_key(sha256)}")
+    assert head["Metadata"] == {"sha256": sha256}
+    assert remote.put_blob(sha256, source, size) is False  # the blob now: kept
+
+
+def test_a_replace_is_conditional_on_the_etag_that_was_hashed(server: S3Server, prefix: str, tmp_path: Path) -> None:
+    remote = remote_for(server, prefix)
+    source, sha256 = blob_file(tmp_path, 5000)
+    raw = raw_store(server, prefix)
+    written = obstore.put(raw, blob_key(sha256), payload(5000, seed=3), attributes={"sha256": sha256})
+    newer = payload(5000, seed=4)  # another writer changed the object after it was hashed
+    obstore.put(raw, blob_key(sha256), newer, attributes={"sha256": sha256})
+    assert remote._replace(blob_key(sha256), sha256, source, 5000, written["e_tag"], None) is False
+    assert stored_bytes(server, prefix, sha256) == newer
+    assert remote.put_blob(sha256, source, 5000) is True  # checked again, and replaced
+    assert stored_bytes(server, prefix, sha256) == source.read_bytes()
 
 
 def test_an_object_without_a_claim_is_checked_by_its_bytes(server: S3Server, prefix: str, tmp_path: Path) -> None:
@@ -223,8 +240,8 @@ def test_an_object_without_a_claim_is_checked_by_its_bytes(server: S3Server, pre
     assert remote.put_blob(sha256, source, 5000) is False
     other, other_sha = blob_file(tmp_path, 5000, seed=1)
     obstore.put(raw, blob_key(other_sha), payload(5000, seed=2))  # wrong bytes, same size, no claim
-    with pytest.raises(IntegrityCheckError, match="hash to"):
-        remote.put_blob(other_sha, other, 5000)
+    assert remote.put_blob(other_sha, other, 5000) is True
+    assert stored_bytes(server, prefix, other_sha) == other.read_bytes()
 
 
 # -- multipart --------------------------------------------------------------------------------

@@ -1,29 +1,34 @@
 """Blobs in S3-compatible object storage, through obstore (a `core.blobbackend.BlobBackend`).
 
 Keys: `<prefix>/objects/sha256/<2 hex>/<sha256>`, the local layout below the bucket's prefix. Each
-object carries its digest as user metadata (`x-amz-meta-sha256`), so an existing object is checked
-by its size and that claim without reading it.
+object carries its digest as user metadata (`x-amz-meta-sha256`), a claim no check trusts.
 
-Never overwriting (docs/store.md says what each path guarantees):
+Publishing (docs/store.md says what each path guarantees):
 
 - a blob up to `multipart_threshold` bytes is one conditional PUT (`mode="create"`, S3's
   `If-None-Match: *`): atomic, and refused where the key exists; the existing object is then checked;
-- a larger blob is first looked up (HEAD): an existing object is checked and kept; an absent one is
-  sent as a multipart upload in `chunk_bytes` parts. obstore cannot make a multipart upload
-  conditional (a put with a mode other than overwrite is always a single PUT, held in memory whole,
-  and S3 caps a single PUT at 5 GiB), so here "never overwrite" holds against everything but an
-  upload of the same key racing this one, and that key's bytes are the same verified bytes: the
-  name is their digest. A multipart upload is invisible until it completes; one that dies part way
-  (a killed client or server) leaves parts the bucket's lifecycle rule for incomplete multipart
-  uploads removes, and never a visible object.
+- a larger blob is first looked up (HEAD): an existing object is checked; an absent one is sent as a
+  multipart upload in `chunk_bytes` parts. obstore cannot make a multipart upload conditional (a put
+  with a mode other than overwrite is always a single PUT, held in memory whole, and S3 caps a single
+  PUT at 5 GiB), so here "never overwrite" holds against everything but an upload of the same key
+  racing this one, and that key's bytes are the same verified bytes: the name is their digest. A
+  multipart upload is invisible until it completes; one that dies part way (a killed client or
+  server) leaves parts the bucket's lifecycle rule for incomplete multipart uploads removes, and
+  never a visible object.
+- an existing object is checked by its bytes (one GET, hashed as it streams: a re-publish costs one
+  read of the object), never by its size and claimed digest alone. One that is the blob is kept; one
+  that is not (tampered, truncated, another size) is replaced by the publisher's verified bytes,
+  conditionally on the ETag that was hashed (`If-Match`; above the threshold, the ETag looked up
+  again just before the multipart upload), so an object someone changed meanwhile is checked again
+  rather than clobbered.
 
 Reading: `read_blob` streams a whole object (one GET); `read_range` is one ranged GET, the unit of a
 parallel, resumable fetch (core.rangedfetch, `range_concurrency` = ENGINECACHE_STORE_CONCURRENCY at
 once, all through this store's one client).
 
-An existing object that is not the blob (another size, another claimed digest, or no claim and other
-bytes) is IntegrityCheckError, and it is left as it is: an operator removes it. Every other failure
-(the server refuses our credentials, is unreachable, errs) is StoreError.
+An existing object that is not the blob and changes under every try to replace it (REPLACE_TRIES), or
+that the server gives no ETag, is IntegrityCheckError. Every other failure (the server refuses our
+credentials, is unreachable, errs) is StoreError, one line naming the key and the server's answer.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from enginecache.core.storeenv import STORE_ENV
 from enginecache.errors import IntegrityCheckError, StoreError
 
 if TYPE_CHECKING:
+    from obstore import Attributes, UpdateVersion
     from obstore.store import ClientConfig, RetryConfig
 
 logger = logging.getLogger(__name__)
@@ -59,6 +65,7 @@ FAILURES = (BaseError, OSError, ValueError)
 CLIENT_THREADS = "the S3 client (obstore's tokio runtime)"
 
 
+REPLACE_TRIES = 3  # checks and conditional replaces of an object that is not the blob, before giving up
 _NO_SUCH_BUCKET = "NoSuchBucket"  # S3's error code for a bucket that does not exist
 _DEBUG_SOURCE = "Debug source:"  # where obstore's report turns into its Rust error's dump
 
@@ -150,25 +157,24 @@ class S3BlobStore:
 
     def put_blob(self, sha256: str, source: Path, size: int) -> bool:
         key = blob_key(sha256)
-        attributes = {"Content-Type": CONTENT_TYPE, DIGEST_ATTRIBUTE: sha256}
         if size <= self.settings.multipart_threshold:
-            try:
-                obstore.put(self._store, key, source, mode="create", attributes=attributes)
-            except (AlreadyExistsError, PreconditionError):
-                self._check_existing(key, sha256, size)
-                return False
-            except FAILURES as err:
-                raise self._failure("upload", key, err) from err
-            return True
+            if self._create(key, sha256, source, size):
+                return True
+            return self._keep_or_replace(key, sha256, source, size)
         if self.stat_blob(sha256) is not None:
-            self._check_existing(key, sha256, size)
-            return False
+            return self._keep_or_replace(key, sha256, source, size)
+        self._upload_parts(key, sha256, source, size)
+        return True
+
+    def _upload_parts(self, key: str, sha256: str, source: Path, size: int) -> None:
+        """`source` as a multipart upload in `chunk_bytes` parts (overwriting: obstore cannot make
+        one conditional)."""
         try:
             obstore.put(
                 self._store,
                 key,
                 source,
-                attributes=attributes,
+                attributes=self._attributes(sha256),
                 use_multipart=True,
                 chunk_size=self.settings.chunk_bytes,
                 max_concurrency=self.settings.max_concurrency,
@@ -176,7 +182,6 @@ class S3BlobStore:
         except FAILURES as err:
             raise self._failure(f"upload ({size} bytes)", key, err) from err
         logger.debug("uploaded blob %s (%d bytes) to %s in parts", sha256, size, self._where(key))
-        return True
 
     def read_blob(self, sha256: str, sink: BlobSink, *, size: int | None = None) -> None:
         key = blob_key(sha256)
@@ -219,27 +224,92 @@ class S3BlobStore:
         except FAILURES as err:
             raise self._failure(f"download bytes {start}-{end - 1} of", key, err) from err
 
-    # -- checking an object that is there already --------------------------------------
+    # -- checking an object that is there already, and replacing it where it is not the blob ------
 
-    def _check_existing(self, key: str, sha256: str, size: int) -> None:
-        """The object at `key` is the blob: same size and the same digest claimed (or, where it
-        claims none, its bytes hash to it). Otherwise IntegrityCheckError; the object is left as is."""
+    def _keep_or_replace(self, key: str, sha256: str, source: Path, size: int) -> bool:
+        """The object at `key` is kept where its bytes hash to `sha256` (its size and its claimed
+        digest are not trusted: one GET, hashed as it streams); otherwise it is replaced by `source`,
+        conditionally on the ETag that was hashed, so a writer that changed it meanwhile is not
+        clobbered (its object is checked in turn). Returns whether it wrote."""
+        for _ in range(REPLACE_TRIES):
+            found = self._hash_existing(key)
+            if found is None:  # removed since it was seen: a create that loses a race checks again
+                if self._create(key, sha256, source, size):
+                    return True
+                continue
+            stored, got, e_tag, version = found
+            if stored == size and got == sha256:
+                return False
+            logger.warning(
+                "%s is not blob %s (%d bytes hashing to %s): replacing it with the verified blob",
+                self._where(key),
+                sha256,
+                stored,
+                got,
+            )
+            if self._replace(key, sha256, source, size, e_tag, version):
+                return True
+        raise IntegrityCheckError(
+            f"{self._where(key)} is not blob {sha256} and changed under each of {REPLACE_TRIES} tries to replace it"
+        )
+
+    def _hash_existing(self, key: str) -> tuple[int, str, str | None, str | None] | None:
+        """(size, sha256 of its bytes, ETag, version) of the object at `key`; None where there is none."""
         try:
-            found = obstore.get(self._store, key, options={"head": True})
-        except FAILURES as err:  # FileNotFoundError too: it existed a moment ago
+            result = obstore.get(self._store, key)
+            hasher = StreamHasher(with_blake3=False)
+            for chunk in result.stream(min_chunk_size=CHUNK_BYTES):
+                hasher.update(memoryview(chunk))
+        except FileNotFoundError:
+            return None
+        except FAILURES as err:
             raise self._failure("check the existing", key, err) from err
-        stored = int(found.meta["size"])
-        claimed = found.attributes.get(DIGEST_ATTRIBUTE)
-        refuse = f"{self._where(key)} exists but is not blob {sha256}"
-        remedy = "it was left as it is: remove it from the bucket and publish again"
-        if stored != size:
-            raise IntegrityCheckError(f"{refuse} ({stored} bytes, the blob is {size}); {remedy}")
-        if claimed == sha256:
-            return
-        if claimed is not None:
-            raise IntegrityCheckError(f"{refuse} (it claims sha256 {claimed}); {remedy}")
-        hasher = StreamHasher(with_blake3=False)
-        self.read_blob(sha256, hasher.update, size=size)  # no claim: its bytes decide
-        got = hasher.result().sha256
-        if got != sha256:
-            raise IntegrityCheckError(f"{refuse} (its bytes hash to {got}); {remedy}")
+        meta = result.meta
+        return int(meta["size"]), hasher.result().sha256, meta.get("e_tag"), meta.get("version")
+
+    def _attributes(self, sha256: str) -> Attributes:
+        return {"Content-Type": CONTENT_TYPE, DIGEST_ATTRIBUTE: sha256}
+
+    def _create(self, key: str, sha256: str, source: Path, size: int) -> bool:
+        """One conditional create (`If-None-Match: *`); False where the key exists."""
+        try:
+            obstore.put(self._store, key, source, mode="create", attributes=self._attributes(sha256))
+        except (AlreadyExistsError, PreconditionError):
+            return False
+        except FAILURES as err:
+            raise self._failure(f"upload ({size} bytes)", key, err) from err
+        return True
+
+    def _replace(self, key: str, sha256: str, source: Path, size: int, e_tag: str | None, version: str | None) -> bool:
+        """Replace the object whose ETag was `e_tag` by `source`; False where it changed meanwhile.
+
+        Up to `multipart_threshold` bytes: one PUT with `If-Match` on that ETag, atomic. Larger: obstore
+        cannot make a multipart upload conditional, so the ETag is looked up again just before an
+        overwriting multipart upload; the window between is a race only with another writer of the same
+        key, and whatever it wrote, this writes the verified blob over it."""
+        if e_tag is None:
+            raise IntegrityCheckError(
+                f"{self._where(key)} is not blob {sha256} and the server gives it no ETag to replace it "
+                "conditionally: remove it from the bucket and publish again"
+            )
+        if size <= self.settings.multipart_threshold:
+            mode: UpdateVersion = {"e_tag": e_tag}
+            if version is not None:
+                mode["version"] = version
+            try:
+                obstore.put(self._store, key, source, mode=mode, attributes=self._attributes(sha256))
+            except (PreconditionError, FileNotFoundError):
+                return False
+            except FAILURES as err:
+                raise self._failure(f"replace ({size} bytes)", key, err) from err
+            return True
+        try:
+            now = obstore.head(self._store, key).get("e_tag")
+        except FileNotFoundError:
+            return False
+        except FAILURES as err:
+            raise self._failure("look up", key, err) from err
+        if now != e_tag:
+            return False
+        self._upload_parts(key, sha256, source, size)
+        return True
