@@ -64,6 +64,8 @@ COLUMN_KINDS: dict[str, dict[str, str]] = {
         "provenance": "json",
         "signed_statement": "",
         "signature": "",
+        "remote_verified_at": "time",
+        "remote_problem": "",
     },
     "jobs": {
         "id": "",

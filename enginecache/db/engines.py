@@ -78,6 +78,8 @@ ENGINE_PROVEN = "engine.proven"  # a host that can run an imported engine loaded
 ENGINE_UNPROVEN = "engine.unproven"  # verify found a CORRUPT, never proven import's blob whole again
 ENGINE_TAMPERED = "engine.tampered"  # a load, pull, verify or check found its row changed from what was signed
 ENGINE_SIGNED = "engine.signed"  # an admin's `verify --sign` signed it
+ENGINE_REMOTE_BAD = "engine.remote_bad"  # `verify --remote` found the remote store's copy not the blob
+ENGINE_REMOTE_OK = "engine.remote_ok"  # `verify --remote` found a copy it had found bad whole again
 
 
 def audited_action(was: str, status: str) -> str | None:
@@ -355,6 +357,28 @@ def record_signature(
     if was is not None:
         _audit(ex, actor, ENGINE_SIGNED, f"engine {engine_id}", {"by": by, "status": was, **(details or {})})
     return was
+
+
+def record_remote_check(
+    ex: Executor, engine_id: int, *, at: datetime, problem: str | None, actor: Actor, by: str
+) -> bool:
+    """The remote store's copy was re-hashed at `at`: `remote_verified_at` and `remote_problem` set
+    (None: the object is the blob); its status stays (it is the local blob's). A copy found bad is
+    audited `engine.remote_bad`, one found whole after being found bad `engine.remote_ok`. Whether
+    there is such an engine."""
+    found = engine_fields(ex, engine_id, ("remote_problem",))
+    if found is None:
+        return False
+    ex.run(
+        "UPDATE engines SET remote_verified_at = :at, remote_problem = :problem WHERE id = :id",
+        {"at": ex.timestamp(at), "problem": problem, "id": engine_id},
+    )
+    target = f"engine {engine_id}"
+    if problem is not None:
+        _audit(ex, actor, ENGINE_REMOTE_BAD, target, {"by": by, "reason": problem})
+    elif found["remote_problem"] is not None:
+        _audit(ex, actor, ENGINE_REMOTE_OK, target, {"by": by, "was": found["remote_problem"]})
+    return True
 
 
 def note_load_error(ex: Executor, engine_id: int, note: str) -> None:

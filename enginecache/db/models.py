@@ -139,6 +139,10 @@ class EngineRecord(SQLModel, table=True):
     # signature `ed25519:<key id>:<base64>`; None: unsigned
     signed_statement: str | None = Field(default=None, sa_column=sa.Column(sa.Text, nullable=True))
     signature: str | None = Field(default=None, sa_column=sa.Column(sa.Text, nullable=True))
+    # The remote store's copy (migration 0020): when `verify --remote` last re-hashed it, and what it
+    # found (None: the object is the blob; else the reason, naming the key and the chunk)
+    remote_verified_at: datetime | None = _tz_time(nullable=True)
+    remote_problem: str | None = Field(default=None, sa_column=sa.Column(sa.Text, nullable=True))
 
 
 class JobStatus(StrEnum):
