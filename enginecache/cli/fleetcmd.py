@@ -83,6 +83,20 @@ def pull(
     engine: EngineOption = None,
     allow_cpu: AllowCpuOption = False,
     max_bytes: MaxBytesOption = None,
+    watch: Annotated[
+        bool,
+        typer.Option(
+            "--watch",
+            help="Keep pulling (a sidecar): each round re-resolves MODEL@ALIAS and, where it moved, pulls the new "
+            "engine beside the old one and then replaces the manifest, which the serving process follows.",
+        ),
+    ] = False,
+    interval: Annotated[
+        float, typer.Option("--interval", metavar="S", min=0.0, help="With --watch: seconds between rounds.")
+    ] = 30.0,
+    rounds: Annotated[
+        int | None, typer.Option("--rounds", metavar="N", min=1, help="With --watch: stop after N rounds.")
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Copy the engine that fits this host into DIR, verified, with a manifest; resumable and idempotent."""
@@ -92,6 +106,9 @@ def pull(
 
     budget = None if max_bytes is None else max_bytes_option(max_bytes)
     wanted = _wanted(backend, precision, engine, allow_cpu)
+    if watch:
+        _watch(ctx, model, dest, wanted, budget, interval, rounds, as_json)
+        return
     result = pull_engine(app_context(ctx), model, dest, wanted=wanted, max_bytes=budget)
     done = "up to date" if result.up_to_date else f"pulled {result.copied_bytes} bytes"
     evicted = "" if result.evicted is None else f"; {result.evicted.describe()}"
@@ -99,6 +116,49 @@ def pull(
         result.to_dict(),
         as_json,
         printable(f"engine {result.engine_id}: {done} into {result.dest / result.manifest['blob']}{evicted}"),
+    )
+
+
+def _watch(
+    ctx: typer.Context,
+    model: str,
+    dest: Path,
+    wanted: Any,
+    budget: int | None,
+    interval: float,
+    rounds: int | None,
+    as_json: bool,
+) -> None:
+    """`pull --watch`: one line per round (a JSON object with --json), until --rounds or interrupted."""
+    import json
+    import threading
+
+    from enginecache.cli.common import document_stream
+    from enginecache.service.fleet.watch import WatchRound
+    from enginecache.service.fleet.watch import watch as watch_alias
+    from enginecache.service.readmodels.display import printable
+
+    def report(done: WatchRound) -> None:
+        if as_json:  # one JSON object a line (a round a line), so a reader follows it as it goes
+            typer.echo(json.dumps(done.to_dict(), default=str), file=document_stream())
+            return
+        if done.result is None:
+            line = f"round {done.round}: failed, the manifest left as it was: {done.error}"
+        else:
+            what = "pulled, manifest replaced" if done.switched else "up to date"
+            line = f"round {done.round}: engine {done.result.engine_id} {what}"
+        emit(done.to_dict(), False, printable(line))
+
+    pause = threading.Event()  # never set: its wait is an interruptible sleep
+    watch_alias(
+        app_context(ctx),
+        model,
+        dest,
+        wait=lambda: pause.wait(interval),
+        rounds=rounds,
+        wanted=wanted,
+        max_bytes=budget,
+        on_round=report,
     )
 
 
