@@ -7,7 +7,8 @@ graph) or an uploaded .npz, checked against the engine's inputs before anything 
 handed to `submit_test_load(inputs=...)` as the CLI's `test-load --inputs` does.
 
 Each action's result is kept in session state and the page redrawn (`st.rerun()`), so what it
-says is shown beside the state it produced (a retired engine's status RETIRED, no Confirm button
+says is shown beside the state it produced (a test-load started here: its verdict under the
+buttons once its job ends, the full run in the Test-loads tab) (a retired engine's status RETIRED, no Confirm button
 left). A button that can do nothing for this engine is disabled (a FAILED engine has nothing to
 check, retire or download). A test-load no live worker can run is a warning naming what is
 missing, with Cancel, never a success."""
@@ -39,6 +40,7 @@ from enginecache.service.readmodels.statuses import EngineStatus, JobStatus
 
 RESULT = "engines_result"  # st.session_state: (engine id, [(ok, line)]) of the last action
 CONFIRM = "engines_retire_confirm"  # st.session_state: the engine whose retirement awaits confirmation
+STARTED = "engines_testload_started"  # st.session_state: {engine id: the test-load job started here}
 HAS_BLOB = (EngineStatus.READY, EngineStatus.CORRUPT, EngineStatus.UNPROVEN)
 
 
@@ -49,7 +51,9 @@ def _done(engine_id: int, lines: list[tuple[bool, str]]) -> None:
     st.rerun()
 
 
-def actions(app: AppContext, engine: EngineDetail, test_loads: list[JobView]) -> None:
+def actions(app: AppContext, engine: EngineDetail, test_loads: list[JobView], runs: list[dict[str, Any]]) -> None:
+    """The action buttons and what they did; `runs` are the engine's load runs, newest first (the
+    verdict of a test-load started here is shown under the buttons once its job ends)."""
     engine_id = engine.id
     status = engine.status
     cols = st.columns(5)
@@ -67,6 +71,7 @@ def actions(app: AppContext, engine: EngineDetail, test_loads: list[JobView]) ->
         with _inputs_file(upload) as inputs:
             job = data.attempt("test-load not submitted", submit_test_load, app, engine_id, inputs=inputs)
         if job is not None:
+            st.session_state.setdefault(STARTED, {})[engine_id] = job.id
             _done(engine_id, [])  # the job is shown below, from the catalog, in the state it is in
     if engine.path and status == EngineStatus.READY:
         path = engine.path
@@ -86,6 +91,7 @@ def actions(app: AppContext, engine: EngineDetail, test_loads: list[JobView]) ->
     _retire(app, engine_id, status, cols[4])
     _results(engine_id)
     _test_load_jobs(test_loads)
+    _started_result(engine_id, test_loads, runs)
 
 
 INPUT_SOURCES = {
@@ -236,3 +242,28 @@ def _test_load_jobs(test_loads: list[JobView]) -> None:
             cancelled = data.attempt(f"cannot cancel job {job.id}", cancel_job, data.get_app(), job.id)
             if cancelled is not None:
                 _done(view.engine_id or 0, [(True, f"test-load job {job.id}: {cancelled.status}")])
+
+
+def _started_result(engine_id: int, test_loads: list[JobView], runs: list[dict[str, Any]]) -> None:
+    """The outcome of the test-load started from this page, where it was started, once its job has
+    ended: the run's verdict, reason and timings, or the job's error when it recorded no run."""
+    job_id = st.session_state.get(STARTED, {}).get(engine_id)
+    if job_id is None or any(v.active and v.job.id == job_id for v in test_loads):
+        return  # not started here, or still queued or running (its line is shown above)
+    run = next((r for r in runs if r["job_id"] == job_id), None)
+    if run is None:
+        failed = next((v.job for v in test_loads if v.job.id == job_id), None)
+        if failed is not None:
+            why = failed.error or "no reason recorded"
+            st.error(markdown_literal(f"Test-load job {job_id} ended {failed.status}: {why}"), icon=":material/error:")
+        return
+    timings = []
+    if run["load_seconds"] is not None:
+        timings.append(f"load {run['load_seconds'] * 1e3:.1f} ms")
+    if run["latency"]:
+        timings.append(f"p50 {run['latency']['p50_ms']:.3f} ms")
+    line = f"Test-load job {job_id} on {run['hostname']}: {run['verdict']}. {run['reason']}".rstrip()
+    if timings:
+        line += f" ({', '.join(timings)})"
+    show = st.success if run["verdict"] == "PASS" else st.error
+    show(markdown_literal(line) + " Accuracy, phases and latency: the Test-loads tab below.")

@@ -189,7 +189,9 @@ def _engine_page(key: data.CatalogKey, engine_id: int) -> bool:
     cols[4].metric(
         "Verified",
         engine.verified_at[:10] if engine.verified_at else "never",
-        help=f"last re-hash {engine.verified_at} UTC" if engine.verified_at else None,
+        help=f"last full read matched its digest (verify or a test-load) at {engine.verified_at} UTC"
+        if engine.verified_at
+        else None,
     )
     st.markdown(
         f"**model** {link(str(engine.model), 'models', model=engine.model_id)}{_aliases(app, engine)}  \n"
@@ -205,7 +207,9 @@ def _engine_page(key: data.CatalogKey, engine_id: int) -> bool:
     for warning in engine.warnings:
         st.caption(markdown_literal(f"note: {warning}"))
 
-    actions(app, engine, test_loads)
+    # read now, not from a cache: the page's last redraw after a test-load ends must show its run
+    runs = list_load_runs(app, engine_id, limit=20)
+    actions(app, engine, test_loads, runs)
 
     ingredients, loads, host, io, log, lineage, miss = st.tabs(
         ["Cache key", "Test-loads", "Build host", "IO", "Builder log", "Lineage", "Why was this a miss?"],
@@ -214,8 +218,7 @@ def _engine_page(key: data.CatalogKey, engine_id: int) -> bool:
     )
     with loads:
         failed = [j for j in test_loads if j.job.status in (JobStatus.FAILED, JobStatus.DEAD)]
-        # read now, not from a cache: the page's last redraw after a test-load ends must show its run
-        load_runs(list_load_runs(app, engine_id, limit=20), failed[0] if failed else None)
+        load_runs(runs, failed[0] if failed else None)
     with ingredients:
         st.dataframe(
             pd.DataFrame(
