@@ -12,7 +12,13 @@ from enginecache.cli.common import EXIT_BAD_INPUT, JsonOption, app_context, emit
 
 def engine_import(
     ctx: typer.Context,
-    path: Annotated[Path, typer.Argument(metavar="PATH", help="The engine file (a TensorRT plan, ...).")],
+    path: Annotated[
+        Path,
+        typer.Argument(
+            metavar="PATH",
+            help="The engine file (a TensorRT plan, ...), or a bundle folder (config.json, rank<N>.engine, ...).",
+        ),
+    ],
     model: Annotated[
         str | None,
         typer.Option("--model", help="The model it was built from: its name, NAME@ALIAS, an id or a digest."),
@@ -33,6 +39,9 @@ def engine_import(
     as_json: JsonOption = False,
 ) -> None:
     """Register an engine built elsewhere; UNPROVEN until a host that can run it loads it (test-load).
+
+    A folder is an engine bundle (TensorRT-LLM's config.json and rank<N>.engine files, with any
+    others beside them): every file is stored, and every rank engine's header checked.
 
     The file is copied into the store and hashed; what its header proves (TensorRT-RTX: the version
     and compute capabilities) is checked against what is declared, and a contradiction is refused

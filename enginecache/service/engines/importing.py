@@ -17,6 +17,9 @@ optimization level and workspace, which a file does not say; the profiles, the l
 the OS unless declared or proven; a conversion's recipe for any precision but fp32), so it never
 equals a key a build computes. Importing bytes the catalog holds already with the same declaration
 answers that engine (`already`); with another declaration it is refused.
+
+A folder is imported as an engine bundle (`service.engines.bundles`): every rank engine's header is
+checked as one file's is, and the engine's blob is the bundle's manifest.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from enginecache.core.cachekey import KEY_SCHEMA, UNKNOWN, compute_cache_key, un
 from enginecache.core.hashing import HEAD_BYTES, head_digest
 from enginecache.core.precision import PRECISIONS, PrecisionSpec, plan_recipe
 from enginecache.core.profiles import parse_profile_args, resolve_profile
+from enginecache.core.store import BlobInfo
 from enginecache.db import engines
 from enginecache.db.models import EngineRecord, EngineStatus, ModelRecord, utcnow
 from enginecache.errors import BadInputError, ImportRefusedError, PrecisionError
@@ -118,6 +122,10 @@ def import_engine(app: AppContext, request: ImportRequest) -> ImportResult:
     (an actor below the operator role); nothing is stored or recorded then."""
     access.require(app, "import")
     path = Path(request.path)
+    if path.is_dir() and not path.is_symlink():
+        from enginecache.service.engines.bundles import import_bundle
+
+        return import_bundle(app, request)
     if not path.is_file():
         raise BadInputError(f"engine file {path} does not exist (or is not a file)")
     if len(request.notes) > MAX_NOTES_CHARS:
@@ -141,12 +149,31 @@ def import_engine(app: AppContext, request: ImportRequest) -> ImportResult:
         if request.profiles
         else None
     )
-    ingredients = _ingredients(model, backend, request.precision, targets, backend_version, profile)
-    cache_key = compute_cache_key(ingredients)
 
     blob = app.store.ingest_file(path)
     if blob.head_blake3 and blob.head_blake3 != head_digest(header):
         raise ImportRefusedError(f"{path} changed while it was imported (its first bytes are not those checked)")
+    return record_import(app, request, model, backend, declared, facts, targets, backend_version, profile, blob)
+
+
+def record_import(
+    app: AppContext,
+    request: ImportRequest,
+    model: ModelRecord,
+    backend: Any,
+    declared: tuple[str, ...],
+    facts: HeaderFacts,
+    targets: tuple[str, ...],
+    backend_version: str | None,
+    profile: dict[str, Any] | None,
+    blob: BlobInfo,
+    bundle: dict[str, Any] | None = None,
+) -> ImportResult:
+    """Record the stored `blob` as an UNPROVEN import (or answer the engine that holds its bytes
+    already); `bundle` (an engine bundle's summary) goes into its provenance."""
+    path = Path(request.path)
+    ingredients = _ingredients(model, backend, request.precision, targets, backend_version, profile)
+    cache_key = compute_cache_key(ingredients)
     found = _same_bytes(app, blob.sha256)
     if found is not None:
         return _already(app, found, model, backend.name, request.precision, targets)
@@ -171,6 +198,8 @@ def import_engine(app: AppContext, request: ImportRequest) -> ImportResult:
         "header": facts.to_dict(),
         "unknown": unknown,
     }
+    if bundle is not None:
+        provenance["bundle"] = bundle
     row = {
         "model_id": model.id,
         "backend": backend.name,

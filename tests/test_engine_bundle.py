@@ -1,0 +1,227 @@
+"""Engine bundles: a TensorRT-LLM-style folder (config.json, rank0.engine, rank1.engine, a tokenizer)
+whose rank files are real TensorRT-RTX engines built by a plain script, imported as one engine whose
+blob is its manifest, every file verified, laid out as a folder with all files or none (a process
+SIGKILLed half way leaves nothing visible), and answered as a verified folder or rank file."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from sqlmodel import select
+
+from enginecache.core.blobpaths import blob_path
+from enginecache.core.enginebundle import BundleError, BundleFile, BundleManifest, parse_manifest
+from enginecache.db.models import EngineRecord, EngineStatus
+from enginecache.errors import ImportRefusedError, IntegrityCheckError
+from enginecache.service.context import AppContext
+from enginecache.service.engines.bundles import bundle_path, is_bundle, place_bundle, verify_bundle
+from enginecache.service.engines.importing import ImportRequest, import_engine
+from enginecache.service.engines.records import get_engine
+from enginecache.service.models.register import register_model
+from tests.clirunner import run_cli
+from tests.conftest import files_under
+from tests.modelfactory import make_mlp
+from tests.test_engine_import import rtx_plan
+
+ROOT = Path(__file__).resolve().parents[1]
+TOKENIZER = json.dumps({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1}}}).encode()
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The MLP's ONNX and two real TensorRT-RTX plans for SM86 (rank 0 and 1), one for SM89, built once."""
+    folder = tmp_path_factory.mktemp("bundleplans")
+    onnx_path = make_mlp(folder / "mlp.onnx")
+    return {
+        "onnx": onnx_path,
+        "rank0": rtx_plan(onnx_path, folder / "r0.plan", ("SM86",)),
+        "rank1": rtx_plan(onnx_path, folder / "r1.plan", ("SM86",)),
+        "sm89": rtx_plan(onnx_path, folder / "sm89.plan", ("SM89",)),
+    }
+
+
+def make_bundle(root: Path, built: dict[str, Path], rank1: str = "rank1") -> Path:
+    """The four-file bundle: config.json, rank0.engine, rank1.engine, tokenizer/tokenizer.json."""
+    root.mkdir(parents=True)
+    (root / "config.json").write_text(json.dumps({"pretrained_config": {"mapping": {"tp_size": 2}}}))
+    (root / "rank0.engine").write_bytes(built["rank0"].read_bytes())
+    (root / "rank1.engine").write_bytes(built[rank1].read_bytes())
+    (root / "tokenizer").mkdir()
+    (root / "tokenizer" / "tokenizer.json").write_bytes(TOKENIZER)
+    return root
+
+
+@pytest.fixture
+def app(app_ctx: AppContext, built: dict[str, Path]) -> AppContext:
+    register_model(app_ctx, built["onnx"], name="mlp")
+    return app_ctx
+
+
+def request(path: Path, **changes: object) -> ImportRequest:
+    fields: dict[str, object] = {"model": "mlp", "backend": "rtx", "precision": "fp32", "targets": ("sm86",)}
+    return ImportRequest(path=path, **{**fields, **changes})  # type: ignore[arg-type]
+
+
+def engine_rows(app: AppContext) -> list[EngineRecord]:
+    with app.catalog.read() as session:
+        return list(session.exec(select(EngineRecord)).all())
+
+
+def same_files(a: Path, b: Path) -> bool:
+    listed = files_under(a)
+    return listed == files_under(b) and all((a / p).read_bytes() == (b / p).read_bytes() for p in listed)
+
+
+def test_a_four_file_bundle_imports_as_one_engine_named_by_its_manifest(
+    app: AppContext, built: dict[str, Path], tmp_path: Path
+) -> None:
+    source = make_bundle(tmp_path / "llm", built)
+    result = import_engine(app, request(source, notes="trtllm-build run 7"))
+    engine = get_engine(app, result.engine_id)
+    assert engine.status == EngineStatus.UNPROVEN and is_bundle(engine)
+    assert (engine.backend, engine.targets, engine.backend_version) == ("rtx", "sm86", "1.7.1")
+    manifest_bytes = blob_path(app.home, engine.sha256).read_bytes()
+    assert hashlib.sha256(manifest_bytes).hexdigest() == engine.sha256, "the engine's identity is its manifest"
+    manifest = parse_manifest(manifest_bytes)
+    assert [f.path for f in manifest.files] == [
+        "config.json",
+        "rank0.engine",
+        "rank1.engine",
+        "tokenizer/tokenizer.json",
+    ]
+    for entry in manifest.files:
+        data = (source / entry.path).read_bytes()
+        assert (entry.size, entry.sha256) == (len(data), hashlib.sha256(data).hexdigest())
+        assert blob_path(app.home, entry.sha256).read_bytes() == data, "each file is its own blob"
+    assert [f.path for f in manifest.ranks] == ["rank0.engine", "rank1.engine"]
+    bundle = engine.provenance["bundle"]
+    assert bundle["ranks"] == ["rank0.engine", "rank1.engine"] and bundle["size_bytes"] == manifest.size
+    assert engine.provenance["header"]["targets"] == ["sm86"]
+
+    again = import_engine(app, request(source))
+    assert again.already and again.engine_id == result.engine_id and len(engine_rows(app)) == 1
+
+
+def test_a_rank_whose_header_contradicts_the_declaration_is_refused_before_anything_is_stored(
+    app: AppContext, built: dict[str, Path], tmp_path: Path
+) -> None:
+    before = files_under(app.home / "objects")
+    mixed = make_bundle(tmp_path / "mixed", built, rank1="sm89")
+    with pytest.raises(ImportRefusedError, match=r"rank1\.engine.*SM89"):
+        import_engine(app, request(mixed))
+    with pytest.raises(ImportRefusedError, match="disagree"):
+        import_engine(app, request(mixed, targets=()))
+    assert engine_rows(app) == [] and files_under(app.home / "objects") == before
+
+
+def test_layouts_and_manifests_that_are_no_bundle_are_refused(
+    app: AppContext, built: dict[str, Path], tmp_path: Path
+) -> None:
+    linked = make_bundle(tmp_path / "linked", built)
+    (linked / "extra.json").symlink_to(linked / "config.json")
+    with pytest.raises(BundleError, match=r"extra\.json.*symlink"):
+        import_engine(app, request(linked))
+    bare = make_bundle(tmp_path / "bare", built)
+    (bare / "config.json").unlink()
+    with pytest.raises(BundleError, match=r"config\.json"):
+        import_engine(app, request(bare))
+    assert engine_rows(app) == []
+    digest = "0" * 64
+    for bad in ("../x", "/etc/passwd", "a/./b", "a\\b", ""):
+        with pytest.raises(BundleError):
+            BundleManifest(
+                (
+                    BundleFile("config.json", 1, digest, ""),
+                    BundleFile("rank0.engine", 1, digest, ""),
+                    BundleFile(bad, 1, digest, ""),
+                )
+            )
+    good = BundleManifest((BundleFile("config.json", 1, digest, ""), BundleFile("rank0.engine", 1, digest, "")))
+    assert parse_manifest(good.to_bytes()) == good
+    with pytest.raises(BundleError, match=r"'\.\.' part"):
+        parse_manifest(good.to_bytes().replace(b'"config.json"', b'"../config.json"'))
+
+
+def test_every_file_is_verified(app: AppContext, built: dict[str, Path], tmp_path: Path) -> None:
+    engine = get_engine(app, import_engine(app, request(make_bundle(tmp_path / "llm", built))).engine_id)
+    manifest = verify_bundle(app, engine)
+    tokenizer = blob_path(app.home, manifest.file("tokenizer/tokenizer.json").sha256)
+    os.chmod(tokenizer, 0o644)
+    tokenizer.write_bytes(TOKENIZER.replace(b"BPE", b"BPX"))
+    with pytest.raises(IntegrityCheckError, match=r"tokenizer/tokenizer\.json"):
+        verify_bundle(app, engine)
+    with pytest.raises(IntegrityCheckError, match=r"tokenizer/tokenizer\.json"):
+        place_bundle(app, engine, tmp_path / "out")
+    assert files_under(tmp_path / "out") == [] and not list(tmp_path.glob(".out.*")), "nothing visible, nothing left"
+
+
+def test_a_bundle_is_exported_as_a_folder_and_answered_as_a_verified_folder_or_rank(
+    app: AppContext, built: dict[str, Path], tmp_path: Path
+) -> None:
+    source = make_bundle(tmp_path / "llm", built)
+    engine = get_engine(app, import_engine(app, request(source)).engine_id)
+    exported = place_bundle(app, engine, tmp_path / "export" / "mlp" / "1")
+    assert same_files(exported, source)
+    folder = bundle_path(app, engine)
+    assert same_files(folder, source) and bundle_path(app, engine, rank=1) == folder / "rank1.engine"
+    with pytest.raises(BundleError, match=r"rank5\.engine"):
+        bundle_path(app, engine, rank=5)
+    (folder / "rank0.engine").unlink()
+    (folder / "rank0.engine").write_bytes(b"not the engine")
+    with pytest.raises(IntegrityCheckError, match=r"rank0\.engine"):
+        bundle_path(app, engine)
+    assert same_files(bundle_path(app, engine), source), "placed again from the store"
+
+
+KILLER = """
+import os, signal, sys
+from pathlib import Path
+from enginecache.service.context import AppContext
+from enginecache.service.engines.bundles import place_bundle
+from enginecache.service.engines.records import get_engine
+app = AppContext.from_settings(Path(sys.argv[1]))
+placed = []
+def crash(path):
+    placed.append(path)
+    if len(placed) == int(sys.argv[4]):
+        os.kill(os.getpid(), signal.SIGKILL)
+place_bundle(app, get_engine(app, int(sys.argv[2])), Path(sys.argv[3]), on_file=crash)
+"""
+
+
+def test_a_placement_killed_half_way_leaves_nothing_visible(
+    app: AppContext, built: dict[str, Path], tmp_path: Path
+) -> None:
+    source = make_bundle(tmp_path / "llm", built)
+    engine_id = import_engine(app, request(source)).engine_id
+    dest = tmp_path / "second" / "llm"
+    for after in (1, 2):
+        run = subprocess.run(
+            [sys.executable, "-c", KILLER, str(app.home), str(engine_id), str(dest), str(after)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert run.returncode == -9, run.stderr
+        assert not dest.exists(), "a killed placement shows no folder"
+        assert len(list(dest.parent.glob(".llm.*.partial"))) == 1
+    place_bundle(app, get_engine(app, engine_id), dest)
+    assert same_files(dest, source) and not list(dest.parent.glob(".llm.*.partial")), "the stale folder is gone"
+
+
+def test_engine_import_takes_a_folder_on_the_command_line(
+    app: AppContext, built: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = make_bundle(tmp_path / "llm", built)
+    args = ["--home", str(app.home), "engine", "import", str(source), "--model", "mlp", "--backend", "rtx"]
+    done = run_cli(capsys, *args, "--target", "sm86", "--precision", "fp32", "--json")
+    assert done.code == 0, done.err
+    data = done.json()
+    assert data["status"] == "UNPROVEN" and data["provenance"]["bundle"]["files"][-1] == "tokenizer/tokenizer.json"
