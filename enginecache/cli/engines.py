@@ -156,9 +156,20 @@ def verify(
             "with ENGINECACHE_SIGNING_KEY.",
         ),
     ] = False,
+    remote: Annotated[
+        bool,
+        typer.Option(
+            "--remote",
+            help="Re-hash each engine's copy in the remote store (ENGINECACHE_STORE) instead, by ranged reads; "
+            "a bad copy is recorded (its status stays) and the next publish of the blob replaces it.",
+        ),
+    ] = False,
     as_json: JsonOption = False,
 ) -> None:
     """Re-hash stored model bundles and engine blobs; a mismatch marks it CORRUPT and exits 1.
+
+    --remote: re-hash the engines' objects in the remote store instead (exit 1 where one is missing or
+    not the blob, naming its key and the chunk); the catalog records when and what was found.
 
     Where trusted keys are configured (ENGINECACHE_TRUSTED_KEYS) each engine's signed statement is
     checked too: a row that no longer says what was signed is marked TAMPERED, and an unsigned one
@@ -173,6 +184,19 @@ def verify(
     from enginecache.service.readmodels.display import printable
 
     app = app_context(ctx)
+    if remote:
+        from enginecache.service.engines.remoteverify import verify_remote
+
+        checked = verify_remote(app, list(engine_ids or []))
+        emit(
+            [r.to_dict() for r in checked],
+            as_json,
+            "\n".join(f"engine {r.engine_id}: {'ok' if r.ok else 'FAILED'} - {r.message}" for r in checked)
+            or "no engines",
+        )
+        if not all(r.ok for r in checked):
+            raise typer.Exit(EXIT_FAILED)
+        return
     model_results = []
     if models:
         model_results = verify_models(app, [get_model(app, ref) for ref in models])
