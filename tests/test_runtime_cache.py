@@ -12,7 +12,17 @@ import pytest
 
 from enginecache.core.backends.trt.runtimecache import create_context, serialized_cache, supports_runtime_cache
 from enginecache.core.runtimecache import CacheTarget, normalize_sm, parse_version, refusal, select
-from enginecache.errors import LoadFailedError
+from enginecache.db.models import EngineRecord, ModelRecord
+from enginecache.errors import BadInputError, IntegrityCheckError, LoadFailedError, NotFoundError
+from enginecache.service.access import audit
+from enginecache.service.context import AppContext
+from enginecache.service.fleet.runtimecaches import (
+    RUNTIME_CACHE_PUBLISH,
+    best_for_host,
+    fetch_runtime_cache,
+    list_runtime_caches,
+    publish_runtime_cache,
+)
 
 ENGINE = "a" * 64
 OTHER_ENGINE = "b" * 64
@@ -196,3 +206,119 @@ def test_plain_tensorrt_engine_has_no_runtime_cache() -> None:
             return "context"
 
     assert not supports_runtime_cache(PlainTensorRTEngine())
+
+
+# -- publish, list, choose, fetch (service.fleet.runtimecaches), on a real catalog and store -------
+
+
+def _rtx_engine_row(app: AppContext, backend: str = "rtx") -> EngineRecord:
+    with app.catalog.write() as session:
+        model = ModelRecord(name="m", digest="c" * 64, filename="m.onnx", store_path="x", size_bytes=1)
+        session.add(model)
+        session.flush()
+        engine = EngineRecord(
+            model_id=model.id or 0,
+            cache_key="e" * 64,
+            backend=backend,
+            backend_version="1.7.1.116",
+            precision="fp16",
+            targets="sm89",
+            status="READY",
+            onnx_digest="d",
+            os="Linux",
+            sha256=ENGINE,
+        )
+        session.add(engine)
+        session.flush()
+        session.refresh(engine)
+        session.expunge(engine)
+    return engine
+
+
+def _stand_in_cache(tmp_path: Path, name: str, content: bytes) -> Path:
+    path = tmp_path / f"stand-in-runtime-cache-{name}.bin"
+    path.write_bytes(b"opaque stand-in for a TensorRT-RTX runtime cache: " + content)
+    return path
+
+
+def test_publish_list_choose_and_fetch_a_stand_in_cache(catalog_ctx: AppContext, tmp_path: Path) -> None:
+    engine = _rtx_engine_row(catalog_ctx)
+    engine_id = engine.id or 0
+    ada = _stand_in_cache(tmp_path, "ada-4000", b"ada")
+    rtx4090 = _stand_in_cache(tmp_path, "4090", b"4090")
+    newer = _stand_in_cache(tmp_path, "4090-rtx-1.8", b"4090 newer")
+    common = {"compute_capability": "8.9", "cuda_version": "12.9"}
+    same_sm = publish_runtime_cache(
+        catalog_ctx, engine_id, ada, gpu_sku="NVIDIA RTX 4000 Ada", rtx_version="1.7.1", **common
+    )
+    exact = publish_runtime_cache(
+        catalog_ctx, engine_id, rtx4090, gpu_sku="NVIDIA GeForce RTX 4090", rtx_version="1.6.0", **common
+    )
+    too_new = publish_runtime_cache(
+        catalog_ctx, engine_id, newer, gpu_sku="NVIDIA GeForce RTX 4090", rtx_version="1.8.0", **common
+    )
+    assert exact.compute_capability == "sm89" and exact.engine_sha256 == ENGINE
+    again = publish_runtime_cache(
+        catalog_ctx, engine_id, rtx4090, gpu_sku="NVIDIA GeForce RTX 4090", rtx_version="1.6.0", **common
+    )
+    assert again.id == exact.id  # the same bytes under the same key: no second row
+    listed = list_runtime_caches(catalog_ctx, engine_id)
+    assert {c.id for c in listed} == {same_sm.id, exact.id, too_new.id}
+    events = audit.list_audit(catalog_ctx, action=RUNTIME_CACHE_PUBLISH)
+    assert len(events) == 3 and events[0].target == f"engine {engine_id}"
+
+    best = best_for_host(catalog_ctx, engine_id, HOST)
+    assert best is not None and best.id == exact.id
+    fetched = fetch_runtime_cache(catalog_ctx, best)
+    assert fetched.read_bytes() == rtx4090.read_bytes()
+    other_sm = key(sku="NVIDIA GeForce RTX 3090", sm="sm86")
+    assert best_for_host(catalog_ctx, engine_id, other_sm) is None
+    assert best_for_host(catalog_ctx, engine_id, None) is None
+
+
+def test_publish_refuses_bad_input_and_stores_nothing(catalog_ctx: AppContext, tmp_path: Path) -> None:
+    engine = _rtx_engine_row(catalog_ctx)
+    good = _stand_in_cache(tmp_path, "good", b"x")
+    fields = {"gpu_sku": "NVIDIA GeForce RTX 4090", "compute_capability": "sm89", "cuda_version": "12.9"}
+    with pytest.raises(BadInputError, match=r"TensorRT-RTX version '1\.7-beta'"):
+        publish_runtime_cache(catalog_ctx, engine.id or 0, good, rtx_version="1.7-beta", **fields)
+    empty = tmp_path / "stand-in-empty.bin"
+    empty.write_bytes(b"")
+    with pytest.raises(BadInputError, match="is empty"):
+        publish_runtime_cache(catalog_ctx, engine.id or 0, empty, rtx_version="1.7.1", **fields)
+    with pytest.raises(NotFoundError, match="no engine with id 999"):
+        publish_runtime_cache(catalog_ctx, 999, good, rtx_version="1.7.1", **fields)
+    assert list_runtime_caches(catalog_ctx) == []
+    assert not any(catalog_ctx.store.objects_dir.rglob("*"))
+
+
+def test_publish_refuses_a_plain_tensorrt_engine(catalog_ctx: AppContext, tmp_path: Path) -> None:
+    engine = _rtx_engine_row(catalog_ctx, backend="trt")
+    with pytest.raises(BadInputError, match="runtime caches are TensorRT-RTX's"):
+        publish_runtime_cache(
+            catalog_ctx,
+            engine.id or 0,
+            _stand_in_cache(tmp_path, "trt", b"x"),
+            gpu_sku="G",
+            compute_capability="sm89",
+            rtx_version="1.7.1",
+            cuda_version="12.9",
+        )
+
+
+def test_a_damaged_stand_in_cache_blob_is_not_handed_over(catalog_ctx: AppContext, tmp_path: Path) -> None:
+    engine = _rtx_engine_row(catalog_ctx)
+    row = publish_runtime_cache(
+        catalog_ctx,
+        engine.id or 0,
+        _stand_in_cache(tmp_path, "damaged", b"y"),
+        gpu_sku="NVIDIA GeForce RTX 4090",
+        compute_capability="sm89",
+        rtx_version="1.7.1",
+        cuda_version="12.9",
+    )
+    blob = catalog_ctx.store.blob_path(row.sha256)
+    blob.chmod(0o644)
+    blob.write_bytes(b"changed")
+    with pytest.raises(IntegrityCheckError, match="sha256"):
+        fetch_runtime_cache(catalog_ctx, row)

@@ -419,3 +419,40 @@ class AliasMoveRecord(SQLModel, table=True):
     model_id: int | None = Field(default=None, foreign_key="models.id")
     actor: str
     at: datetime = _tz_time()
+
+
+class RuntimeCacheRecord(SQLModel, table=True):
+    """A TensorRT-RTX runtime cache a serving process published (migration 0021): the kernels it
+    compiled for one GPU, keyed by (engine sha256, GPU SKU, compute capability, TensorRT-RTX
+    version, CUDA version). Its bytes are a blob in the store; which one a host may use is
+    `core.runtimecache`'s rule. Rows are only added (a re-publish of the same bytes under the same key
+    adds none)."""
+
+    __tablename__ = "runtime_caches"
+    __table_args__ = (
+        sa.Index("ix_runtime_caches_engine_sm", "engine_id", "compute_capability", "created_at"),
+        sa.UniqueConstraint(
+            "engine_id",
+            "gpu_sku",
+            "compute_capability",
+            "rtx_version",
+            "cuda_version",
+            "sha256",
+            name="uq_runtime_caches_key_blob",
+        ),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    engine_id: int = Field(foreign_key="engines.id")
+    engine_sha256: str
+    gpu_sku: str  # the GPU's name as NVML reports it ("NVIDIA GeForce RTX 4090")
+    compute_capability: str  # "sm89"
+    rtx_version: str  # the TensorRT-RTX that wrote it ("1.7.1.116")
+    cuda_version: str  # the CUDA driver version it ran under ("12.9")
+    sha256: str
+    blake3: str
+    chunk_blake3: str = Field(default="", sa_column=sa.Column(sa.Text, nullable=False, server_default=""))
+    size_bytes: int = Field(sa_column=sa.Column(sa.BigInteger, nullable=False))
+    created_at: datetime = _tz_time()
+    actor: str
+    host: str
