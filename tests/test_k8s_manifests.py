@@ -129,7 +129,7 @@ def _argv_of(doc: Doc) -> list[list[str]]:
 
 def test_every_enginecache_command_in_the_manifests_parses() -> None:
     root = typer.main.get_command(app)
-    argvs = [argv for kind in ("Deployment", "Job") for doc in _kind(kind) for argv in _argv_of(doc)]
+    argvs = [argv for kind in ("Deployment", "DaemonSet", "Job") for doc in _kind(kind) for argv in _argv_of(doc)]
     assert len(argvs) >= 5
     for argv in argvs:
         words = [w.replace("$(POD_NAME)", "pod-0") for w in argv]
@@ -446,7 +446,7 @@ def _render(folder: Path) -> list[tuple[str, Doc]]:
 
 
 # Files `kubectl apply -k` leaves out: placeholders that must not reach a cluster, and an example to copy.
-NOT_APPLIED = {"catalog-secret.example.yaml", "serving.yaml"}
+NOT_APPLIED = {"catalog-secret.example.yaml", "serving.yaml", "node-cache.yaml"}
 
 
 def test_the_kustomization_lists_every_manifest_but_the_examples() -> None:
