@@ -38,7 +38,8 @@ def render() -> None:
     st.subheader("Build time by model, target and precision")
     st.plotly_chart(_build_time_chart(groups), key="timings_build_chart")
     st.caption(
-        "Mean seconds a build took per model x target x precision; the whiskers span the fastest to the slowest."
+        "Mean seconds a build took per model x target x precision; where it averages several engines, the "
+        "whiskers span the fastest to the slowest."
     )
 
     st.subheader("Engine size against build time")
@@ -59,16 +60,20 @@ def render() -> None:
                         "target": _target(g),
                         "precision": g.precision,
                         "engines": g.engines,
-                        "mean build s": g.mean_seconds,
-                        "min build s": g.min_seconds,
-                        "max build s": g.max_seconds,
-                        "mean size MiB": g.mean_size_bytes / 2**20,
+                        "mean build s": round(g.mean_seconds, 2),
+                        "min build s": round(g.min_seconds, 2),
+                        "max build s": round(g.max_seconds, 2),
+                        "mean size MiB": round(g.mean_size_bytes / 2**20, 2),
                     }
                     for g in groups
                 ]
-            ).round(3),
+            ),
             hide_index=True,
             key="timings_table",
+            column_config={
+                c: st.column_config.NumberColumn(format="%.2f")
+                for c in ("mean build s", "min build s", "max build s", "mean size MiB")
+            },
         )
 
 
@@ -109,18 +114,30 @@ def _build_time_chart(groups: list[BuildTimeGroup]) -> go.Figure:
                 "error_y": {
                     "type": "data",
                     "symmetric": False,
-                    "array": _numbers([g.max_seconds for g in rows]) - mean,
-                    "arrayminus": mean - _numbers([g.min_seconds for g in rows]),
+                    "array": _spread([g.max_seconds - g.mean_seconds for g in rows], rows),
+                    "arrayminus": _spread([g.mean_seconds - g.min_seconds for g in rows], rows),
                 },
-                "hovertext": [
-                    f"{g.model} {_target(g)} {precision}: mean {g.mean_seconds:.2f} s (min {g.min_seconds:.2f}, "
-                    f"max {g.max_seconds:.2f}) over {g.engines} engine(s)"
-                    for g in rows
-                ],
+                "hovertext": [_build_hover(g) for g in rows],
                 "hoverinfo": "text",
             }
         )
-    return _figure(traces, {"barmode": "group", "height": 380, "yaxis": {"title": {"text": "mean build s"}}})
+    layout = {"barmode": "group", "height": 380, "legend": {"title": {"text": "precision"}}}
+    return _figure(traces, {**layout, "yaxis": {"title": {"text": "mean build time (s)"}}})
+
+
+def _spread(values: list[float], rows: list[BuildTimeGroup]) -> np.ndarray[Any, Any]:
+    """Whisker lengths, NaN (no whisker) for a group of one engine: one sample has no spread."""
+    return _numbers([v if g.engines > 1 else None for v, g in zip(values, rows, strict=True)])
+
+
+def _build_hover(g: BuildTimeGroup) -> str:
+    head = f"{g.model} {_target(g)} {g.precision}: "
+    if g.engines == 1:
+        return head + f"{g.mean_seconds:.2f} s, one engine"
+    return (
+        head
+        + f"mean {g.mean_seconds:.2f} s (min {g.min_seconds:.2f}, max {g.max_seconds:.2f}) over {g.engines} engines"
+    )
 
 
 def _size_chart(groups: list[BuildTimeGroup]) -> go.Figure:
@@ -147,7 +164,7 @@ def _size_chart(groups: list[BuildTimeGroup]) -> go.Figure:
                 "hovertext": [f"{g.model} {_target(g)} {precision}: {g.engines} engine(s)" for g in rows],
             }
         )
-    axes = {"xaxis": {"title": {"text": "mean build s"}}, "yaxis": {"title": {"text": "mean size MiB"}}}
+    axes = {"xaxis": {"title": {"text": "mean build time (s)"}}, "yaxis": {"title": {"text": "mean size (MiB)"}}}
     # the legend's markers all one size: sized like the points, a group of one engine is a dot
     return _figure(traces, {"height": 380, "legend": {"itemsizing": "constant"}, **axes})
 
@@ -200,20 +217,42 @@ def _load_charts(rows: list[dict[str, Any]] | None) -> None:
     if not rows:
         st.info("Load-phase timings appear here once engines have been test-loaded (Engines, Test-load).")
         return
-    labels = [_engine_label(r) for r in rows]
     st.subheader("Load-phase timings (test-loads)")
-    phases = [p for p in LOAD_PHASES if p in rows[0]]
-    runs = [f"{label}: {r.get('runs')} run(s)" for label, r in zip(labels, rows, strict=True)]
-    figure = _figure(
-        [
-            {"type": "bar", "name": LOAD_PHASES[p], "x": labels, "y": _numbers([r.get(p) for r in rows])}
-            | {"hovertext": runs}
-            for p in phases
-        ],
-        {"barmode": "relative", "height": 380, "yaxis": {"title": {"text": "seconds"}}},
+    st.plotly_chart(_load_phase_chart(rows), key="timings_load_chart")
+    st.caption(
+        "Mean seconds of each phase of a test-load, stacked in the order they run (each bar's top is their sum), "
+        "per model x backend x target x precision; only the phases a backend has are drawn."
     )
-    st.plotly_chart(figure, key="timings_load_chart")
-    st.caption("Mean seconds of each phase of a test-load (stacked), per model x backend x target x precision.")
+
+
+def _load_phase_chart(rows: list[dict[str, Any]]) -> go.Figure:
+    """One bar segment per phase a row recorded, each starting where the phases before it end (an
+    explicit `base`: a phase a backend lacks is left out of the stack, never drawn from zero over
+    it); a phase no row has is no trace and so not in the legend."""
+    labels = [_engine_label(r) for r in rows]
+    base = np.zeros(len(rows))
+    traces = []
+    for phase, name in LOAD_PHASES.items():
+        values = _numbers([r.get(phase) for r in rows])
+        if np.isnan(values).all():
+            continue
+        traces.append(
+            {
+                "type": "bar",
+                "name": name,
+                "x": labels,
+                "y": values,
+                "base": base.copy(),
+                "hovertext": [
+                    f"{label}: {name} {v * 1e3:.1f} ms (mean of {r.get('runs')} run(s))"
+                    for label, v, r in zip(labels, values, rows, strict=True)
+                ],
+                "hoverinfo": "text",
+            }
+        )
+        base = base + np.nan_to_num(values)
+    layout = {"barmode": "overlay", "height": 380, "yaxis": {"title": {"text": "mean seconds per test-load"}}}
+    return _figure(traces, layout)
 
 
 def _cold_warm_chart(rows: list[ColdWarm]) -> None:
