@@ -1,8 +1,8 @@
-"""Build: the recent jobs (`buildjobs`, from the catalog), then a model, a matrix of targets x
-precisions, profiles (prefilled from the model's dynamic dims, editable), calibration data for the
-int8/fp8 cells; submit enqueues one build job per new cell or retry (cells already built say
-"cached", cells already building name their job, a cell whose build failed before gives the reason
-and is a retry). The matrix is read from the catalog on every draw and redrawn every few seconds
+"""Build: a model, a matrix of targets x precisions, profiles (prefilled from the model's dynamic
+dims, editable), calibration data for the int8/fp8 cells; submit enqueues one build job per new cell
+or retry (cells already built say "cached", cells already building name their job, a cell whose
+build failed before gives the reason and is a retry); below the form, the recent jobs (`buildjobs`,
+from the catalog). The matrix is read from the catalog on every draw and redrawn every few seconds
 while any of its cells is queued or running (`dashboard.live`)."""
 
 from __future__ import annotations
@@ -206,12 +206,17 @@ def render() -> None:
     if submitted:  # what the last click did, above the fold, with the jobs it made
         for ok, line in submitted:
             (st.success if ok else st.error)(markdown_literal(line))
-    jobs_section()
+    _new_builds(app, key)
+    jobs_section()  # below the form: the page opens on what the operator came to do
+
+
+def _new_builds(app: AppContext, key: data.CatalogKey) -> None:
+    """The New builds form and its matrix (or what is missing before one can be drawn)."""
+    st.subheader("New builds")
     sources = [r for r in data.model_rows(key) if r.parent_id is None]
     if not sources:
         st.info("No models yet: add one under Models first.")
         return
-    st.subheader("New builds")
     labels = {r.id: r.name for r in sources}
     model_id = int(st.selectbox("Model", list(labels), format_func=lambda i: labels[i], key="build_model"))
 
