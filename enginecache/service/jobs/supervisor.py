@@ -240,13 +240,17 @@ class AttemptSupervisor:
                 engines.mark_failed(ex, engine_id or 0, error, at=self.clock(), only_pending=True)
 
 
+CHILD_ERROR_CHARS = 1000
+
+
 def child_error(work_dir: Path) -> str | None:
-    """The last line of the traceback a child left in its working directory, if any."""
+    """The last line of the traceback a child left in its working directory, if any, at most
+    CHILD_ERROR_CHARS long (an error of the tree is one line: what failed, the key, the server's answer)."""
     path = work_dir / CHILD_ERROR_FILE
     if not path.is_file():
         return None
     lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
-    return lines[-1][:500] if lines else None
+    return lines[-1][:CHILD_ERROR_CHARS] if lines else None
 
 
 def _describe_exit(exitcode: int | None) -> str:
