@@ -21,7 +21,7 @@ import pytest
 import typer
 
 from enginecache.cli.app import app
-from enginecache.db.models import JobRecord, JobStatus
+from enginecache.db.models import EngineRecord, EngineStatus, JobRecord, JobStatus
 from enginecache.service.access.roles import set_role
 from enginecache.service.builds.plan import BuildRequest
 from enginecache.service.builds.submit import submit_build
@@ -31,6 +31,7 @@ from enginecache.service.maintenance.backup.usecases import backup
 from enginecache.service.models.register import register_model
 from enginecache.service.models.releases import promote
 from tests.clirunner import run_cli
+from tests.enginerows import engine_row_like
 from tests.modelfactory import make_mlp
 
 TIMEOUT = 300
@@ -66,6 +67,7 @@ class Catalog:
     model: str
     engine_id: int
     spare_engine_id: int  # what `engine retire` and `engine delete` take (the others use engine_id)
+    rtx_engine_id: int  # a RETIRED rtx row sharing engine_id's blob: what `runtime-cache publish` takes
     job_id: int
     model_path: Path
     tmp: Path
@@ -75,6 +77,7 @@ class Catalog:
 
 
 # command -> (success args, failure args, the failure's kind); `{...}` fields come from Catalog
+_RTX_KEY = ["--cc", "sm89", "--rtx-version", "1.7.1", "--cuda-version", "12.9"]
 RECIPES: dict[str, tuple[list[str], list[str], str]] = {
     "fingerprint": (["fingerprint"], ["fingerprint", "--no-such-option"], "usage"),
     "verify": (["verify", "--all"], ["verify", "999999"], "not_found"),
@@ -148,6 +151,13 @@ RECIPES: dict[str, tuple[list[str], list[str], str]] = {
         "signing_key",
     ),
     "keys list": (["keys", "list"], ["keys", "list", "--no-such-option"], "usage"),
+    # the model file's bytes stand in for a TensorRT-RTX runtime cache (none can be made without an RTX GPU)
+    "runtime-cache publish": (
+        ["runtime-cache", "publish", "{rtx_engine_id}", "{model_path}", "--gpu", "RTX 4090", *_RTX_KEY],
+        ["runtime-cache", "publish", "{engine_id}", "{model_path}", "--gpu", "G", *_RTX_KEY],
+        "bad_input",  # an ort engine has no runtime cache
+    ),
+    "runtime-cache list": (["runtime-cache", "list"], ["runtime-cache", "list", "--engine", "x"], "usage"),
     "backup": (["backup", "{tmp}/backup-ok"], ["backup", "{home}"], "bad_input"),  # not inside the home
     # restore goes into an empty home of its own (a leading --home replaces the catalog's)
     "restore": (["--home", "{tmp}/restored", "restore", "{tmp}/backup"], ["restore", "{tmp}/no-backup"], "bad_input"),
@@ -189,6 +199,10 @@ def small_catalog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Catalog]
         assert model.name == "mlp"
         job = _build(app, BuildRequest(model="mlp", backend="ort"))
         spare = _build(app, BuildRequest(model="mlp", backend="ort", opt_level=1))  # a second engine, another key
+        with app.catalog.read() as session:
+            built = session.get(EngineRecord, job.result_engine_id)
+        assert built is not None
+        rtx = engine_row_like(app, built, backend="rtx", status=EngineStatus.RETIRED, retired_at=built.created_at)
         set_role(app, "gone@example.com", "viewer")  # what `role remove` removes
         for _ in range(3):  # what `release rollback` takes back, once with --json and once without
             promote(app, "mlp", "prod")
@@ -201,6 +215,7 @@ def small_catalog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Catalog]
         model="mlp",
         engine_id=job.result_engine_id or 0,
         spare_engine_id=spare.result_engine_id or 0,
+        rtx_engine_id=rtx.id or 0,
         job_id=job.id or 0,
         model_path=model_path,
         tmp=tmp,

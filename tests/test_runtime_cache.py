@@ -6,6 +6,7 @@ Each row is a cache's key and a host's; the rule either hands the cache over or 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ from enginecache.service.fleet.runtimecaches import (
     list_runtime_caches,
     publish_runtime_cache,
 )
+from tests.clirunner import run_cli
 
 ENGINE = "a" * 64
 OTHER_ENGINE = "b" * 64
@@ -322,3 +324,35 @@ def test_a_damaged_stand_in_cache_blob_is_not_handed_over(catalog_ctx: AppContex
     blob.write_bytes(b"changed")
     with pytest.raises(IntegrityCheckError, match="sha256"):
         fetch_runtime_cache(catalog_ctx, row)
+
+
+def test_cli_publishes_and_lists_a_stand_in_cache(
+    app_factory: Callable[..., AppContext], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    app = app_factory()
+    engine = _rtx_engine_row(app)
+    stand_in = _stand_in_cache(tmp_path, "cli", b"z")
+    where = ("--home", str(app.home), "--db", app.db_url)
+    published = run_cli(
+        capsys,
+        *where,
+        "runtime-cache",
+        "publish",
+        str(engine.id),
+        str(stand_in),
+        "--gpu",
+        "NVIDIA GeForce RTX 4090",
+        "--cc",
+        "sm89",
+        "--rtx-version",
+        "1.7.1",
+        "--cuda-version",
+        "12.9",
+        "--json",
+    )
+    assert published.code == 0, published.err
+    assert published.json()["gpu_sku"] == "NVIDIA GeForce RTX 4090"
+    listed = run_cli(capsys, *where, "runtime-cache", "list", "--engine", str(engine.id))
+    assert listed.code == 0 and "NVIDIA GeForce RTX 4090 (sm89)" in listed.out
+    refused = run_cli(capsys, *where, "runtime-cache", "publish", str(engine.id), str(stand_in), "--cc", "ampere")
+    assert refused.code == 2

@@ -75,6 +75,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "release": ("releasecmd", "Versions and aliases of a model: promote, roll back, list."),
     "role": ("rolescmd", "Give dashboard users roles (viewer < operator < admin); deny by default."),
     "keys": ("keyscmd", "Ed25519 keys that sign engines (a build pool's) and that hosts trust."),
+    "runtime-cache": ("runtimecachecmd", "TensorRT-RTX runtime caches written back by serving hosts: publish, list."),
     "model": ("models", "Register and inspect ONNX models."),
     "engine": ("engines", "List, inspect, import, retire and delete engines."),
     "job": ("jobs", "Inspect and cancel jobs."),
@@ -90,7 +91,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 PANELS: dict[str, tuple[str, ...]] = {
     "Models": ("model", "release"),
     "Engines and builds": ("build", "engine", "check", "test-load", "jobs", "job", "worker"),
-    "Serving and fleet": ("profiles", "pull", "ready", "export", "fingerprint", "serve"),
+    "Serving and fleet": ("profiles", "pull", "ready", "export", "fingerprint", "serve", "runtime-cache"),
     "Maintenance": ("verify", "gc", "backup", "restore"),
     "Access": ("role", "audit", "keys"),
 }
