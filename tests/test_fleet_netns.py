@@ -11,7 +11,14 @@ bridge). Its lease expires, another host takes the job over and publishes it; th
 back, is refused: no job is lost or run twice, no blob is published twice (the bucket holds exactly the
 blobs of the READY engines and of the models), no engine row is left PENDING. Then each serving host
 pulls the engine of its GPU class (the alias `prod`) and starts from it: one with the catalog and the
-store cut off (it pulled before), one with them reachable (its load event is recorded). The GPU side of
+store cut off (it pulled before), one with them reachable (its load event is recorded). Then the alias
+moves under running serving processes (`PulledFollower`): `prod` promoted to a version 2 (built by the
+pool for both serving classes), one `pull --watch` round on each serving host and one poll of its
+serving process switch both to version 2's engine of their class; a rollback, one more round and poll
+each, switches both back. Bounded by rounds, not timed. Last, a node cache (deploy/k8s/node-cache.yaml):
+a folder a serving host pulls version 2 and then `prod` into with `--max-bytes` one engine's room, so
+the second pull evicts the first engine; a serving process starts from it with the host cut off (no
+download possible). The GPU side of
 the serving start is a test-only fake runtime (nothing here runs a TensorRT engine); the read, the
 verification against the manifest and the readiness state are the product's.
 
@@ -42,7 +49,7 @@ from enginecache.service.builds.plan import BuildRequest
 from enginecache.service.builds.submit import request_payload, submit_build
 from enginecache.service.context import AppContext
 from enginecache.service.models.register import register_model
-from enginecache.service.models.releases import promote
+from enginecache.service.models.releases import promote, rollback
 from tests.jobkinds_for_tests import ENV as TEST_JOB_KINDS
 from tests.jobkinds_for_tests import HELD_PHASE
 from tests.modelfactory import make_mlp
@@ -296,6 +303,8 @@ def test_a_fleet_of_namespaced_hosts_builds_takes_over_a_cut_off_host_and_serves
     assert [e.engine_id for e in recorded] == [served["serve-l4"][1]["engine"]["id"]], (
         "the reachable host's start is recorded; the cut-off one's could not be"
     )
+    alias_moves = _alias_moves_reach_both_serving_hosts(fleet, app, tmp_path, served)
+    node_cache = _a_node_cache_within_its_budget_serves_with_no_download(fleet, tmp_path, served)
     report = {
         "jobs": len(jobs),
         "workers": len(WORKERS),
@@ -306,6 +315,8 @@ def test_a_fleet_of_namespaced_hosts_builds_takes_over_a_cut_off_host_and_serves
         "cut_host": victim,
         "taken_over_by": taker,
         "serving_start_seconds": starts,
+        "alias_move_seconds": alias_moves,
+        "node_cache": node_cache,
     }
     print(f"\nfleet: {json.dumps(report)}")
     if os.environ.get("ENGINECACHE_FLEET_REPORT"):
@@ -342,3 +353,118 @@ def _start(fleet: Fleet, host: str, manifest_file: Path, manifest: dict[str, Any
     assert started["via"] == "pulled" and started["id"] == manifest["engine"]["id"]
     assert started["sha256"] == manifest["engine"]["sha256"], "the session got the pulled engine's verified bytes"
     return round(float(started["seconds"]), 3)
+
+
+FOLLOW = """
+import json, sys
+from pathlib import Path
+from enginecache.service.serving.follow import PulledFollower
+follower = PulledFollower(Path(sys.argv[1]), state_file=sys.argv[2])
+print(json.dumps({"outcome": "started", "sha256": follower.sha256}), flush=True)
+for _line in sys.stdin:
+    outcome = follower.poll()
+    print(json.dumps({"outcome": outcome, "sha256": follower.sha256, "error": follower.last_error}), flush=True)
+follower.close()
+"""
+
+
+def _poll(process: subprocess.Popen[str]) -> dict[str, Any]:
+    """One poll of a following serving process: its outcome and the engine it serves."""
+    assert process.stdin is not None and process.stdout is not None
+    process.stdin.write("poll\n")
+    process.stdin.flush()
+    line = process.stdout.readline()
+    assert line, f"the serving process ended (exit {process.poll()})"
+    return dict(json.loads(line))
+
+
+def _alias_moves_reach_both_serving_hosts(
+    fleet: Fleet, app: AppContext, tmp_path: Path, served: dict[str, tuple[Path, dict[str, Any]]]
+) -> dict[str, float]:
+    """`prod` promoted to a version 2 and rolled back under a running serving process on each serving
+    host: each move reaches both within one `pull --watch` round and one poll. Seconds from each move
+    to both hosts serving its engine."""
+    v2 = register_model(
+        app, make_mlp(tmp_path / "models" / "fleet-mlp-00-v2.onnx", seed=1000), name="fleet-mlp-00", new_version=True
+    ).model
+    classes = sorted({_gpu_class(gpu) for gpu in SERVING.values()})
+    for gpu_class in classes:
+        submit_build(app, BuildRequest(model=str(v2.id), backend="rtx", precision="fp32", targets=(gpu_class,)))
+
+    def v2_ready() -> dict[str, str] | None:
+        rows = [e for e in _engines(app) if e.model_id == v2.id and e.status == EngineStatus.READY]
+        by_class = {e.targets: str(e.sha256) for e in rows}
+        return by_class if set(by_class) >= set(classes) else None
+
+    v2_shas = _until(v2_ready, "version 2's engines for the serving classes", 300)
+    followers: dict[str, subprocess.Popen[str]] = {}
+    try:
+        for host, (dest, manifest) in served.items():
+            argv = [sys.executable, "-c", FOLLOW, str(dest / "manifests" / "fleet-mlp-00.json")]
+            argv.append(str(fleet.tmp / f"{host}-follow-state.json"))
+            process = fleet.network.popen(
+                host, argv, env=fleet.env(host), cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+            )
+            followers[host] = process
+            assert process.stdout is not None
+            started = json.loads(process.stdout.readline() or "{}")
+            assert started.get("sha256") == manifest["engine"]["sha256"], f"{host} serves version 1 first"
+        seconds = {}
+        for move, expected in (
+            ("promote", {h: v2_shas[_gpu_class(g)] for h, g in SERVING.items()}),
+            ("rollback", {h: served[h][1]["engine"]["sha256"] for h in SERVING}),
+        ):
+            moved = time.monotonic()
+            if move == "promote":
+                promote(app, "fleet-mlp-00", "prod", version=2)
+            else:
+                rollback(app, "fleet-mlp-00", "prod")
+            for host, (dest, _manifest) in served.items():
+                argv = [sys.executable, "-m", "enginecache.cli", "pull", "fleet-mlp-00@prod", "--dest", str(dest)]
+                watched = fleet.run(host, [*argv, "--watch", "--rounds", "1", "--json"])
+                assert watched.returncode == 0, watched.stdout + watched.stderr
+                assert json.loads(watched.stdout.splitlines()[0])["switched"] is True, f"{move}: {host}'s round"
+                polled = _poll(followers[host])
+                assert (polled["outcome"], polled["sha256"]) == ("switched", expected[host]), f"{move}: {host}"
+            seconds[move] = round(time.monotonic() - moved, 3)
+        return seconds
+    finally:
+        for process in followers.values():
+            if process.stdin is not None:
+                process.stdin.close()
+        for process in followers.values():
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=60)
+
+
+def _a_node_cache_within_its_budget_serves_with_no_download(
+    fleet: Fleet, tmp_path: Path, served: dict[str, tuple[Path, dict[str, Any]]]
+) -> dict[str, Any]:
+    """A node cache on serve-l4 kept within a budget of one engine and a half (the second pull evicts the
+    engine the first one pulled, which no manifest names any more), then a serving start from it with the
+    host's link down. What it holds and the start's seconds."""
+    host = "serve-l4"
+    manifest = served[host][1]
+    cache = tmp_path / host / "node-cache"
+    budget = int(manifest["engine"]["size_bytes"]) * 3 // 2
+    pulls = []
+    for ref in ("fleet-mlp-00@v2", "fleet-mlp-00@prod"):
+        argv = [sys.executable, "-m", "enginecache.cli", "pull", ref, "--dest", str(cache)]
+        done = fleet.run(host, [*argv, "--max-bytes", str(budget), "--json"])
+        assert done.returncode == 0, done.stdout + done.stderr
+        pulls.append(json.loads(done.stdout))
+    assert pulls[1]["sha256"] == manifest["engine"]["sha256"]
+    evicted = [blob["sha256"] for blob in pulls[1]["evicted"]["blobs"]]
+    assert evicted == [pulls[0]["sha256"]], "the second pull made room by evicting the first engine"
+    blobs = [p for p in (cache / "objects").rglob("*") if p.is_file()]
+    held = sum(p.stat().st_size for p in blobs)
+    assert [p.name for p in blobs] == [manifest["engine"]["sha256"]] and held <= budget, "within its budget"
+    fleet.network.cut(host)  # no catalog, no store: nothing can be downloaded
+    try:
+        seconds = _start(fleet, host, cache / "manifests" / "fleet-mlp-00.json", manifest)
+    finally:
+        fleet.network.restore(host)
+    return {"max_bytes": budget, "held_bytes": held, "start_seconds": seconds}
