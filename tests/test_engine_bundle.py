@@ -23,11 +23,13 @@ from enginecache.service.context import AppContext
 from enginecache.service.engines.bundles import bundle_path, is_bundle, place_bundle, verify_bundle
 from enginecache.service.engines.importing import ImportRequest, import_engine
 from enginecache.service.engines.records import get_engine
+from enginecache.service.fleet.profiles import Wanted
+from enginecache.service.fleet.pull import pull
 from enginecache.service.models.register import register_model
 from tests.clirunner import run_cli
 from tests.conftest import files_under
 from tests.modelfactory import make_mlp
-from tests.test_engine_import import rtx_plan
+from tests.test_engine_import import gpu_host, rtx_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKENIZER = json.dumps({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1}}}).encode()
@@ -35,13 +37,14 @@ TOKENIZER = json.dumps({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1}}}).en
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """The MLP's ONNX and two real TensorRT-RTX plans for SM86 (rank 0 and 1), one for SM89, built once."""
+    """The MLP's ONNX and two real TensorRT-RTX plans for SM86 (rank 0 and 1: weights of two seeds, so
+    their bytes differ as two ranks' do), one for SM89, built once."""
     folder = tmp_path_factory.mktemp("bundleplans")
     onnx_path = make_mlp(folder / "mlp.onnx")
     return {
         "onnx": onnx_path,
         "rank0": rtx_plan(onnx_path, folder / "r0.plan", ("SM86",)),
-        "rank1": rtx_plan(onnx_path, folder / "r1.plan", ("SM86",)),
+        "rank1": rtx_plan(make_mlp(folder / "rank1.onnx", seed=1), folder / "r1.plan", ("SM86",)),
         "sm89": rtx_plan(onnx_path, folder / "sm89.plan", ("SM89",)),
     }
 
@@ -225,3 +228,62 @@ def test_engine_import_takes_a_folder_on_the_command_line(
     assert done.code == 0, done.err
     data = done.json()
     assert data["status"] == "UNPROVEN" and data["provenance"]["bundle"]["files"][-1] == "tokenizer/tokenizer.json"
+
+
+# -- pull onto a second home --------------------------------------------------------------------
+
+PULL_KILLER = """
+import os, signal, sys
+from pathlib import Path
+from enginecache.service.context import AppContext
+from enginecache.service.fleet import pull as pulling
+from enginecache.service.fleet.profiles import Wanted
+from tests.test_engine_import import gpu_host
+app = AppContext.from_settings(Path(sys.argv[1]))
+real = pulling.copy_resumable
+copies = []
+def counted(*args, **kwargs):
+    done = real(*args, **kwargs)
+    copies.append(done)
+    if len(copies) == int(sys.argv[4]):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return done
+pulling.copy_resumable = counted
+pulling.pull(app, "mlp", Path(sys.argv[3]), wanted=Wanted(engine_id=int(sys.argv[2])), host=gpu_host("sm86"))
+"""
+
+
+def test_a_bundle_is_pulled_atomically_onto_a_second_home(
+    app: AppContext, built: dict[str, Path], tmp_path: Path
+) -> None:
+    """Killed after the manifest blob, after one file and after every file: no manifest and no folder
+    are visible; the next pull finishes (resuming what landed) and lays the folder out whole."""
+    source = make_bundle(tmp_path / "llm", built)
+    engine_id = import_engine(app, request(source)).engine_id
+    engine = get_engine(app, engine_id)
+    for after in (1, 2, 5):  # copies: the manifest blob, then config.json, ..., tokenizer/tokenizer.json
+        dest = tmp_path / f"second-{after}"
+        run = subprocess.run(
+            [sys.executable, "-c", PULL_KILLER, str(app.home), str(engine_id), str(dest), str(after)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert run.returncode == -9, run.stderr
+        assert len(files_under(dest / "objects")) == after, "the kill came after that many copies"
+        assert not (dest / "manifests").exists(), "no manifest"
+        assert not (dest / "bundles").exists() or list((dest / "bundles").iterdir()) == [], "no folder"
+        done = pull(app, "mlp", dest, wanted=Wanted(engine_id=engine_id), host=gpu_host("sm86"))
+        folder = dest / done.manifest["bundle"]["dir"]
+        assert same_files(folder, source) and done.manifest["bundle"]["ranks"] == ["rank0.engine", "rank1.engine"]
+        assert not list((dest / "bundles").glob(".*")), "the killed pull's hidden folder is gone"
+    assert done.sha256 == engine.sha256 and json.loads(done.manifest_path.read_text())["bundle"]["dir"]
+    again = pull(app, "mlp", dest, wanted=Wanted(engine_id=engine_id), host=gpu_host("sm86"))
+    assert again.up_to_date and again.copied_bytes == 0
+
+    tokenizer = folder / "tokenizer" / "tokenizer.json"
+    os.chmod(tokenizer, 0o644)
+    tokenizer.write_bytes(b"{}")  # a hard link: the object in DEST is damaged with it
+    repaired = pull(app, "mlp", dest, wanted=Wanted(engine_id=engine_id), host=gpu_host("sm86"))
+    assert not repaired.up_to_date and same_files(dest / repaired.manifest["bundle"]["dir"], source)

@@ -159,15 +159,16 @@ def verify_bundle(app: AppContext, engine: EngineRecord) -> BundleManifest:
         path = blob_path(app.home, entry.sha256)
         if not path.is_file():
             raise IntegrityCheckError(f"engine {engine.id}: {entry.path} (blob {entry.sha256}) is missing")
-        _check_entry(path, entry, engine)
+        check_entry(path, entry, f"engine {engine.id}")
     return manifest
 
 
-def _check_entry(path: Path, entry: BundleFile, engine: EngineRecord) -> None:
+def check_entry(path: Path, entry: BundleFile, label: str) -> None:
+    """IntegrityCheckError (naming `label` and the file) unless `path` matches `entry`."""
     got = hash_file(path)
     if got.size != entry.size or got.sha256 != entry.sha256 or got.blake3 != entry.blake3:
         raise IntegrityCheckError(
-            f"engine {engine.id}: {entry.path} hashes to sha256 {got.sha256} ({got.size} B), "
+            f"{label}: {entry.path} hashes to sha256 {got.sha256} ({got.size} B), "
             f"its manifest says {entry.sha256} ({entry.size} B)"
         )
 
@@ -179,14 +180,26 @@ def place_bundle(
     *,
     on_file: Callable[[str], None] | None = None,
 ) -> Path:
-    """Lay bundle `engine` out as the folder `dest` (module docstring: all files or no folder).
-    `dest` must not exist. `on_file(path)` runs after each file is placed (a test's crash point).
-    Raises IntegrityCheckError (a file that does not match its manifest), BadInputError (`dest`
-    exists); the hidden folder is removed then."""
+    """Lay bundle `engine` out as the folder `dest` from the home's store (`place_files`)."""
+    return place_files(read_manifest(app, engine), app.home, dest, label=f"engine {engine.id}", on_file=on_file)
+
+
+def place_files(
+    manifest: BundleManifest,
+    objects_home: Path,
+    dest: Path,
+    *,
+    label: str,
+    on_file: Callable[[str], None] | None = None,
+) -> Path:
+    """Lay `manifest`'s files, read from the blobs under `objects_home`, out as the folder `dest`
+    (module docstring: all files or no folder). `dest` must not exist. `on_file(path)` runs after
+    each file is placed (a test's crash point). Raises IntegrityCheckError (a file missing or not
+    matching its manifest, named with `label`), BadInputError (`dest` exists); the hidden folder is
+    removed then."""
     dest = Path(dest)
     if dest.exists() or dest.is_symlink():
         raise BadInputError(f"{dest} exists; a bundle is placed only where nothing is")
-    manifest = read_manifest(app, engine)
     dest.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale(dest)
     temp = dest.with_name(f".{dest.name}.{os.getpid()}.partial")
@@ -196,16 +209,16 @@ def place_bundle(
         for entry in manifest.files:
             target = temp / entry.path
             target.parent.mkdir(parents=True, exist_ok=True)
-            source = blob_path(app.home, entry.sha256)
+            source = blob_path(objects_home, entry.sha256)
             if not source.is_file():
-                raise IntegrityCheckError(f"engine {engine.id}: {entry.path} (blob {entry.sha256}) is missing")
+                raise IntegrityCheckError(f"{label}: {entry.path} (blob {entry.sha256}) is missing")
             try:
                 os.link(source, target)
             except OSError as err:
                 if err.errno not in _NO_LINK:
                     raise
                 shutil.copyfile(source, target)
-            _check_entry(target, entry, engine)
+            check_entry(target, entry, label)
             if on_file is not None:
                 on_file(entry.path)
         fsync_dir(temp)
@@ -215,6 +228,16 @@ def place_bundle(
         shutil.rmtree(temp, ignore_errors=True)
         raise
     return dest
+
+
+def folder_matches(folder: Path, manifest: BundleManifest, label: str) -> None:
+    """IntegrityCheckError unless `folder` holds exactly `manifest`'s files, each matching it;
+    BundleError where it holds a symlink or anything but files and folders."""
+    listed = sorted(rel for rel, _ in scan_folder(folder))
+    if listed != sorted(f.path for f in manifest.files):
+        raise IntegrityCheckError(f"{label}: {folder} does not hold exactly the bundle's files")
+    for entry in manifest.files:
+        check_entry(folder / entry.path, entry, label)
 
 
 def _remove_stale(dest: Path) -> None:
@@ -248,11 +271,7 @@ def bundle_path(app: AppContext, engine: EngineRecord, rank: int | None = None) 
         place_bundle(app, engine, folder)
     else:
         try:
-            listed = sorted(rel for rel, _ in scan_folder(folder))
-            if listed != sorted(f.path for f in manifest.files):
-                raise IntegrityCheckError(f"engine {engine.id}: {folder} does not hold exactly the bundle's files")
-            for entry in manifest.files:
-                _check_entry(folder / entry.path, entry, engine)
+            folder_matches(folder, manifest, f"engine {engine.id}")
         except (IntegrityCheckError, BundleError):
             shutil.rmtree(folder, ignore_errors=True)
             raise

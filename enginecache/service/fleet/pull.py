@@ -11,6 +11,8 @@ catalog connection):
 
     DIR/objects/sha256/<2>/<digest>   the engine blob, read-only
     DIR/manifests/<model>.json        what was pulled and why (`MANIFEST_FORMAT`)
+    DIR/bundles/<digest>/             an engine bundle's folder (`service.engines.bundles`), its files
+                                      hard links of their blobs in DIR/objects
     DIR/tmp/<digest>.partial          a copy from a store folder in progress (resumed by the next pull)
     DIR/tmp/<digest>.pull/            a download from the object store in progress, its resume state
                                       (core.rangedfetch; resumed by the next pull)
@@ -20,7 +22,10 @@ Idempotent: a manifest that names the same engine, whose blob is in place and ha
 means nothing is copied ("up to date"); a damaged copy is removed and copied again. Resumable: a partial copy
 left by a killed pull is hashed and continued (`core.resumable`), and the blob is renamed into place
 only once every byte matched its sha256; the manifest is written (atomically) after the blob, so a
-manifest never names a blob that is not whole. The source is the catalog's store folder where this
+manifest never names a blob that is not whole. An engine bundle's files are each brought in the
+same way after its manifest blob, then its folder is laid out under a hidden name and renamed into
+place, and only then is the pull manifest written (naming the folder): a pull killed half way leaves
+no folder and no manifest (no `--max-bytes` for a bundle yet). The source is the catalog's store folder where this
 host has it (a shared volume), else the object store (`ENGINECACHE_STORE`, docs/store.md), read by
 parallel ranged GETs, each chunk verified as it lands; a killed download resumes with the chunks it
 lacks (`ArtifactStore.fetch`, core.rangedfetch), and leaves nothing outside its resume state.
@@ -47,6 +52,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -55,16 +61,18 @@ from typing import Any
 
 from enginecache.core.blobpaths import blob_path, blob_relative
 from enginecache.core.diskbudget import EvictionReport, Landing, parse_size
+from enginecache.core.enginebundle import BundleError, parse_manifest
 from enginecache.core.fingerprint import HostFingerprint, host_fingerprint
-from enginecache.core.hashing import StreamHasher, hash_stream
+from enginecache.core.hashing import StreamHasher, hash_file, hash_stream
 from enginecache.core.names import check_model_name
 from enginecache.core.resumable import copy_resumable
 from enginecache.core.signing import policy
 from enginecache.core.store import ArtifactStore
 from enginecache.core.storeenv import configured as remote_configured
 from enginecache.db.models import EngineRecord
-from enginecache.errors import NoEngineFitsError, StoreError
+from enginecache.errors import BadInputError, IntegrityCheckError, NoEngineFitsError, StoreError
 from enginecache.service.context import AppContext
+from enginecache.service.engines.bundles import folder_matches, is_bundle, place_files
 from enginecache.service.engines.records import get_engine
 from enginecache.service.engines.signatures import check_row
 from enginecache.service.fleet.profiles import Profile, Wanted, model_profiles
@@ -186,6 +194,60 @@ def _whole(blob: Path, engine: EngineRecord) -> bool:
     return found.blake3 == engine.blake3 if by_blake3 else found.sha256 == engine.sha256
 
 
+def _bundle_folder(sha256: str) -> str:
+    return f"bundles/{sha256}"
+
+
+def _bundle_in_place(dest: Path, engine: EngineRecord, final: Path) -> bool:
+    """For an engine bundle, whether its folder in `dest` holds exactly its files, each matching its
+    manifest (a damaged folder is removed, so this pull places it again); True for one file."""
+    if not is_bundle(engine):
+        return True
+    folder = dest / _bundle_folder(str(engine.sha256))
+    if not folder.is_dir():
+        return False
+    try:
+        folder_matches(folder, parse_manifest(final.read_bytes()), f"engine {engine.id}")
+    except (IntegrityCheckError, BundleError):
+        shutil.rmtree(folder, ignore_errors=True)
+        return False
+    return True
+
+
+def _pull_bundle(app: AppContext, engine: EngineRecord, dest: Path, final: Path, manifest: dict[str, Any]) -> int:
+    """Bring every file of bundle `engine` (its verified manifest blob at `final`) into `dest`'s
+    objects, each verified (one already there is hashed, and copied again where damaged), then lay
+    its folder out (`service.engines.bundles.place_files`: all files or no folder) and name it in the
+    pull `manifest`; the bytes copied."""
+    bundle = parse_manifest(final.read_bytes())
+    copied = 0
+    for entry in bundle.files:
+        landed = dest / blob_relative(entry.sha256)
+        source = blob_path(app.home, entry.sha256)
+        if landed.is_file():
+            if hash_file(landed).sha256 == entry.sha256:
+                continue
+            landed.unlink()  # damaged (through the folder's hard link, say): copied again
+        if not source.is_file() and remote_configured():
+            fetched = ArtifactStore(dest).fetch(
+                entry.sha256, size=entry.size, chunk_blake3=entry.chunk_blake3, mode=0o444
+            )
+            copied += fetched.fetched_bytes
+        else:
+            partial = dest / "tmp" / f"{entry.sha256}.partial"
+            copied += copy_resumable(source, landed, partial, sha256=entry.sha256)
+    folder = dest / _bundle_folder(str(engine.sha256))
+    if folder.is_dir():
+        shutil.rmtree(folder)
+    place_files(bundle, dest, folder, label=f"engine {engine.id}")
+    manifest["bundle"] = {
+        "dir": _bundle_folder(str(engine.sha256)),
+        "files": [f.to_dict() for f in bundle.files],
+        "ranks": [f.path for f in bundle.ranks],
+    }
+    return copied
+
+
 def _write_atomically(path: Path, data: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
@@ -254,8 +316,10 @@ def _pull(
     manifest = _manifest(app, engine, chosen, host, found.release)
     final = dest / manifest["blob"]
     where = manifest_path(dest, found.model)
+    if is_bundle(engine) and landing.max_bytes is not None:
+        raise BadInputError(f"engine {chosen.engine_id} is an engine bundle: --max-bytes does not cover bundles")
     landing.admit(sha256, int(engine.size_bytes or 0), where.name)  # the budget, before anything moves
-    if _up_to_date(where, engine, final):
+    if _up_to_date(where, engine, final) and _bundle_in_place(dest, engine, final):
         return PullResult(dest, where, chosen.engine_id, sha256, 0, True, json.loads(where.read_text()))
     source = blob_path(app.home, sha256)
     try:
@@ -266,6 +330,8 @@ def _pull(
             copied = fetched.fetched_bytes
         else:
             copied = copy_resumable(source, final, dest / "tmp" / f"{sha256}.partial", sha256=sha256)
+        if is_bundle(engine):  # every file in DEST's objects, then its folder renamed into place
+            copied += _pull_bundle(app, engine, dest, final, manifest)
         _write_atomically(where, manifest)
     except OSError as err:
         raise StoreError(f"could not pull engine {chosen.engine_id} into {dest}: {err}") from err
