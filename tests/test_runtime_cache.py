@@ -7,6 +7,7 @@ Each row is a cache's key and a host's; the rule either hands the cache over or 
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,8 @@ from enginecache.service.fleet.runtimecaches import (
     list_runtime_caches,
     publish_runtime_cache,
 )
+from enginecache.service.maintenance.gc.references import read_references
+from enginecache.service.maintenance.gc.report import GcPolicy
 from tests.clirunner import run_cli
 
 ENGINE = "a" * 64
@@ -356,3 +359,18 @@ def test_cli_publishes_and_lists_a_stand_in_cache(
     assert listed.code == 0 and "NVIDIA GeForce RTX 4090 (sm89)" in listed.out
     refused = run_cli(capsys, *where, "runtime-cache", "publish", str(engine.id), str(stand_in), "--cc", "ampere")
     assert refused.code == 2
+
+
+def test_gc_keeps_a_published_stand_in_cache_blob(catalog_ctx: AppContext, tmp_path: Path) -> None:
+    engine = _rtx_engine_row(catalog_ctx)
+    row = publish_runtime_cache(
+        catalog_ctx,
+        engine.id or 0,
+        _stand_in_cache(tmp_path, "gc", b"kept"),
+        gpu_sku="NVIDIA GeForce RTX 4090",
+        compute_capability="sm89",
+        rtx_version="1.7.1",
+        cuda_version="12.9",
+    )
+    references = read_references(catalog_ctx, datetime.now(UTC), GcPolicy())
+    assert row.sha256 in references.blobs

@@ -1,7 +1,8 @@
 """What the catalog needs of the store, read at one time for `enginecache gc`: the blobs a row or a
 job names (an engine's sha256 or blob_path; the payload of an active job or of one finished within
 the grace), the blobs only RETIRED engines past the grace name, the model bundles model rows name,
-the PENDING engines (whose build folders may be in use) and the attempts RUNNING; and, once a blob is
+the TensorRT-RTX runtime caches `runtime_caches` rows name (each kept as long as its row), the
+PENDING engines (whose build folders may be in use) and the attempts RUNNING; and, once a blob is
 removed, the one write that leaves its RETIRED rows without a path to nothing."""
 
 from __future__ import annotations
@@ -14,7 +15,15 @@ import sqlalchemy as sa
 from sqlalchemy.sql.elements import ColumnElement
 from sqlmodel import col
 
-from enginecache.db.models import ACTIVE_JOB_STATUSES, EngineRecord, EngineStatus, JobRecord, JobStatus, ModelRecord
+from enginecache.db.models import (
+    ACTIVE_JOB_STATUSES,
+    EngineRecord,
+    EngineStatus,
+    JobRecord,
+    JobStatus,
+    ModelRecord,
+    RuntimeCacheRecord,
+)
 from enginecache.service.context import AppContext
 from enginecache.service.jobs.payloadblobs import digest_of, payload_digests
 from enginecache.service.maintenance.gc.report import GcPolicy
@@ -68,6 +77,7 @@ def read_references(app: AppContext, now: datetime, policy: GcPolicy) -> Referen
             if status == JobStatus.RUNNING:
                 running.add((job_id, attempts))
             needed.update(payload_digests(payload))
+        needed.update(session.execute(sa.select(col(RuntimeCacheRecord.sha256))).scalars())
         for digest, store_path in session.execute(models):
             bundles.add(digest)
             parts = Path(store_path).parts
