@@ -131,4 +131,4 @@ def test_choosing_version_2_in_the_model_selector_promotes_version_2(seeded: See
     assert not at.exception and not at.error
     [alias] = aliases(seeded.app, name)
     assert (alias.alias, alias.version, alias.model_id) == ("prod", 2, newest)
-    assert frame(at, "name", "version", "kind")["version"].tolist()[:2] == [2, 1], "the Models table names versions"
+    assert frame(at, "name", "version", "kind")["version"].tolist()[:2] == ["2", "1"], "the Models table names versions"

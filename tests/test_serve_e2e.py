@@ -130,7 +130,7 @@ def test_upload_build_verify_and_charts_in_chromium(served: tuple[str, AppContex
         expect(page.get_by_role("link", name=f"engine {engines[-1].id}").first).to_be_visible()
 
         # Models again, now with the fp16 variant, its lineage and the op histogram
-        goto_until("/models", "Models (2)")
+        goto_until("/models", "Models (1, and 1 converted variant(s))")
         expect(page.get_by_text("converted").first).to_be_visible()
         expect(page.locator(".js-plotly-plot").first).to_be_visible()
         shot("models")

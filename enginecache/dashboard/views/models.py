@@ -126,6 +126,14 @@ def _attempt(what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T | 
         return None
 
 
+def _count_heading(rows: Sequence[Any]) -> str:
+    """`Models (5, and 2 converted variants)`: source models counted as Overview counts them, the
+    variants the table lists under them apart."""
+    variants = sum(1 for r in rows if r.parent_id is not None)
+    sources = len(rows) - variants
+    return f"Models ({sources}" + (f", and {variants} converted variant(s))" if variants else ")")
+
+
 def render() -> None:
     st.title("Models")
     app = data.get_app()
@@ -140,7 +148,7 @@ def render() -> None:
         search = st.text_input("Search", key="models_search", placeholder="model name, or a digest prefix").strip()
         to_url("q", search)
     rows = grouped(data.model_rows(key, search) if search else every)  # one query where nothing is searched
-    st.subheader(f"Models ({len(rows)})")
+    st.subheader(_count_heading(rows))
     if not rows:
         if search:
             st.info("No model's name contains that, and no digest starts with it.")
@@ -156,10 +164,10 @@ def render() -> None:
             [
                 {
                     "name": r.name if r.parent_id is None else f"  ↳ {r.name}",  # a dataframe cell is plain text
-                    "version": r.version,
+                    "version": "-" if r.version is None else str(r.version),  # a variant has none
                     "kind": "source" if r.parent_id is None else f"variant of {r.parent_name or r.parent_id}",
                     "engines": r.engines,
-                    "with variants": r.family_engines if r.parent_id is None else None,
+                    "with variants": str(r.family_engines) if r.parent_id is None else "-",
                     "size": data.fmt_bytes(r.size_bytes),
                     "digest": r.digest[:16],
                     "created": r.created_at,
@@ -173,7 +181,7 @@ def render() -> None:
         key="models_table",
         column_config={
             "engines": st.column_config.NumberColumn(help="engines built from this very file"),
-            "with variants": st.column_config.NumberColumn(
+            "with variants": st.column_config.TextColumn(
                 help="a source model's engines and its converted variants': the sum of the rows under it"
             ),
         },
