@@ -28,8 +28,8 @@ from enginecache.service.builds.plan import BuildRequest, build_engine
 from enginecache.service.context import AppContext
 from enginecache.service.engines.records import check_engine, get_engine, verify_engines
 from enginecache.service.fleet.pull import manifest_path, pull
-from enginecache.service.models.register import register_model
-from enginecache.service.serving import memo
+from enginecache.service.models.register import get_model, register_model
+from enginecache.service.serving import loadpath, memo
 from enginecache.service.serving.runtime import load_or_build
 from tests.clirunner import run_cli
 from tests.modelfactory import make_mlp
@@ -309,7 +309,7 @@ def test_unsigned_engines_are_refused_where_keys_are_trusted_until_an_admin_sign
         before.delenv(signing.TRUSTED_KEYS_ENV)
         served = _serve(app_ctx, tmp_path / "src", "mobilenet", 0)
     assert served.engine.signature is None
-    for path in ("hit", "full"):
+    for path in ("full", "hit"):  # the full path hashes the model again (its stat entry had no receipt)
         with pytest.raises(EngineRejectedError) as refused:
             load_through(served, ORT, path, monkeypatch)
         assert refused.value.verdict == "UNTRUSTED" and "verify --sign" in str(refused.value)
@@ -429,3 +429,42 @@ def test_the_signed_hit_of_a_new_process_imports_no_cryptography_once_verified(t
         "assert loaded.via == 'hitpath', loaded.via\n"
     )
     assert loaded_modules(code, "cryptography") == [], "the receipt written when it was served once"
+
+
+def _point_stat_cache(app: AppContext, onnx_path: Path, digest: str) -> None:
+    """What an attacker with write access to the catalog does to the stat cache: the entry of
+    `onnx_path` made to say another model's digest (its file stats left as they are)."""
+    connection = sqlite3.connect(app.home / "catalog.db")
+    try:
+        changed = connection.execute(
+            "UPDATE onnx_stat_cache SET digest = ? WHERE path = ?", (digest, os.path.abspath(onnx_path))
+        ).rowcount
+        connection.commit()
+    finally:
+        connection.close()
+    assert changed == 1
+
+
+def test_a_stat_cache_entry_pointed_at_another_models_digest_serves_the_right_engine(
+    two: tuple[Served, Served], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where keys are trusted, a stat cache row counts only with this user's receipt of having
+    hashed that file to that digest: model A's row edited to say B's digest is hashed again, and a
+    request for A is served A's engine, on the hit path (which passes it to the full path) and on
+    the full path, never B's genuinely signed one."""
+    mobilenet, resnet = two
+    _point_stat_cache(mobilenet.app, mobilenet.onnx_path, get_model(mobilenet.app, "resnet").digest)
+    with monkeypatch.context() as patch:
+        patch.setattr(loadpath, "load_or_build_full", refuse("the hit path took the full path"))
+        with pytest.raises(AssertionError, match="took the full path"):
+            load_or_build(mobilenet.onnx_path, spec=ORT, app=mobilenet.app, on_miss="fail")
+    loaded = load_or_build(mobilenet.onnx_path, spec=ORT, app=mobilenet.app, on_miss="fail")
+    try:
+        assert loaded.engine_id == mobilenet.engine.id != resnet.engine.id
+    finally:
+        loaded.close()
+    again = load_or_build(mobilenet.onnx_path, spec=ORT, app=mobilenet.app, on_miss="fail")  # hashed again: a hit
+    try:
+        assert again.via == "hitpath" and again.engine_id == mobilenet.engine.id
+    finally:
+        again.close()

@@ -67,6 +67,7 @@ SIGN_REMEDY = "an admin signs engines from before signing with `enginecache veri
 PUBLIC_KEY_SUFFIXES = (".pub", ".pem")  # the files a trusted-keys folder contributes
 _SPKI_PREFIX = bytes.fromhex("302a300506032b6570032100")  # DER SubjectPublicKeyInfo of Ed25519, less the key
 _RECEIPT_DOMAIN = b"enginecache-signature-receipt-v1\0"
+_STAT_DOMAIN = b"enginecache-stat-receipt-v1\0"
 _OFF = ("off", "0", "none", "no", "false")
 
 
@@ -430,14 +431,37 @@ class Receipts:
     def add(self, public: bytes, signature: bytes, message: bytes) -> None:
         """Keep the receipt of a signature just verified (a folder that cannot be made private, or
         written, keeps none: the next check verifies again)."""
+        self._keep(self._path(public, signature, message))
+
+    def _keep(self, path: str) -> None:
         try:
             os.makedirs(self.folder, mode=0o700, exist_ok=True)
             if not self._private():
                 return
-            fd = os.open(self._path(public, signature, message), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             os.close(fd)
         except OSError:
             return
+
+    def _stat_path(self, hostname: str, path: str, files: object, digest: str) -> str:
+        text = json.dumps([hostname, path, files, digest], separators=(",", ":"))
+        return os.path.join(self.folder, blake3.blake3(_STAT_DOMAIN + text.encode()).hexdigest())
+
+    def holds_digest(self, hostname: str, path: str, files: object, digest: str) -> bool:
+        """Whether this user hashed the model at `path` (its files' stat entries `files`) to `digest`
+        itself: a stat cache row, which whoever can write the catalog can edit, is trusted only with
+        this receipt where keys are trusted."""
+        if not self._private():
+            return False
+        try:
+            st = os.stat(self._stat_path(hostname, path, files, digest))
+        except OSError:
+            return False
+        return st.st_uid == os.geteuid()
+
+    def add_digest(self, hostname: str, path: str, files: object, digest: str) -> None:
+        """Keep the receipt of a model this user just hashed (see `holds_digest`)."""
+        self._keep(self._stat_path(hostname, path, files, digest))
 
 
 def receipts(env: Mapping[str, str] | None = None) -> Receipts | None:
@@ -457,6 +481,16 @@ class Policy:
     def __init__(self, keys: TrustedKeys, kept: Receipts | None) -> None:
         self.keys = keys
         self.receipts = kept
+
+
+def stat_receipts(env: Mapping[str, str] | None = None) -> Receipts | None:
+    """The receipts a stat cache row must have to be trusted: where keys are trusted (the setting
+    is read, its files are not) and receipts are kept; None otherwise (the row is trusted by its
+    stat entries alone, as without signing)."""
+    source = os.environ if env is None else env
+    if not source.get(TRUSTED_KEYS_ENV, "").strip():
+        return None
+    return receipts(source)
 
 
 def policy(env: Mapping[str, str] | None = None) -> Policy | None:

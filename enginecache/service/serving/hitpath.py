@@ -40,6 +40,7 @@ from enginecache.core.backends.registry import get_backend
 from enginecache.core.diskbudget import BlobHold
 from enginecache.core.lazyimport import import_backend
 from enginecache.core.pathtext import absolute_text
+from enginecache.core.signing import stat_receipts
 from enginecache.core.verdicts import Verdict
 from enginecache.db import engines
 from enginecache.db.catalogfile import REVISION_SQL, CatalogFile, head_revision, is_head, locate, sqlite_file_uri
@@ -149,6 +150,10 @@ def _lookup(
             _log().debug("hit path: no trusted stat cache entry for %s", path)
             return None
         digest = str(stat_row[1])
+        vouching = stat_receipts()
+        if vouching is not None and not vouching.holds_digest(host.hostname, path, decode_json(stat_row[0]), digest):
+            _log().debug("hit path: the stat cache entry for %s has no receipt of this user's hash", path)
+            return None
         key = memo_key(memo_ingredients(digest, spec, backend, backend_version, host))
         memo = connection.execute(
             "SELECT model_id, engine_id, ready_engines FROM engine_memos WHERE memo_key = ?", (key,)

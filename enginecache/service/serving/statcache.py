@@ -19,6 +19,7 @@ from sqlmodel import select
 from enginecache.core.fingerprint import HostFingerprint
 from enginecache.core.onnx_info import inspect_model
 from enginecache.core.pathtext import absolute_text
+from enginecache.core.signing import stat_receipts
 from enginecache.db.models import StatCacheRecord, utcnow
 from enginecache.errors import EngineCacheError
 from enginecache.service.context import AppContext
@@ -54,8 +55,11 @@ def onnx_digest(app: AppContext, onnx_path: Path, *, host: HostFingerprint | Non
         row = session.exec(
             select(StatCacheRecord).where(StatCacheRecord.hostname == hostname, StatCacheRecord.path == str(path))
         ).first()
+    vouching = stat_receipts()
     if row is not None and cached_files_match(path, model_stat, row.files, row.racy):
-        return DigestLookup(row.digest, True, time.perf_counter() - started)
+        if vouching is None or vouching.holds_digest(hostname, str(path), row.files, row.digest):
+            return DigestLookup(row.digest, True, time.perf_counter() - started)
+        logger.info("stat cache entry for %s has no receipt of this user's hash: hashing it again", path)
     hash_started_ns = time.time_ns()
     info = inspect_model(path)  # hashes the model and its external data in one defined order
     files = [stat_entry(path)] + [stat_entry(path.parent / name) for name in info.external_data_files]
@@ -65,6 +69,8 @@ def onnx_digest(app: AppContext, onnx_path: Path, *, host: HostFingerprint | Non
         return DigestLookup(info.digest, False, time.perf_counter() - started)
     racy = any(hash_started_ns - int(entry[2]) < RACY_WINDOW_NS for entry in files)
     _store_stat(app, hostname, path, files, info.digest, racy)
+    if vouching is not None:
+        vouching.add_digest(hostname, str(path), files, info.digest)
     return DigestLookup(info.digest, False, time.perf_counter() - started)
 
 
