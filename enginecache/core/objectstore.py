@@ -233,8 +233,11 @@ class S3BlobStore:
         clobbered (its object is checked in turn). Returns whether it wrote."""
         for _ in range(REPLACE_TRIES):
             found = self._hash_existing(key)
-            if found is None:  # removed since it was seen: a create that loses a race checks again
-                if self._create(key, sha256, source, size):
+            if found is None:  # removed since it was seen: uploaded as an absent blob would be
+                if size > self.settings.multipart_threshold:
+                    self._upload_parts(key, sha256, source, size)
+                    return True
+                if self._create(key, sha256, source, size):  # one that loses a race checks again
                     return True
                 continue
             stored, got, e_tag, version = found
