@@ -6,6 +6,7 @@ Each row is a cache's key and a host's; the rule either hands the cache over or 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -13,11 +14,17 @@ from pathlib import Path
 import pytest
 
 from enginecache.core.backends.trt.runtimecache import create_context, serialized_cache, supports_runtime_cache
+from enginecache.core.fingerprint import host_fingerprint
+from enginecache.core.gpufacts import GpuInfo
+from enginecache.core.hostfingerprint import HostFingerprint
 from enginecache.core.runtimecache import CacheTarget, normalize_sm, parse_version, refusal, select
 from enginecache.db.models import EngineRecord, ModelRecord
 from enginecache.errors import BadInputError, IntegrityCheckError, LoadFailedError, NotFoundError
 from enginecache.service.access import audit
+from enginecache.service.builds.plan import BuildRequest, build_engine
 from enginecache.service.context import AppContext
+from enginecache.service.fleet.profiles import Wanted
+from enginecache.service.fleet.pull import pull
 from enginecache.service.fleet.runtimecaches import (
     RUNTIME_CACHE_PUBLISH,
     best_for_host,
@@ -27,7 +34,10 @@ from enginecache.service.fleet.runtimecaches import (
 )
 from enginecache.service.maintenance.gc.references import read_references
 from enginecache.service.maintenance.gc.report import GcPolicy
+from enginecache.service.models.register import register_model
 from tests.clirunner import run_cli
+from tests.enginerows import engine_row_like
+from tests.modelfactory import make_mlp
 
 ENGINE = "a" * 64
 OTHER_ENGINE = "b" * 64
@@ -374,3 +384,64 @@ def test_gc_keeps_a_published_stand_in_cache_blob(catalog_ctx: AppContext, tmp_p
     )
     references = read_references(catalog_ctx, datetime.now(UTC), GcPolicy())
     assert row.sha256 in references.blobs
+
+
+# -- pull: the best cache lands in DEST and the manifest names it ------------------------------------
+
+
+def _rtx_host(rtx_version: str) -> HostFingerprint:
+    """This host's fingerprint with an RTX 4090 (sm89) and TensorRT-RTX `rtx_version`: a test-only host."""
+    gpu = GpuInfo(
+        index=0, name="NVIDIA GeForce RTX 4090", uuid="GPU-t", compute_capability="sm89", memory_total_bytes=1
+    )
+    here = host_fingerprint()
+    return here.replace(
+        gpus=(gpu,), cuda_driver_version="12.9", packages={**here.packages, "tensorrt_rtx": rtx_version}
+    )
+
+
+@pytest.fixture
+def pulled_rtx_engine(app_ctx: AppContext, tmp_path: Path) -> EngineRecord:
+    import tensorrt_rtx
+
+    register_model(app_ctx, make_mlp(tmp_path / "mlp.onnx"), name="mlp")
+    built = build_engine(app_ctx, BuildRequest(model="mlp", backend="ort")).engine
+    return engine_row_like(app_ctx, built, backend="rtx", backend_version=tensorrt_rtx.__version__, targets="sm89")
+
+
+def test_pull_lands_the_best_stand_in_cache_and_names_it(
+    app_ctx: AppContext, pulled_rtx_engine: EngineRecord, tmp_path: Path
+) -> None:
+    import tensorrt_rtx
+
+    engine_id = pulled_rtx_engine.id or 0
+    fields = {"compute_capability": "sm89", "cuda_version": "12.9", "rtx_version": tensorrt_rtx.__version__}
+    publish_runtime_cache(
+        app_ctx, engine_id, _stand_in_cache(tmp_path, "same-sm", b"ada"), gpu_sku="NVIDIA RTX 4000 Ada", **fields
+    )
+    exact_file = _stand_in_cache(tmp_path, "exact", b"4090")
+    exact = publish_runtime_cache(app_ctx, engine_id, exact_file, gpu_sku="NVIDIA GeForce RTX 4090", **fields)
+    dest = tmp_path / "pulled"
+    result = pull(app_ctx, "mlp", dest, wanted=Wanted(backend="rtx"), host=_rtx_host(tensorrt_rtx.__version__))
+    entry = result.manifest["runtime_cache"]
+    assert entry["id"] == exact.id and entry["gpu_sku"] == "NVIDIA GeForce RTX 4090"
+    assert (dest / entry["blob"]).read_bytes() == exact_file.read_bytes()
+    assert json.loads(result.manifest_path.read_text())["runtime_cache"]["sha256"] == exact.sha256
+
+
+def test_pull_names_no_stand_in_cache_the_rule_refuses(
+    app_ctx: AppContext, pulled_rtx_engine: EngineRecord, tmp_path: Path
+) -> None:
+    publish_runtime_cache(
+        app_ctx,
+        pulled_rtx_engine.id or 0,
+        _stand_in_cache(tmp_path, "newer-rtx", b"newer"),
+        gpu_sku="NVIDIA GeForce RTX 4090",
+        compute_capability="sm89",
+        cuda_version="12.9",
+        rtx_version="99.0",  # written by a TensorRT-RTX newer than the host's
+    )
+    dest = tmp_path / "pulled"
+    result = pull(app_ctx, "mlp", dest, wanted=Wanted(backend="rtx"), host=_rtx_host("1.7.1.116"))
+    assert "runtime_cache" not in result.manifest
+    assert [p.name for p in (dest / "objects").rglob("*") if p.is_file()] == [result.sha256]

@@ -11,6 +11,9 @@ catalog connection):
 
     DIR/objects/sha256/<2>/<digest>   the engine blob, read-only
     DIR/manifests/<model>.json        what was pulled and why (`MANIFEST_FORMAT`)
+    DIR/objects/sha256/<2>/<digest>   a TensorRT-RTX engine's runtime cache, where one published by
+                                      the fleet fits this host (`service.fleet.runtimecaches`; the
+                                      manifest's `runtime_cache` names it)
     DIR/bundles/<digest>/             an engine bundle's folder (`service.engines.bundles`), its files
                                       hard links of their blobs in DIR/objects
     DIR/tmp/<digest>.partial          a copy from a store folder in progress (resumed by the next pull)
@@ -76,6 +79,13 @@ from enginecache.service.engines.bundles import folder_matches, is_bundle, place
 from enginecache.service.engines.records import get_engine
 from enginecache.service.engines.signatures import check_row
 from enginecache.service.fleet.profiles import Profile, Wanted, model_profiles
+from enginecache.service.fleet.runtimecaches import (
+    RTX_BACKEND,
+    best_for_host,
+    host_target,
+    land_runtime_cache,
+    manifest_entry,
+)
 from enginecache.service.models.register import get_model
 from enginecache.service.models.releases import AliasTarget, version_of
 from enginecache.service.serving.pulled import MANIFEST_FORMAT
@@ -332,6 +342,11 @@ def _pull(
             copied = copy_resumable(source, final, dest / "tmp" / f"{sha256}.partial", sha256=sha256)
         if is_bundle(engine):  # every file in DEST's objects, then its folder renamed into place
             copied += _pull_bundle(app, engine, dest, final, manifest)
+        if engine.backend == RTX_BACKEND:  # the runtime cache core.runtimecache allows this host, if any
+            cache = best_for_host(app, chosen.engine_id, host_target(sha256, host))
+            if cache is not None:
+                copied += land_runtime_cache(app, cache, dest)
+                manifest["runtime_cache"] = manifest_entry(cache)
         _write_atomically(where, manifest)
     except OSError as err:
         raise StoreError(f"could not pull engine {chosen.engine_id} into {dest}: {err}") from err

@@ -26,26 +26,30 @@ from enginecache.service.context import AppContext
 
 RUNTIME_CACHE_PUBLISH = "runtime_cache.publish"
 RTX_BACKEND = "rtx"  # the backend whose engines have runtime caches (core/backends/trt: RTX_BACKEND)
+RTX_LIBRARY = "tensorrt_rtx"  # its library, as a host fingerprint's `packages` names it
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from enginecache.core.hostfingerprint import HostFingerprint
     from enginecache.db.models import EngineRecord, RuntimeCacheRecord
 
 
-def this_host_target(engine_sha256: str) -> CacheTarget | None:
-    """This host's key for `engine_sha256`: its first GPU's name and compute capability (NVML), the
-    installed TensorRT-RTX version and the CUDA driver version; None where any of them is unknown
-    (no GPU, no NVML, no TensorRT-RTX), so no cache is chosen."""
-    from enginecache.core.backends.trt import RTX
-    from enginecache.core.distributions import first_version
-    from enginecache.core.gpufacts import gpu_facts
-
-    facts = gpu_facts()
-    rtx = first_version(RTX.distributions)
-    if not facts.gpus or rtx is None or facts.cuda_driver_version is None:
+def host_target(engine_sha256: str, host: HostFingerprint) -> CacheTarget | None:
+    """`host`'s key for `engine_sha256`: its first GPU's name and compute capability (NVML), its
+    TensorRT-RTX version and CUDA driver version; None where any of them is unknown (no GPU, no
+    NVML, no TensorRT-RTX), so no cache is chosen."""
+    rtx = host.packages.get(RTX_LIBRARY)
+    if not host.gpus or rtx is None or host.cuda_driver_version is None:
         return None
-    gpu = facts.gpus[0]
-    return CacheTarget(engine_sha256, gpu.name, gpu.compute_capability, rtx, facts.cuda_driver_version)
+    gpu = host.gpus[0]
+    return CacheTarget(engine_sha256, gpu.name, gpu.compute_capability, rtx, host.cuda_driver_version)
+
+
+def this_host_target(engine_sha256: str) -> CacheTarget | None:
+    """`host_target` of this host (`core.fingerprint.host_fingerprint`)."""
+    from enginecache.core.fingerprint import host_fingerprint
+
+    return host_target(engine_sha256, host_fingerprint())
 
 
 def _rtx_engine(app: AppContext, engine_id: int) -> EngineRecord:
@@ -181,6 +185,38 @@ def fetch_runtime_cache(app: AppContext, cache: RuntimeCacheRecord) -> Path:
     fetched = app.store.fetch(cache.sha256, size=cache.size_bytes, chunk_blake3=cache.chunk_blake3 or None)
     check_file(fetched.path, sha256=cache.sha256, blake3_digest=cache.blake3)
     return fetched.path
+
+
+def land_runtime_cache(app: AppContext, cache: RuntimeCacheRecord, dest: Path) -> int:
+    """Copy `cache`'s blob into the pulled folder `dest` (`dest/objects/sha256/..`, read-only), from the
+    catalog's store folder where this host has it, else from the object store; verified against its
+    sha256 as it lands (a copy already there is kept when it hashes right). The bytes copied.
+    IntegrityCheckError: the source is not the blob; StoreError: it cannot be read."""
+    from enginecache.core.blobpaths import blob_path, blob_relative
+    from enginecache.core.hashing import hash_file
+    from enginecache.core.resumable import copy_resumable
+    from enginecache.core.store import ArtifactStore
+    from enginecache.core.storeenv import configured as remote_configured
+
+    landed = dest / blob_relative(cache.sha256)
+    if landed.is_file():
+        if hash_file(landed).sha256 == cache.sha256:
+            return 0
+        landed.unlink()
+    source = blob_path(app.home, cache.sha256)
+    if not source.is_file() and remote_configured():
+        fetched = ArtifactStore(dest).fetch(
+            cache.sha256, size=cache.size_bytes, chunk_blake3=cache.chunk_blake3 or None, mode=0o444
+        )
+        return fetched.fetched_bytes
+    return copy_resumable(source, landed, dest / "tmp" / f"{cache.sha256}.partial", sha256=cache.sha256)
+
+
+def manifest_entry(cache: RuntimeCacheRecord) -> dict[str, Any]:
+    """What a pull manifest says of the runtime cache it pulled: its key, digests and blob path."""
+    from enginecache.core.blobpaths import blob_relative
+
+    return {**runtime_cache_dict(cache), "blob": blob_relative(cache.sha256)}
 
 
 def runtime_cache_dict(cache: RuntimeCacheRecord) -> dict[str, Any]:
