@@ -18,7 +18,7 @@ from sqlmodel import select
 from enginecache.core.blobpaths import blob_path
 from enginecache.core.enginebundle import BundleError, BundleFile, BundleManifest, parse_manifest
 from enginecache.db.models import EngineRecord, EngineStatus
-from enginecache.errors import ImportRefusedError, IntegrityCheckError
+from enginecache.errors import EngineCacheError, ImportRefusedError, IntegrityCheckError
 from enginecache.service.context import AppContext
 from enginecache.service.engines.bundles import bundle_path, is_bundle, place_bundle, verify_bundle
 from enginecache.service.engines.importing import ImportRequest, import_engine
@@ -26,6 +26,8 @@ from enginecache.service.engines.records import get_engine
 from enginecache.service.fleet.profiles import Wanted
 from enginecache.service.fleet.pull import pull
 from enginecache.service.models.register import register_model
+from enginecache.service.serving.bundleload import BundleSession
+from enginecache.service.serving.runtime import load_or_build
 from tests.clirunner import run_cli
 from tests.conftest import files_under
 from tests.modelfactory import make_mlp
@@ -287,3 +289,28 @@ def test_a_bundle_is_pulled_atomically_onto_a_second_home(
     tokenizer.write_bytes(b"{}")  # a hard link: the object in DEST is damaged with it
     repaired = pull(app, "mlp", dest, wanted=Wanted(engine_id=engine_id), host=gpu_host("sm86"))
     assert not repaired.up_to_date and same_files(dest / repaired.manifest["bundle"]["dir"], source)
+
+
+def test_load_or_build_answers_a_pulled_bundle_as_its_verified_folder(
+    app: AppContext, built: dict[str, Path], tmp_path: Path
+) -> None:
+    """RTX rank engines cannot be deserialized on this CPU host: what is proven is the folder handed
+    to a runtime that loads folders, each file checked against the manifest."""
+    source = make_bundle(tmp_path / "llm", built)
+    engine_id = import_engine(app, request(source)).engine_id
+    done = pull(app, "mlp", tmp_path / "pod", wanted=Wanted(engine_id=engine_id), host=gpu_host("sm86"))
+    loaded = load_or_build(done.manifest_path, spec=None)
+    session = loaded.session
+    assert isinstance(session, BundleSession) and loaded.outcome == "hit"
+    assert loaded.raw == session.path == done.dest / done.manifest["bundle"]["dir"] and same_files(session.path, source)
+    assert session.rank_path(1).read_bytes() == built["rank1"].read_bytes()
+    with pytest.raises(EngineCacheError, match="engine bundle"):
+        loaded.infer({})
+    loaded.close()
+    rank0 = session.path / "rank0.engine"
+    os.chmod(rank0, 0o644)
+    with open(rank0, "r+b") as stream:
+        stream.seek(100)
+        stream.write(b"\xff")
+    with pytest.raises(IntegrityCheckError, match=r"rank0\.engine"):
+        load_or_build(done.manifest_path, spec=None)

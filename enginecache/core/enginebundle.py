@@ -23,7 +23,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from enginecache.core.blobpaths import is_digest
-from enginecache.errors import BadInputError
+from enginecache.core.hashing import hash_file
+from enginecache.errors import BadInputError, IntegrityCheckError
 
 FORMAT = "enginecache.bundle/1"
 CONFIG_NAME = "config.json"
@@ -196,3 +197,23 @@ def scan_folder(root: Path) -> list[tuple[str, Path]]:
     if len(found) > MAX_FILES:
         raise BundleError(f"bundle folder {root} has {len(found)} files; at most {MAX_FILES}")
     return found
+
+
+def check_entry(path: Path, entry: BundleFile, label: str) -> None:
+    """IntegrityCheckError (naming `label` and the file) unless `path` matches `entry`."""
+    got = hash_file(path)
+    if got.size != entry.size or got.sha256 != entry.sha256 or got.blake3 != entry.blake3:
+        raise IntegrityCheckError(
+            f"{label}: {entry.path} hashes to sha256 {got.sha256} ({got.size} B), "
+            f"its manifest says {entry.sha256} ({entry.size} B)"
+        )
+
+
+def folder_matches(folder: Path, manifest: BundleManifest, label: str) -> None:
+    """IntegrityCheckError unless `folder` holds exactly `manifest`'s files, each matching it;
+    BundleError where it holds a symlink or anything but files and folders."""
+    listed = sorted(rel for rel, _ in scan_folder(folder))
+    if listed != sorted(f.path for f in manifest.files):
+        raise IntegrityCheckError(f"{label}: {folder} does not hold exactly the bundle's files")
+    for entry in manifest.files:
+        check_entry(folder / entry.path, entry, label)

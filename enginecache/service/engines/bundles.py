@@ -35,10 +35,12 @@ from enginecache.core.enginebundle import (
     BundleError,
     BundleFile,
     BundleManifest,
+    check_entry,
+    folder_matches,
     parse_manifest,
     scan_folder,
 )
-from enginecache.core.hashing import HEAD_BYTES, check_file, hash_file, head_digest
+from enginecache.core.hashing import HEAD_BYTES, check_file, head_digest
 from enginecache.core.precision import PRECISIONS
 from enginecache.core.profiles import parse_profile_args, resolve_profile
 from enginecache.core.store import fsync_dir
@@ -163,16 +165,6 @@ def verify_bundle(app: AppContext, engine: EngineRecord) -> BundleManifest:
     return manifest
 
 
-def check_entry(path: Path, entry: BundleFile, label: str) -> None:
-    """IntegrityCheckError (naming `label` and the file) unless `path` matches `entry`."""
-    got = hash_file(path)
-    if got.size != entry.size or got.sha256 != entry.sha256 or got.blake3 != entry.blake3:
-        raise IntegrityCheckError(
-            f"{label}: {entry.path} hashes to sha256 {got.sha256} ({got.size} B), "
-            f"its manifest says {entry.sha256} ({entry.size} B)"
-        )
-
-
 def place_bundle(
     app: AppContext,
     engine: EngineRecord,
@@ -228,16 +220,6 @@ def place_files(
         shutil.rmtree(temp, ignore_errors=True)
         raise
     return dest
-
-
-def folder_matches(folder: Path, manifest: BundleManifest, label: str) -> None:
-    """IntegrityCheckError unless `folder` holds exactly `manifest`'s files, each matching it;
-    BundleError where it holds a symlink or anything but files and folders."""
-    listed = sorted(rel for rel, _ in scan_folder(folder))
-    if listed != sorted(f.path for f in manifest.files):
-        raise IntegrityCheckError(f"{label}: {folder} does not hold exactly the bundle's files")
-    for entry in manifest.files:
-        check_entry(folder / entry.path, entry, label)
 
 
 def _remove_stale(dest: Path) -> None:

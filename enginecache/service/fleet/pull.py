@@ -64,7 +64,7 @@ from typing import Any
 
 from enginecache.core.blobpaths import blob_path, blob_relative
 from enginecache.core.diskbudget import EvictionReport, Landing, parse_size
-from enginecache.core.enginebundle import BundleError, parse_manifest
+from enginecache.core.enginebundle import BundleError, folder_matches, parse_manifest
 from enginecache.core.fingerprint import HostFingerprint, host_fingerprint
 from enginecache.core.hashing import StreamHasher, hash_file, hash_stream
 from enginecache.core.names import check_model_name
@@ -75,7 +75,7 @@ from enginecache.core.storeenv import configured as remote_configured
 from enginecache.db.models import EngineRecord
 from enginecache.errors import BadInputError, IntegrityCheckError, NoEngineFitsError, StoreError
 from enginecache.service.context import AppContext
-from enginecache.service.engines.bundles import folder_matches, is_bundle, place_files
+from enginecache.service.engines.bundles import is_bundle, place_files
 from enginecache.service.engines.records import get_engine
 from enginecache.service.engines.signatures import check_row
 from enginecache.service.fleet.profiles import Profile, Wanted, model_profiles

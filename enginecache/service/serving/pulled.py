@@ -140,6 +140,10 @@ def load_pulled(
     data = read_manifest(manifest)
     engine = data["engine"]
     _check_spec(manifest, engine, spec)
+    if data.get("bundle"):  # an engine bundle: its verified folder, for a runtime that loads folders
+        from enginecache.service.serving.bundleload import load_pulled_bundle
+
+        return load_pulled_bundle(manifest, data)
     home = manifest.parent.parent
     row = {**engine, "targets": ",".join(engine["targets"]), "onnx_digest": data["model"].get("digest")}
     facts = EngineFacts.from_row(home, row)
