@@ -20,6 +20,7 @@ from __future__ import annotations
 import html
 import logging
 import os
+import re
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -110,19 +111,46 @@ def register_server_path(app: AppContext, text: str, *, name: str | None, roots:
     return register_model(app, importable_path(text, roots), name=name or None)
 
 
-def _attempt(what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T | None:
-    """`data.attempt` for this view: the reason shown as plain text (it may quote a user's names)."""
+# A trailing parenthesis quoting a library's own words ("(protobuf says: Error parsing message ...)"):
+# the details, not the cause.
+LIBRARY_SAYS = re.compile(r"\s*\((?:[^()]*\bsays?:[^()]*)\)\s*$")
+
+
+def without_server_paths(text: str, app: AppContext) -> str:
+    """`text` with the server's own folders left out: an upload's staging folder
+    (`<store tmp>/upload-XXXX/upload/`) dropped before the file's name, the home before a path
+    inside it (left relative)."""
+    staging = re.escape(str(app.store.tmp_dir)) + r"/upload-[^/\s]+/upload/"
+    text = re.sub(staging, "", text)
+    return re.sub(re.escape(str(app.home).rstrip("/")) + "/", "", text)
+
+
+def error_lines(what: str, err: BaseException, app: AppContext) -> tuple[str, str]:
+    """(the one line shown: `what` and the cause, no server path, no library's own text; the
+    details for the expander: the error's type and its whole text, server paths left out)."""
+    text = without_server_paths(str(err), app)
+    if isinstance(err, UnavailableError):
+        line = f"the store or the catalog is unavailable, try again later: {text}"
+    elif isinstance(err, EngineCacheError | OSError | ValueError):
+        line = f"{what}: {LIBRARY_SAYS.sub('', text)}"
+    else:
+        line = f"{what}: {type(err).__name__}: {LIBRARY_SAYS.sub('', text)}"
+    return line, f"{type(err).__name__}: {text}"
+
+
+def _attempt(what: str, fn: Callable[..., T], *args: Any, app: AppContext, **kwargs: Any) -> T | None:
+    """`data.attempt` for this view: one line naming what failed and why, as plain text (it may
+    quote a user's names), with no server path; the whole error behind Details."""
     try:
-        return fn(*args, **kwargs)
+        return fn(app, *args, **kwargs)
     except Exception as err:  # every failure is shown to the operator with its reason
-        if isinstance(err, UnavailableError):
-            message = f"the store or the catalog is unavailable, try again later: {err}"
-        elif isinstance(err, EngineCacheError | OSError | ValueError):
-            message = f"{what}: {err}"
-        else:
+        if not isinstance(err, EngineCacheError | OSError | ValueError):
             logger.exception("dashboard error")
-            message = f"{what}: {type(err).__name__}: {err}"
-        st.error(markdown_literal(message), icon=":material/error:")
+        line, details = error_lines(what, err, app)
+        st.error(markdown_literal(line), icon=":material/error:")
+        if details.split(": ", 1)[-1] != line.split(": ", 1)[-1]:
+            with st.expander("Details"):
+                st.code(details, language=None, wrap_lines=True)
         return None
 
 
@@ -221,8 +249,8 @@ def _add_section(app: AppContext, *, server_path: bool) -> None:
                 result = _attempt(
                     "upload rejected",
                     register_upload,
-                    app,
                     uploaded,
+                    app=app,
                     name=name.strip() or None,
                     max_extract_bytes=extract_limit_bytes(),
                 )
@@ -249,8 +277,8 @@ def _server_path_form(app: AppContext, tab: Any) -> None:
                 result = _attempt(
                     "cannot register",
                     register_server_path,
-                    app,
                     os.path.expanduser(path.strip()),
+                    app=app,
                     name=name2.strip() or None,
                     roots=roots,
                 )
@@ -283,7 +311,7 @@ def _io_frame(tensors: list[dict[str, Any]]) -> pd.DataFrame:
 
 
 def _detail(app: AppContext, model_id: int) -> None:
-    model = _attempt("cannot read the model", model_detail, app, model_id)
+    model = _attempt("cannot read the model", model_detail, model_id, app=app)
     if model is None:
         return
     info = model.info
@@ -325,7 +353,7 @@ def _detail(app: AppContext, model_id: int) -> None:
 
     if model.parent_id is None:  # a source model has versions and aliases; a converted variant has neither
         release_panel(app, model_id, model.name)
-    lineage = _attempt("cannot read the lineage", model_lineage, app, model_id)
+    lineage = _attempt("cannot read the lineage", model_lineage, model_id, app=app)
     if lineage is None:
         return
     st.markdown("**Lineage**")
