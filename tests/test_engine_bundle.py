@@ -17,12 +17,15 @@ from sqlmodel import select
 
 from enginecache.core.blobpaths import blob_path
 from enginecache.core.enginebundle import BundleError, BundleFile, BundleManifest, parse_manifest
-from enginecache.db.models import EngineRecord, EngineStatus
-from enginecache.errors import EngineCacheError, ImportRefusedError, IntegrityCheckError
+from enginecache.db import engines
+from enginecache.db.models import EngineRecord, EngineStatus, utcnow
+from enginecache.errors import EngineCacheError, ExportError, ImportRefusedError, IntegrityCheckError
+from enginecache.service.access.audit import current_actor
 from enginecache.service.context import AppContext
 from enginecache.service.engines.bundles import bundle_path, is_bundle, place_bundle, verify_bundle
 from enginecache.service.engines.importing import ImportRequest, import_engine
 from enginecache.service.engines.records import get_engine
+from enginecache.service.fleet.exports import export_model, verify_tree
 from enginecache.service.fleet.profiles import Wanted
 from enginecache.service.fleet.pull import pull
 from enginecache.service.models.register import register_model
@@ -314,3 +317,30 @@ def test_load_or_build_answers_a_pulled_bundle_as_its_verified_folder(
         stream.write(b"\xff")
     with pytest.raises(IntegrityCheckError, match=r"rank0\.engine"):
         load_or_build(done.manifest_path, spec=None)
+
+
+# -- export -------------------------------------------------------------------------------------
+
+
+def test_a_proven_bundle_is_exported_into_the_tree_layout_as_a_folder(
+    app: AppContext, built: dict[str, Path], tmp_path: Path
+) -> None:
+    """Exports take READY engines; no host here can load RTX ranks, so the catalog's own transition
+    a passing test-load makes on a GPU host stands in for it."""
+    source = make_bundle(tmp_path / "llm", built)
+    engine_id = import_engine(app, request(source)).engine_id
+    with app.catalog.changes() as ex:
+        engines.mark_proven(ex, engine_id, at=utcnow(), host="gpu-host", actor=current_actor(), by="test-load")
+    result = export_model(app, "mlp", tmp_path / "tree", fmt="tree")
+    folder = result.root / "sm86.fp32.bundle"
+    assert same_files(folder, source) and verify_tree(result.root) == []
+    (entry,) = result.manifest["engines"]
+    assert entry["file"] == "sm86.fp32.bundle" and len(entry["bundle"]["files"]) == 4
+    again = export_model(app, "mlp", tmp_path / "tree", fmt="tree")
+    assert same_files(again.root / "sm86.fp32.bundle", source), "exported over itself"
+    config = folder / "config.json"
+    os.chmod(config, 0o644)
+    config.write_text("{}")  # through the hard link: the store's blob too, as a damaged disk would
+    assert any("config.json" in problem for problem in verify_tree(result.root))
+    with pytest.raises(ExportError, match="engine bundles"):
+        export_model(app, "mlp", tmp_path / "triton", fmt="triton")

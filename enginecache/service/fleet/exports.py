@@ -37,12 +37,14 @@ from sqlmodel import col, select
 
 from enginecache.core.backends.registry import get_backend
 from enginecache.core.blobpaths import blob_path
+from enginecache.core.enginebundle import BundleError, BundleFile, BundleManifest, folder_matches
 from enginecache.core.hashing import hash_file
 from enginecache.core.onnx_shapes import infer_output_shapes
 from enginecache.core.targettext import split_targets
 from enginecache.db.models import EngineRecord, EngineStatus, ModelRecord
-from enginecache.errors import ExportError
+from enginecache.errors import ExportError, IntegrityCheckError
 from enginecache.service.context import AppContext
+from enginecache.service.engines.bundles import is_bundle, place_bundle, read_manifest
 from enginecache.service.fleet.tritonconfig import (
     TRITON_TYPES,
     cc_number,
@@ -218,18 +220,24 @@ def export_tree(
     taken: set[str] = set()
     for engine in engines:  # newest first: a newer engine for the same hardware and precision wins
         names: dict[str, str] = {}  # file name -> target
+        bundle = is_bundle(engine)  # an engine bundle is a folder, `<target>.<precision>.bundle`
         for target in tree_targets(engine):
-            name = f"{target}.{engine.precision}.engine"
+            name = f"{target}.{engine.precision}.{'bundle' if bundle else 'engine'}"
             if name not in taken:
                 taken.add(name)
                 names[name] = target
         if not names:
             continue
-        _place_blob(app, engine, [root / name for name in names])
-        files.extend(root / name for name in names)
+        if bundle:
+            listed = _place_bundle_folders(app, engine, [root / name for name in names])
+            files.extend(root / name / f["path"] for name in names for f in listed)
+        else:
+            _place_blob(app, engine, [root / name for name in names])
+            files.extend(root / name for name in names)
         for name, target in names.items():
             entries.append(
                 {
+                    **({"bundle": {"files": listed}} if bundle else {}),
                     "file": name,
                     "engine_id": engine.id,
                     "backend": engine.backend,
@@ -261,13 +269,39 @@ def export_tree(
     return ExportResult(root, (*sorted(files), manifest_path), manifest)
 
 
+def _place_bundle_folders(app: AppContext, engine: EngineRecord, dests: list[Path]) -> list[dict[str, Any]]:
+    """Bundle `engine` laid out as each folder in `dests` (`service.engines.bundles.place_bundle`:
+    every file hard-linked or copied and hashed against its manifest, the folder renamed into place;
+    one there already is replaced). The manifest's files, as its JSON lists them."""
+    for dest in dests:
+        if dest.is_dir() and not dest.is_symlink():
+            shutil.rmtree(dest)
+        else:
+            dest.unlink(missing_ok=True)
+        place_bundle(app, engine, dest)
+    return [f.to_dict() for f in read_manifest(app, engine).files]
+
+
+def _bundle_problems(folder: Path, entry: dict[str, Any]) -> list[str]:
+    try:
+        listed = tuple(BundleFile(**f) for f in entry["bundle"]["files"])
+        folder_matches(folder, BundleManifest(listed), entry["file"])
+    except (IntegrityCheckError, BundleError) as err:
+        return [str(err)]
+    return []
+
+
 def verify_tree(model_dir: Path) -> list[str]:
-    """Re-hash every engine a tree's manifest lists; returns the problems (empty: all verified)."""
+    """Re-hash every engine a tree's manifest lists (each file of an engine bundle's folder); returns
+    the problems (empty: all verified)."""
     manifest = json.loads((Path(model_dir) / MANIFEST_NAME).read_text())
     problems = []
     digests: dict[tuple[int, int], str] = {}  # (device, inode) -> sha256: hard links are hashed once
     for entry in manifest["engines"]:
         path = Path(model_dir) / entry["file"]
+        if entry.get("bundle"):
+            problems.extend(_bundle_problems(path, entry) if path.is_dir() else [f"{entry['file']}: missing"])
+            continue
         if not path.is_file():
             problems.append(f"{entry['file']}: missing")
             continue
@@ -320,6 +354,13 @@ def export_triton(
     app: AppContext, model: ModelRecord, dest: Path, *, backend: str | None = None, precision: str = "fp32"
 ) -> ExportResult:
     engines = _engines(app, model, backend, precision)
+    bundles = [engine.id for engine in engines if is_bundle(engine)]
+    engines = [engine for engine in engines if not is_bundle(engine)]  # a Triton layout for bundles: not yet
+    if not engines and bundles:
+        raise ExportError(
+            f"model {model.name}'s engines {', '.join(map(str, bundles))} are engine bundles, which the Triton "
+            "layout does not take yet: export --format tree writes each as a folder"
+        )
     if not engines:
         raise ExportError(f"model {model.name} has no READY engine to export" + _filter_text(backend, precision))
     by_backend: dict[str, list[EngineRecord]] = {}
