@@ -26,8 +26,9 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from urllib.parse import urlsplit
 
 # `streamlit run .../enginecache/dashboard/app.py` puts the dashboard folder (not the one holding the
 # `enginecache` package) on sys.path.
@@ -187,6 +188,18 @@ def view_pages(shown: list[tuple[str, str, str, str]]) -> tuple[st.Page, list[st
     return home, pages
 
 
+def unknown_path(url: str | None, known: Sequence[str], base_url_path: str | None) -> str | None:
+    """The path the browser asked for where no view has it (`url`: `st.context.url`, under the
+    server's `baseUrlPath`); None for the root, a view's path, or no URL known."""
+    if not url:
+        return None
+    path = urlsplit(url).path.strip("/")
+    base = (base_url_path or "").strip("/")
+    if base and (path == base or path.startswith(base + "/")):
+        path = path[len(base) :].strip("/")
+    return None if not path or path in known or path == HOME_PATH else path
+
+
 def main() -> None:
     from enginecache.dashboard.branding import page_icon
 
@@ -208,7 +221,15 @@ def main() -> None:
     shown = [view for view in VIEWS if role >= VIEW_ROLES.get(view[0], Role.VIEWER)]
     home, pages = view_pages(shown)
     with acting_as(actor):
-        st.navigation([home, *pages]).run()
+        page = st.navigation([home, *pages])
+        if page is home:  # Streamlit draws the default page for an address it has no page for
+            missing = unknown_path(st.context.url, [p.url_path for p in pages], st.get_option("server.baseUrlPath"))
+            if missing is not None:
+                st.warning(
+                    markdown_literal(f"There is no page at /{missing}: this is the {shown[0][1]}."),
+                    icon=":material/link_off:",
+                )
+        page.run()
 
 
 if __name__ == "__main__":
