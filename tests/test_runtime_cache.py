@@ -17,7 +17,7 @@ from enginecache.core.backends.trt.runtimecache import create_context, serialize
 from enginecache.core.fingerprint import host_fingerprint
 from enginecache.core.gpufacts import GpuInfo
 from enginecache.core.hostfingerprint import HostFingerprint
-from enginecache.core.runtimecache import CacheTarget, normalize_sm, parse_version, refusal, select
+from enginecache.core.runtimecache import CacheTarget, host_target, normalize_sm, parse_version, refusal, select
 from enginecache.db.models import EngineRecord, ModelRecord
 from enginecache.errors import BadInputError, IntegrityCheckError, LoadFailedError, NotFoundError
 from enginecache.service.access import audit
@@ -35,6 +35,7 @@ from enginecache.service.fleet.runtimecaches import (
 from enginecache.service.maintenance.gc.references import read_references
 from enginecache.service.maintenance.gc.report import GcPolicy
 from enginecache.service.models.register import register_model
+from enginecache.service.serving.runtimecache import for_catalog_engine, for_pulled
 from tests.clirunner import run_cli
 from tests.enginerows import engine_row_like
 from tests.modelfactory import make_mlp
@@ -445,3 +446,45 @@ def test_pull_names_no_stand_in_cache_the_rule_refuses(
     result = pull(app_ctx, "mlp", dest, wanted=Wanted(backend="rtx"), host=_rtx_host("1.7.1.116"))
     assert "runtime_cache" not in result.manifest
     assert [p.name for p in (dest / "objects").rglob("*") if p.is_file()] == [result.sha256]
+
+
+# -- serving: which cache file a load hands to the runtime ------------------------------------------
+
+
+def test_serving_hands_over_the_pulled_stand_in_cache_only_where_the_rule_allows(
+    app_ctx: AppContext, pulled_rtx_engine: EngineRecord, tmp_path: Path
+) -> None:
+    import tensorrt_rtx
+
+    version = tensorrt_rtx.__version__
+    stand_in = _stand_in_cache(tmp_path, "served", b"served")
+    publish_runtime_cache(
+        app_ctx,
+        pulled_rtx_engine.id or 0,
+        stand_in,
+        gpu_sku="NVIDIA GeForce RTX 4090",
+        compute_capability="sm89",
+        cuda_version="12.9",
+        rtx_version=version,
+    )
+    dest = tmp_path / "pulled"
+    manifest = pull(app_ctx, "mlp", dest, wanted=Wanted(backend="rtx"), host=_rtx_host(version)).manifest
+    sha = str(pulled_rtx_engine.sha256)
+    here = CacheTarget(sha, "NVIDIA GeForce RTX 4090", "sm89", version, "12.9")
+    handed = for_pulled(dest, manifest, host=here)
+    assert handed is not None and Path(handed).read_bytes() == stand_in.read_bytes()
+    assert for_pulled(dest, manifest, host=CacheTarget(sha, "NVIDIA GeForce RTX 3090", "sm86", version, "12.9")) is None
+    assert for_pulled(dest, manifest, host=CacheTarget(sha, "NVIDIA GeForce RTX 4090", "sm89", version, "12.2")) is None
+    catalog_path = for_catalog_engine(app_ctx, pulled_rtx_engine, host=here)
+    assert catalog_path is not None and Path(catalog_path).read_bytes() == stand_in.read_bytes()
+    assert for_catalog_engine(app_ctx, pulled_rtx_engine, host=CacheTarget(sha, "G", "sm90", version, "12.9")) is None
+    landed = dest / manifest["runtime_cache"]["blob"]
+    landed.chmod(0o644)
+    landed.write_bytes(b"damaged stand-in")
+    assert for_pulled(dest, manifest, host=here) is None  # bytes that are not the cache: never handed over
+
+
+def test_host_target_reads_gpu_rtx_and_cuda_from_a_fingerprint() -> None:
+    target = host_target(ENGINE, _rtx_host("1.7.1.116"))
+    assert target == CacheTarget(ENGINE, "NVIDIA GeForce RTX 4090", "sm89", "1.7.1.116", "12.9")
+    assert host_target(ENGINE, _rtx_host("1.7.1.116").replace(gpus=())) is None

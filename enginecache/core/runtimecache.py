@@ -18,7 +18,7 @@ an exact TensorRT-RTX version and device properties among its checks), so a cach
 over can still be refused there; the session then compiles as if it had none.
 
 A version that is not dotted integers ("12.9", "1.7.1.116") never matches: it is refused, not guessed.
-Pure: no GPU, no catalog, no store.
+Pure: no GPU, no catalog, no store (`host_target` reads a fingerprint given to it).
 """
 
 from __future__ import annotations
@@ -26,7 +26,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
+
+if TYPE_CHECKING:
+    from enginecache.core.hostfingerprint import HostFingerprint
 
 _VERSION = re.compile(r"^\d+(\.\d+)*$")
 _SM = re.compile(r"^(?:sm_?)?(\d+)(?:\.(\d+))?$")
@@ -59,6 +62,28 @@ class CacheTarget:
     compute_capability: str
     rtx_version: str
     cuda_version: str
+
+
+# The backends whose engines have runtime caches, looked up by name (the backend owns the cache's
+# hand-over: core/backends/trt/runtimecache.py)
+RUNTIME_CACHE_BACKENDS = frozenset({"rtx"})
+RTX_LIBRARY = "tensorrt_rtx"  # TensorRT-RTX's library, as a host fingerprint's `packages` names it
+
+
+def has_runtime_caches(backend: str) -> bool:
+    """Whether engines of `backend` have runtime caches (TensorRT-RTX's)."""
+    return backend in RUNTIME_CACHE_BACKENDS
+
+
+def host_target(engine_sha256: str, host: HostFingerprint) -> CacheTarget | None:
+    """`host`'s key for `engine_sha256`: its first GPU's name and compute capability (NVML), its
+    TensorRT-RTX version and CUDA driver version; None where any of them is unknown (no GPU, no
+    NVML, no TensorRT-RTX), so no cache is chosen for it."""
+    rtx = host.packages.get(RTX_LIBRARY)
+    if not host.gpus or rtx is None or host.cuda_driver_version is None:
+        return None
+    gpu = host.gpus[0]
+    return CacheTarget(engine_sha256, gpu.name, gpu.compute_capability, rtx, host.cuda_driver_version)
 
 
 def normalize_sku(name: str) -> str:

@@ -80,8 +80,8 @@ from enginecache.service.engines.records import get_engine
 from enginecache.service.engines.signatures import check_row
 from enginecache.service.fleet.profiles import Profile, Wanted, model_profiles
 from enginecache.service.fleet.runtimecaches import (
-    RTX_BACKEND,
     best_for_host,
+    has_runtime_caches,
     host_target,
     land_runtime_cache,
     manifest_entry,
@@ -342,7 +342,7 @@ def _pull(
             copied = copy_resumable(source, final, dest / "tmp" / f"{sha256}.partial", sha256=sha256)
         if is_bundle(engine):  # every file in DEST's objects, then its folder renamed into place
             copied += _pull_bundle(app, engine, dest, final, manifest)
-        if engine.backend == RTX_BACKEND:  # the runtime cache core.runtimecache allows this host, if any
+        if has_runtime_caches(engine.backend):  # the runtime cache core.runtimecache allows this host, if any
             cache = best_for_host(app, chosen.engine_id, host_target(sha256, host))
             if cache is not None:
                 copied += land_runtime_cache(app, cache, dest)

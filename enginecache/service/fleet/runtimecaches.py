@@ -18,31 +18,38 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from enginecache.core.runtimecache import CacheTarget, normalize_sm, parse_version, select
+from enginecache.core.runtimecache import (
+    CacheTarget,
+    has_runtime_caches,
+    host_target,
+    normalize_sm,
+    parse_version,
+    select,
+)
 from enginecache.errors import BadInputError, NotFoundError
 from enginecache.service.access import audit
 from enginecache.service.access.roles import require
 from enginecache.service.context import AppContext
 
+__all__ = [
+    "RUNTIME_CACHE_PUBLISH",
+    "best_for_host",
+    "fetch_runtime_cache",
+    "has_runtime_caches",
+    "host_target",
+    "land_runtime_cache",
+    "list_runtime_caches",
+    "manifest_entry",
+    "publish_runtime_cache",
+    "runtime_cache_dict",
+    "this_host_target",
+]
+
 RUNTIME_CACHE_PUBLISH = "runtime_cache.publish"
-RTX_BACKEND = "rtx"  # the backend whose engines have runtime caches (core/backends/trt: RTX_BACKEND)
-RTX_LIBRARY = "tensorrt_rtx"  # its library, as a host fingerprint's `packages` names it
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from enginecache.core.hostfingerprint import HostFingerprint
     from enginecache.db.models import EngineRecord, RuntimeCacheRecord
-
-
-def host_target(engine_sha256: str, host: HostFingerprint) -> CacheTarget | None:
-    """`host`'s key for `engine_sha256`: its first GPU's name and compute capability (NVML), its
-    TensorRT-RTX version and CUDA driver version; None where any of them is unknown (no GPU, no
-    NVML, no TensorRT-RTX), so no cache is chosen."""
-    rtx = host.packages.get(RTX_LIBRARY)
-    if not host.gpus or rtx is None or host.cuda_driver_version is None:
-        return None
-    gpu = host.gpus[0]
-    return CacheTarget(engine_sha256, gpu.name, gpu.compute_capability, rtx, host.cuda_driver_version)
 
 
 def this_host_target(engine_sha256: str) -> CacheTarget | None:
@@ -59,7 +66,7 @@ def _rtx_engine(app: AppContext, engine_id: int) -> EngineRecord:
         engine = session.get(EngineRecord, engine_id)
     if engine is None:
         raise NotFoundError(f"no engine with id {engine_id}")
-    if engine.backend != RTX_BACKEND:
+    if not has_runtime_caches(engine.backend):
         raise BadInputError(f"engine {engine_id} is a {engine.backend} engine; runtime caches are TensorRT-RTX's")
     if not engine.sha256:
         raise BadInputError(f"engine {engine_id} has no blob (status {engine.status})")

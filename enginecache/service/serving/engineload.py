@@ -280,6 +280,7 @@ def load_engine(
     hold: BlobHold | None = None,
     request: Mapping[str, Any] | None = None,
     on_tampered: Callable[[str], None] | None = None,
+    runtime_cache: str | None = None,
 ) -> EngineSession:
     """The runtime's import (phase `import_runtime`: a missing library fails before anything is read);
     the signed statement checked against the row and `request` where trusted keys are configured
@@ -291,7 +292,9 @@ def load_engine(
     From before the blob is read it is held (`core.diskbudget.BlobHold`: no disk budget's eviction
     removes it, and its last use is recorded): `hold`, where given, is left holding it for the caller
     to close with the session (also where the blob is not there: then it holds nothing); without
-    it, the hold ends on return. A load that raises holds nothing.
+    it, the hold ends on return. A load that raises holds nothing. `runtime_cache`: a TensorRT-RTX
+    runtime-cache file already chosen and checked (`service.serving.runtimecache`), handed to the
+    backend's load (`LoadSpec.runtime_cache`).
 
     Raises EngineRejectedError: TAMPERED or UNTRUSTED (`check_provenance`), CORRUPT (bytes do not
     match, or the blob is gone; `on_corrupt` ran), INCOMPATIBLE (the backend's validity test) or ERROR
@@ -302,6 +305,8 @@ def load_engine(
         import_backend(backend.module, backend.declaration.install_hint)
     check_provenance(facts, timer, request=request, on_tampered=on_tampered)
     spec = facts.load_spec()
+    if runtime_cache is not None:
+        spec = spec.replace(runtime_cache=runtime_cache)
     _fetch(facts, on_corrupt)
     held = BlobHold() if hold is None else hold
     if not held.take(facts.blob_file):  # evicted by another process since the fetch: fetched once more

@@ -24,6 +24,7 @@ from enginecache.service.access import audit
 from enginecache.service.context import AppContext
 from enginecache.service.jobs.refs import engine_targets
 from enginecache.service.serving.engineload import EngineFacts, load_engine, load_error_note, read_blob
+from enginecache.service.serving.runtimecache import for_catalog_engine
 
 LOAD_OR_BUILD = "load_or_build"  # who found a CORRUPT blob while serving (the audit's `by`, both load paths)
 
@@ -84,6 +85,7 @@ def load_engine_record(
             hold=hold,
             request=request,
             on_tampered=tamper_marker(app, engine_id, LOAD_OR_BUILD),
+            runtime_cache=for_catalog_engine(app, engine),  # TensorRT-RTX: the fleet's best cache, if any
         )
     except EngineRejectedError as err:
         if err.verdict == Verdict.ERROR.outcome:

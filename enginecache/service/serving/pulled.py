@@ -131,6 +131,16 @@ def _record(
         logger.warning("load event not recorded (catalog unreachable): %s", err)
 
 
+def _runtime_cache(home: Path, data: dict[str, Any]) -> str | None:
+    """TensorRT-RTX: the runtime cache the pull brought, where it fits this host (its module is
+    imported only where the manifest names one)."""
+    if not data.get("runtime_cache"):
+        return None
+    from enginecache.service.serving.runtimecache import for_pulled
+
+    return for_pulled(home, data)
+
+
 def load_pulled(
     manifest: Path, spec: RuntimeSpec | None, *, db_url: str | None = None, started: float | None = None
 ) -> LoadedEngine:
@@ -153,7 +163,12 @@ def load_pulled(
         # a corrupt or tampered copy is the folder's own: the next pull replaces it, the catalog's engine
         # stays as it is
         session = load_engine(
-            facts, timer, on_corrupt=lambda _reason: None, hold=hold, request=_signed_request(manifest, data, spec)
+            facts,
+            timer,
+            on_corrupt=lambda _reason: None,
+            hold=hold,
+            request=_signed_request(manifest, data, spec),
+            runtime_cache=_runtime_cache(home, data),
         )
     except EngineRejectedError as err:
         _record(url, data["model"], facts, "rejected", str(err), timer, started)
