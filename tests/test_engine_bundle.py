@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,7 @@ from enginecache.service.engines.records import get_engine
 from enginecache.service.fleet.exports import export_model, verify_tree
 from enginecache.service.fleet.profiles import Wanted
 from enginecache.service.fleet.pull import pull
+from enginecache.service.maintenance.gc.collect import collect_garbage
 from enginecache.service.models.register import register_model
 from enginecache.service.serving.bundleload import BundleSession
 from enginecache.service.serving.runtime import load_or_build
@@ -344,3 +346,15 @@ def test_a_proven_bundle_is_exported_into_the_tree_layout_as_a_folder(
     assert any("config.json" in problem for problem in verify_tree(result.root))
     with pytest.raises(ExportError, match="engine bundles"):
         export_model(app, "mlp", tmp_path / "triton", fmt="triton")
+
+
+def test_gc_keeps_every_file_of_a_bundle_its_engine_needs(
+    app: AppContext, built: dict[str, Path], tmp_path: Path
+) -> None:
+    """Only the manifest is the engine's blob: without the files' digests in its row gc would take
+    the rest as unreferenced once they are older than the temp age."""
+    engine = get_engine(app, import_engine(app, request(make_bundle(tmp_path / "llm", built))).engine_id)
+    later = utcnow() + timedelta(days=2)
+    report = collect_garbage(app, apply=True, clock=lambda: later)
+    assert [r for r in report.removals if "objects" in str(r)] == []
+    assert len(verify_bundle(app, engine).files) == 4

@@ -5,7 +5,8 @@ as a folder.
 more `rank<N>.engine`, any other files; no symlinks, no path leaving the folder), checks every rank
 engine's header against the declaration as a single import does (and the ranks against each other),
 stores each file as its own blob and the canonical manifest as the engine's blob, and records the
-engine UNPROVEN with its provenance (`provenance["bundle"]`: its paths, ranks and total size), as
+engine UNPROVEN with its provenance (`provenance["bundle"]`: its paths, ranks, total size and the
+files' digests, which gc keeps as it keeps the engine's blob), as
 `service.engines.importing` does for one file. A refusal stores no manifest and records nothing.
 
 `verify_bundle` checks the manifest blob against the catalog and every file's blob against the
@@ -67,6 +68,12 @@ _NO_LINK = frozenset({errno.EXDEV, errno.EPERM, errno.EMLINK, errno.EOPNOTSUPP, 
 def is_bundle(engine: EngineRecord) -> bool:
     """Whether `engine` is an engine bundle (its blob is a manifest)."""
     return bool((engine.provenance or {}).get("bundle"))
+
+
+def bundle_blobs(provenance: dict[str, Any] | None) -> set[str]:
+    """The digests of a bundle's files its engine's `provenance` lists (empty for one file)."""
+    bundle = (provenance or {}).get("bundle") or {}
+    return {str(d) for d in bundle.get("blobs") or ()}
 
 
 def import_bundle(app: AppContext, request: ImportRequest) -> ImportResult:
@@ -133,6 +140,7 @@ def import_bundle(app: AppContext, request: ImportRequest) -> ImportResult:
         "files": [f.path for f in manifest.files],
         "ranks": [f.path for f in manifest.ranks],
         "size_bytes": manifest.size,
+        "blobs": sorted({f.sha256 for f in manifest.files}),  # what gc keeps while the engine needs it
     }
     result = record_import(
         app, request, model, backend, declared, facts, targets, backend_version, profile, blob, bundle=summary

@@ -1,9 +1,10 @@
 """What the catalog needs of the store, read at one time for `enginecache gc`: the blobs a row or a
 job names (an engine's sha256 or blob_path; the payload of an active job or of one finished within
-the grace), the blobs only RETIRED engines past the grace name, the model bundles model rows name,
-the TensorRT-RTX runtime caches `runtime_caches` rows name (each kept as long as its row), the
-PENDING engines (whose build folders may be in use) and the attempts RUNNING; and, once a blob is
-removed, the one write that leaves its RETIRED rows without a path to nothing."""
+the grace; each file of an engine bundle), the blobs only RETIRED engines past the grace name, the
+model bundles model rows name, the TensorRT-RTX runtime caches `runtime_caches` rows name (each kept
+as long as its row), the PENDING engines (whose build folders may be in use) and the attempts
+RUNNING; and, once a blob is removed, the one write that leaves its RETIRED rows without a path to
+nothing."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from enginecache.db.models import (
     RuntimeCacheRecord,
 )
 from enginecache.service.context import AppContext
+from enginecache.service.engines.bundles import bundle_blobs
 from enginecache.service.jobs.payloadblobs import digest_of, payload_digests
 from enginecache.service.maintenance.gc.report import GcPolicy
 
@@ -55,6 +57,7 @@ def read_references(app: AppContext, now: datetime, policy: GcPolicy) -> Referen
         col(EngineRecord.finished_at),
         col(EngineRecord.verified_at),
         col(EngineRecord.retired_at),
+        col(EngineRecord.provenance),
     )
     recent = now - policy.grace
     jobs = sa.select(col(JobRecord.id), col(JobRecord.status), col(JobRecord.attempts), col(JobRecord.payload)).where(
@@ -62,10 +65,10 @@ def read_references(app: AppContext, now: datetime, policy: GcPolicy) -> Referen
     )
     models = sa.select(col(ModelRecord.digest), col(ModelRecord.store_path))
     with app.catalog.read() as session:
-        for engine_id, status, sha256, blob_path, *times, retired_at in session.execute(engines):
+        for engine_id, status, sha256, blob_path, *times, retired_at, provenance in session.execute(engines):
             if status == EngineStatus.PENDING:
                 pending.add(engine_id)
-            digests = {d for d in (sha256, digest_of(blob_path)) if d is not None}
+            digests = {d for d in (sha256, digest_of(blob_path)) if d is not None} | bundle_blobs(provenance)
             # since it was retired; a row retired before migration 0012: its latest recorded time
             since = retired_at or max(t for t in times if t is not None)
             if status == EngineStatus.RETIRED and since < recent:
