@@ -4,14 +4,15 @@ status and kind, newest first; a live section (`dashboard.live`) while any job i
 Each card says what the job does by name (`build convnet · TensorRT-RTX fp16 sm89`), its state
 as it is now: a running job's progress and phase with Cancel; a queued job no live worker can run
 as a warning naming what is missing, with Cancel; a finished one without a progress bar or its
-last phase (a SUCCEEDED build links to its engine, a FAILED one gives its reason). Names come from
+last phase (a SUCCEEDED build links to its engine, a FAILED one gives its reason in one line
+naming the model, the whole error behind Details). Names come from
 uploaded files: shown as plain text (`markdown_literal`)."""
 
 from __future__ import annotations
 
 import streamlit as st
 
-from enginecache.dashboard import data
+from enginecache.dashboard import data, errortext
 from enginecache.dashboard.live import link, live_section
 from enginecache.service.builds.submit import cancel_job
 from enginecache.service.readmodels.display import markdown_literal
@@ -96,9 +97,23 @@ def _job_card(view: JobView) -> None:
                 data.clear_caches()
                 st.rerun()
         if job.error and job.status in FAILED:
-            st.error(markdown_literal(f"{job.status}: {job.error}"), icon=":material/error:")
+            _failure(view)
         elif job.error:
             st.caption(markdown_literal(job.error))
         if job.log_tail:
             with st.expander("log tail"):
                 st.code(job.log_tail, language=None)
+
+
+def _failure(view: JobView) -> None:
+    """A failed job's error in one line naming the model and the cause (no server path); the whole
+    error behind Details where the line leaves some of it out."""
+    job = view.job
+    app = data.get_app()
+    text = errortext.without_server_paths(job.error or "", app.home, app.store.tmp_dir)
+    line = errortext.one_line(text)
+    model = f"{view.model_name}: " if view.model_name else ""
+    st.error(markdown_literal(f"{job.status}: {model}{line}"), icon=":material/error:")
+    if line != text.strip():
+        with st.expander("Details"):
+            st.code(text, language=None, wrap_lines=True)

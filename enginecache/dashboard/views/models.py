@@ -20,7 +20,6 @@ from __future__ import annotations
 import html
 import logging
 import os
-import re
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -30,7 +29,7 @@ import pandas as pd
 import plotly.express as px
 import streamlit as st
 
-from enginecache.dashboard import data
+from enginecache.dashboard import data, errortext
 from enginecache.dashboard.uploads import UploadedFile, remove_tree, stage_upload
 from enginecache.dashboard.urlstate import from_url, to_url, url_int
 from enginecache.dashboard.views.releases import release_panel
@@ -111,18 +110,9 @@ def register_server_path(app: AppContext, text: str, *, name: str | None, roots:
     return register_model(app, importable_path(text, roots), name=name or None)
 
 
-# A trailing parenthesis quoting a library's own words ("(protobuf says: Error parsing message ...)"):
-# the details, not the cause.
-LIBRARY_SAYS = re.compile(r"\s*\((?:[^()]*\bsays?:[^()]*)\)\s*$")
-
-
 def without_server_paths(text: str, app: AppContext) -> str:
-    """`text` with the server's own folders left out: an upload's staging folder
-    (`<store tmp>/upload-XXXX/upload/`) dropped before the file's name, the home before a path
-    inside it (left relative)."""
-    staging = re.escape(str(app.store.tmp_dir)) + r"/upload-[^/\s]+/upload/"
-    text = re.sub(staging, "", text)
-    return re.sub(re.escape(str(app.home).rstrip("/")) + "/", "", text)
+    """`errortext.without_server_paths` for this app's home and store."""
+    return errortext.without_server_paths(text, app.home, app.store.tmp_dir)
 
 
 def error_lines(what: str, err: BaseException, app: AppContext) -> tuple[str, str]:
@@ -132,9 +122,9 @@ def error_lines(what: str, err: BaseException, app: AppContext) -> tuple[str, st
     if isinstance(err, UnavailableError):
         line = f"the store or the catalog is unavailable, try again later: {text}"
     elif isinstance(err, EngineCacheError | OSError | ValueError):
-        line = f"{what}: {LIBRARY_SAYS.sub('', text)}"
+        line = f"{what}: {errortext.one_line(text)}"
     else:
-        line = f"{what}: {type(err).__name__}: {LIBRARY_SAYS.sub('', text)}"
+        line = f"{what}: {type(err).__name__}: {errortext.one_line(text)}"
     return line, f"{type(err).__name__}: {text}"
 
 
