@@ -25,7 +25,7 @@ from enginecache.service.access.audit import current_actor
 from enginecache.service.context import AppContext
 from enginecache.service.engines.bundles import bundle_path, is_bundle, place_bundle, verify_bundle
 from enginecache.service.engines.importing import ImportRequest, import_engine
-from enginecache.service.engines.records import get_engine
+from enginecache.service.engines.records import get_engine, verify_engines
 from enginecache.service.fleet.exports import export_model, verify_tree
 from enginecache.service.fleet.profiles import Wanted
 from enginecache.service.fleet.pull import pull
@@ -161,11 +161,16 @@ def test_layouts_and_manifests_that_are_no_bundle_are_refused(
 def test_every_file_is_verified(app: AppContext, built: dict[str, Path], tmp_path: Path) -> None:
     engine = get_engine(app, import_engine(app, request(make_bundle(tmp_path / "llm", built))).engine_id)
     manifest = verify_bundle(app, engine)
+    (fine,) = verify_engines(app, [engine.id or 0])
+    assert fine.ok and "4 files matches too" in fine.message and fine.status == EngineStatus.UNPROVEN
     tokenizer = blob_path(app.home, manifest.file("tokenizer/tokenizer.json").sha256)
     os.chmod(tokenizer, 0o644)
     tokenizer.write_bytes(TOKENIZER.replace(b"BPE", b"BPX"))
     with pytest.raises(IntegrityCheckError, match=r"tokenizer/tokenizer\.json"):
         verify_bundle(app, engine)
+    (damaged,) = verify_engines(app, [engine.id or 0])
+    assert not damaged.ok and damaged.status == EngineStatus.CORRUPT and "tokenizer/tokenizer.json" in damaged.message
+    assert get_engine(app, engine.id or 0).status == EngineStatus.CORRUPT, "enginecache verify marks it"
     with pytest.raises(IntegrityCheckError, match=r"tokenizer/tokenizer\.json"):
         place_bundle(app, engine, tmp_path / "out")
     assert files_under(tmp_path / "out") == [] and not list(tmp_path.glob(".out.*")), "nothing visible, nothing left"

@@ -105,8 +105,9 @@ def verify_blob_at(path: Path, engine: EngineRecord) -> DigestResult:
 
 
 def verify_engines(app: AppContext, engine_ids: list[int] | None = None, *, sign: bool = False) -> list[VerifyResult]:
-    """Re-hash each engine's blob (at the path its sha256 implies) in one pass; a mismatch or a missing
-    blob marks it CORRUPT. A row whose `blob_path` names another file is set to the digest's path, and
+    """Re-hash each engine's blob (at the path its sha256 implies) in one pass, and each file of an
+    engine bundle against its manifest; a mismatch or a missing blob or file marks it CORRUPT. A row
+    whose `blob_path` names another file is set to the digest's path, and
     one without the digest of its header (built before migration 0015), or with another, gets the
     header's, from the same pass: its loads check the header first from then on.
 
@@ -137,11 +138,14 @@ def verify_engines(app: AppContext, engine_ids: list[int] | None = None, *, sign
             if not path.is_file():
                 raise IntegrityCheckError(f"blob {engine.sha256} is missing from {path.parent}")
             digest = verify_blob_at(path, engine)
+            bundle_files = _verify_bundle_files(app, engine)
         except IntegrityCheckError as err:
             _mark_corrupt(app, engine.id or 0, "verify", err)
             results.append(VerifyResult(engine.id or 0, False, EngineStatus.CORRUPT, str(err)))
             continue
         message = f"sha256 {engine.sha256} matches"
+        if bundle_files:
+            message += f" (its manifest; each of its bundle's {bundle_files} files matches too)"
         relative = app.store.relative(path)
         if engine.blob_path != relative:
             message += f" (its blob_path {engine.blob_path!r} named another file: set to {relative!r})"
@@ -171,6 +175,16 @@ def verify_engines(app: AppContext, engine_ids: list[int] | None = None, *, sign
         status = signed.status or status
         results.append(VerifyResult(engine.id or 0, signed.ok, status, f"{message}; {signed.message}"))
     return results
+
+
+def _verify_bundle_files(app: AppContext, engine: EngineRecord) -> int:
+    """For an engine bundle (its blob is the manifest), each file checked against the manifest: how
+    many (IntegrityCheckError naming the first that does not match); 0 for one file."""
+    if not (engine.provenance or {}).get("bundle"):
+        return 0
+    from enginecache.service.engines.bundles import verify_bundle  # it imports this module's neighbours
+
+    return len(verify_bundle(app, engine).files)
 
 
 def _mark_corrupt(app: AppContext, engine_id: int, by: str, err: IntegrityCheckError) -> None:
