@@ -37,6 +37,7 @@ from enginecache.service.maintenance.gc.report import GcPolicy
 from enginecache.service.models.register import register_model
 from enginecache.service.serving.runtimecache import for_catalog_engine, for_pulled
 from tests.clirunner import run_cli
+from tests.dashboardkit import served_catalog, view
 from tests.enginerows import engine_row_like
 from tests.modelfactory import make_mlp
 
@@ -488,3 +489,31 @@ def test_host_target_reads_gpu_rtx_and_cuda_from_a_fingerprint() -> None:
     target = host_target(ENGINE, _rtx_host("1.7.1.116"))
     assert target == CacheTarget(ENGINE, "NVIDIA GeForce RTX 4090", "sm89", "1.7.1.116", "12.9")
     assert host_target(ENGINE, _rtx_host("1.7.1.116").replace(gpus=())) is None
+
+
+# -- the dashboard: the Hosts view lists runtime caches per engine and GPU ---------------------------
+
+
+def test_hosts_view_lists_published_stand_in_caches_per_engine_and_gpu(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with served_catalog(tmp_path / "home", monkeypatch) as app:
+        at = view("hosts").run()
+        assert not at.exception
+        assert any("None published yet" in str(c.value) for c in [*at.markdown, *at.caption, *at.info])
+        engine = _rtx_engine_row(app)
+        for sku, name in (("NVIDIA GeForce RTX 4090", "4090"), ("NVIDIA RTX 4000 Ada", "ada")):
+            publish_runtime_cache(
+                app,
+                engine.id or 0,
+                _stand_in_cache(tmp_path, name, name.encode()),
+                gpu_sku=sku,
+                compute_capability="sm89",
+                rtx_version="1.7.1",
+                cuda_version="12.9",
+            )
+        at = view("hosts").run()
+        assert not at.exception
+        table = next(d.value for d in at.dataframe if {"GPU", "SM", "TensorRT-RTX"} <= set(d.value.columns))
+        assert list(table["GPU"]) == ["NVIDIA GeForce RTX 4090", "NVIDIA RTX 4000 Ada"]
+        assert set(table["engine"]) == {engine.id} and set(table["SM"]) == {"sm89"}

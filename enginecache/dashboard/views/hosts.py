@@ -9,6 +9,7 @@ import streamlit as st
 
 from enginecache.dashboard import data
 from enginecache.service.fleet.hostcoverage import HostCoverage, hosts_coverage
+from enginecache.service.fleet.runtimecaches import runtime_cache_rows
 from enginecache.service.readmodels.display import markdown_literal
 
 
@@ -19,6 +20,7 @@ def render() -> None:
         "No worker has registered yet: `enginecache worker` (or `enginecache serve`) starts one.",
     )
     if not hosts:
+        _runtime_caches()
         return
     now = datetime.now(UTC)
     app = data.get_app()
@@ -92,6 +94,37 @@ def render() -> None:
         )
     with st.expander("Full fingerprint"):
         st.json(fp)
+    _runtime_caches()
+
+
+def _runtime_caches() -> None:
+    """The TensorRT-RTX runtime caches serving hosts published, per engine and GPU (docs/fleet.md)."""
+    st.subheader("Runtime caches")
+    rows = data.attempt("cannot read the runtime caches", runtime_cache_rows, data.get_app()) or []
+    st.caption(
+        "TensorRT-RTX kernels compiled by a serving host, reused by others with the same GPU (same SM, "
+        "TensorRT-RTX and CUDA at least as new)."
+    )
+    _table(
+        f"**Published** ({len(rows)})",
+        [
+            {
+                "engine": r["engine_id"],
+                "GPU": r["gpu_sku"],
+                "SM": r["compute_capability"],
+                "TensorRT-RTX": r["rtx_version"],
+                "CUDA": r["cuda_version"],
+                "bytes": r["size_bytes"],
+                "sha256": str(r["sha256"])[:12],
+                "from host": r["host"],
+                "by": r["actor"],
+                "at": r["created_at"],
+            }
+            for r in rows
+        ],
+        "hosts_runtime_caches",
+        "None published yet: `enginecache runtime-cache publish ENGINE_ID FILE` on a host that loaded an RTX engine.",
+    )
 
 
 def _engines(found: HostCoverage) -> None:

@@ -42,10 +42,12 @@ __all__ = [
     "manifest_entry",
     "publish_runtime_cache",
     "runtime_cache_dict",
+    "runtime_cache_rows",
     "this_host_target",
 ]
 
 RUNTIME_CACHE_PUBLISH = "runtime_cache.publish"
+DASHBOARD_LIMIT = 500  # runtime caches the Hosts view lists at most
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -160,8 +162,10 @@ def publish_runtime_cache(
     return row
 
 
-def list_runtime_caches(app: AppContext, engine_id: int | None = None) -> list[RuntimeCacheRecord]:
-    """Runtime caches, newest first (the id breaking ties), of `engine_id` where given."""
+def list_runtime_caches(
+    app: AppContext, engine_id: int | None = None, *, limit: int | None = None
+) -> list[RuntimeCacheRecord]:
+    """Runtime caches, newest first (the id breaking ties), of `engine_id` where given, at most `limit`."""
     from sqlmodel import col
     from sqlmodel import select as sql_select
 
@@ -173,7 +177,14 @@ def list_runtime_caches(app: AppContext, engine_id: int | None = None) -> list[R
     if engine_id is not None:
         query = query.where(RuntimeCacheRecord.engine_id == engine_id)
     with app.catalog.read() as session:
-        return list(session.exec(query).all())
+        return list(session.exec(query.limit(limit)).all())
+
+
+def runtime_cache_rows(app: AppContext, limit: int = DASHBOARD_LIMIT) -> list[dict[str, Any]]:
+    """What the dashboard lists: the newest `limit` runtime caches as plain values, by engine and
+    GPU (engine id, then GPU SKU, then newest first)."""
+    rows = [runtime_cache_dict(c) for c in list_runtime_caches(app, limit=limit)]
+    return sorted(rows, key=lambda r: (-int(r["engine_id"]), str(r["gpu_sku"]), -int(r["id"] or 0)))
 
 
 def best_for_host(app: AppContext, engine_id: int, host: CacheTarget | None) -> RuntimeCacheRecord | None:
