@@ -22,6 +22,7 @@ from enginecache.db import engines
 from enginecache.db.models import EngineRecord, EngineStatus, utcnow
 from enginecache.errors import EngineCacheError, ExportError, ImportRefusedError, IntegrityCheckError
 from enginecache.service.access.audit import current_actor
+from enginecache.service.builds.testload import run_test_load
 from enginecache.service.context import AppContext
 from enginecache.service.engines.bundles import bundle_path, is_bundle, place_bundle, verify_bundle
 from enginecache.service.engines.importing import ImportRequest, import_engine
@@ -363,3 +364,14 @@ def test_gc_keeps_every_file_of_a_bundle_its_engine_needs(
     report = collect_garbage(app, apply=True, clock=lambda: later)
     assert [r for r in report.removals if "objects" in str(r)] == []
     assert len(verify_bundle(app, engine).files) == 4
+
+
+def test_a_test_load_of_a_bundle_is_an_error_run_that_leaves_it_unproven(
+    app: AppContext, built: dict[str, Path], tmp_path: Path
+) -> None:
+    """Its blob is a manifest: handed to TensorRT-RTX as a plan it would be refused, and CORRUPT
+    would be the wrong verdict."""
+    engine_id = import_engine(app, request(make_bundle(tmp_path / "llm", built))).engine_id
+    run = run_test_load(app, engine_id, host=gpu_host("sm86"))
+    assert run.verdict == "ERROR" and "engine bundle" in (run.reason or "")
+    assert get_engine(app, engine_id).status == EngineStatus.UNPROVEN

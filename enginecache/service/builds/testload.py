@@ -44,7 +44,7 @@ from enginecache.core.validate import (
 from enginecache.db import engines, queue
 from enginecache.db.models import EngineRecord, EngineStatus, JobRecord, LoadRunRecord, ModelRecord, utcnow
 from enginecache.db.sqlexec import AlchemyExecutor
-from enginecache.errors import EngineCacheError, StaleLeaseError, TestInputError, UnavailableError
+from enginecache.errors import BadInputError, EngineCacheError, StaleLeaseError, TestInputError, UnavailableError
 from enginecache.service.access import audit
 from enginecache.service.access import roles as access
 from enginecache.service.builds.testinputs import check_inputs
@@ -173,6 +173,11 @@ def run_test_load(
         raise TestInputError(f"engine {engine_id}'s model {engine.model_id} is missing from the catalog")
     host = host or host_fingerprint()
     try:
+        if (engine.provenance or {}).get("bundle"):  # an engine bundle: its rank files load only in its runtime
+            raise BadInputError(
+                f"engine {engine_id} is an engine bundle: its runtime (TensorRT-LLM) loads its folder, which "
+                "enginecache does not test-load; `enginecache verify` checks every file of it"
+            )
         result = _validate(app, engine, model, options)
     except (UnavailableError, StaleLeaseError):
         raise
