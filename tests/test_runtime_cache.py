@@ -32,6 +32,7 @@ from enginecache.service.fleet.runtimecaches import (
     list_runtime_caches,
     publish_runtime_cache,
 )
+from enginecache.service.maintenance.backup.create import backup
 from enginecache.service.maintenance.gc.references import read_references
 from enginecache.service.maintenance.gc.report import GcPolicy
 from enginecache.service.models.register import register_model
@@ -517,3 +518,22 @@ def test_hosts_view_lists_published_stand_in_caches_per_engine_and_gpu(
         table = next(d.value for d in at.dataframe if {"GPU", "SM", "TensorRT-RTX"} <= set(d.value.columns))
         assert list(table["GPU"]) == ["NVIDIA GeForce RTX 4090", "NVIDIA RTX 4000 Ada"]
         assert set(table["engine"]) == {engine.id} and set(table["SM"]) == {"sm89"}
+
+
+def test_backup_copies_a_published_stand_in_cache_blob(
+    app_ctx: AppContext, pulled_rtx_engine: EngineRecord, tmp_path: Path
+) -> None:
+    engine = pulled_rtx_engine
+    row = publish_runtime_cache(
+        app_ctx,
+        engine.id or 0,
+        _stand_in_cache(tmp_path, "backup", b"backed up"),
+        gpu_sku="NVIDIA GeForce RTX 4090",
+        compute_capability="sm89",
+        rtx_version="1.7.1",
+        cuda_version="12.9",
+    )
+    result = backup(app_ctx, tmp_path / "backup")
+    entries = [e for e in result.manifest["blobs"] if e["sha256"] == row.sha256]
+    assert len(entries) == 1 and entries[0]["runtime_cache_ids"] == [row.id]
+    assert (tmp_path / "backup" / entries[0]["path"]).read_bytes() == app_ctx.store.blob_path(row.sha256).read_bytes()

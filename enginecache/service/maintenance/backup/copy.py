@@ -25,19 +25,22 @@ def copy_blobs(
     store: ArtifactStore, state: CatalogState, work: Path
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Copy each blob the snapshot references once, verified: the engines' (a READY engine's is
-    required) and those job payloads name (where the store has them). Returns the manifest's entries
+    required), those job payloads name and runtime caches' (where the store has them). Returns the manifest's entries
     and what was left out."""
     engines: dict[str, list[EngineRef]] = {}
     for engine in state.engines:
         engines.setdefault(engine.sha256, []).append(engine)
     copied: list[dict[str, Any]] = []
     skipped: list[dict[str, Any]] = []
-    for sha256 in sorted({*engines, *state.job_blobs}):
+    for sha256 in sorted({*engines, *state.job_blobs, *state.runtime_cache_blobs}):
         refs = engines.get(sha256, [])
         jobs = state.job_blobs.get(sha256, [])
-        names = {"engine_ids": [r.engine_id for r in refs], "job_ids": jobs}
+        caches = state.runtime_cache_blobs.get(sha256, [])
+        names: dict[str, Any] = {"engine_ids": [r.engine_id for r in refs], "job_ids": jobs}
+        if caches:
+            names["runtime_cache_ids"] = caches
         required = any(ref.status == EngineStatus.READY for ref in refs)
-        what = _blob_words(sha256, refs, jobs)
+        what = _blob_words(sha256, refs, jobs, caches)
         if not is_digest(sha256):
             if required:
                 raise IntegrityCheckError(f"{what}: the catalog's digest is not a sha256")
@@ -52,7 +55,7 @@ def copy_blobs(
                 raise IntegrityCheckError(
                     f"{what} is missing from the store ({source}); `enginecache verify --all` marks its engine CORRUPT"
                 ) from err
-            if refs:  # a job's payload may name a digest that is no blob (a model's): only engines' are reported
+            if refs or caches:  # a job's payload may name a digest that is no blob (a model's): not reported
                 skipped.append({"sha256": sha256, **names, "reason": f"missing from the store ({source})"})
             continue
         if got.sha256 != sha256:
@@ -76,8 +79,9 @@ def copy_blobs(
     return copied, skipped
 
 
-def _blob_words(sha256: str, engines: list[EngineRef], jobs: list[int]) -> str:
+def _blob_words(sha256: str, engines: list[EngineRef], jobs: list[int], caches: list[int]) -> str:
     named = [f"engine {e.engine_id} ({e.status})" for e in engines] + [f"job {job}" for job in jobs]
+    named += [f"runtime cache {c}" for c in caches]
     return f"blob {sha256} of {', '.join(named)}"
 
 

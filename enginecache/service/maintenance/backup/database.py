@@ -71,6 +71,7 @@ class CatalogState:
     engines: list[EngineRef] = field(default_factory=list)
     models: list[ModelRef] = field(default_factory=list)
     job_blobs: dict[str, list[int]] = field(default_factory=dict)  # digest -> jobs whose payload names it
+    runtime_cache_blobs: dict[str, list[int]] = field(default_factory=dict)  # digest -> runtime_caches rows
     details: dict[str, Any] = field(default_factory=dict)
 
 
@@ -146,8 +147,9 @@ def read_state(query: Query, table_names: Sequence[str]) -> CatalogState:
 
     Engines: every row with a sha256, except those whose blob_path gc cleared (a RETIRED engine whose
     blob was collected: the catalog says it has none). Models: every row. Jobs: the digests their
-    payloads name. The audit chain's head (revision 0017 on), as `details["audit_head"]` (`id`,
-    `hash`), which the manifest records: a head kept outside the catalog."""
+    payloads name. Runtime caches: the blobs their rows name. The audit chain's head (revision 0017
+    on), as `details["audit_head"]` (`id`, `hash`), which the manifest records: a head kept outside
+    the catalog."""
     tables = _count_rows(query, table_names)
     state = CatalogState(read_revision(query) if "alembic_version" in tables else None, tables)
     if "engines" in tables:
@@ -166,6 +168,9 @@ def read_state(query: Query, table_names: Sequence[str]) -> CatalogState:
         for row in _rows(query, "SELECT id, payload FROM jobs ORDER BY id"):
             for digest in sorted(set(payload_digests(_json(row["payload"])))):
                 state.job_blobs.setdefault(digest, []).append(int(row["id"]))
+    if "runtime_caches" in tables:  # TensorRT-RTX runtime caches (revision 0021 on)
+        for row in _rows(query, "SELECT id, sha256 FROM runtime_caches ORDER BY id"):
+            state.runtime_cache_blobs.setdefault(str(row["sha256"]), []).append(int(row["id"]))
     if HEAD_TABLE in tables:
         for row in _rows(query, f"SELECT last_id, last_hash FROM {HEAD_TABLE}"):
             last_id = None if row["last_id"] is None else int(row["last_id"])
