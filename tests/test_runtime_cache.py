@@ -10,9 +10,12 @@ import json
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from enginecache.core.backends.loadtypes import LoadSpec, PhaseTimer
+from enginecache.core.backends.registry import get_backend
 from enginecache.core.backends.trt.runtimecache import create_context, serialized_cache, supports_runtime_cache
 from enginecache.core.fingerprint import host_fingerprint
 from enginecache.core.gpufacts import GpuInfo
@@ -36,6 +39,8 @@ from enginecache.service.maintenance.backup.create import backup
 from enginecache.service.maintenance.gc.references import read_references
 from enginecache.service.maintenance.gc.report import GcPolicy
 from enginecache.service.models.register import register_model
+from enginecache.service.serving.engineload import load_engine
+from enginecache.service.serving.loading import engine_facts
 from enginecache.service.serving.runtimecache import for_catalog_engine, for_pulled
 from tests.clirunner import run_cli
 from tests.dashboardkit import served_catalog, view
@@ -537,3 +542,30 @@ def test_backup_copies_a_published_stand_in_cache_blob(
     entries = [e for e in result.manifest["blobs"] if e["sha256"] == row.sha256]
     assert len(entries) == 1 and entries[0]["runtime_cache_ids"] == [row.id]
     assert (tmp_path / "backup" / entries[0]["path"]).read_bytes() == app_ctx.store.blob_path(row.sha256).read_bytes()
+
+
+def test_load_engine_hands_the_chosen_stand_in_cache_path_to_the_backend(
+    app_ctx: AppContext, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The hand-over point of a load: the path chosen by `service.serving.runtimecache` reaches the
+    backend's load in `LoadSpec.runtime_cache` (a real ORT engine stands in for an RTX one, which
+    needs an RTX GPU; ORT ignores the field)."""
+    register_model(app_ctx, make_mlp(tmp_path / "mlp.onnx"), name="mlp")
+    built = build_engine(app_ctx, BuildRequest(model="mlp", backend="ort")).engine
+    backend = get_backend("ort")
+    seen: list[LoadSpec] = []
+    for name in ("load", "load_file"):
+        real = getattr(backend, name)
+
+        def spy(source: Any, spec: LoadSpec, *rest: Any, _real: Any = real) -> Any:
+            seen.append(spec)
+            return _real(source, spec, *rest)
+
+        monkeypatch.setattr(backend, name, spy)
+    stand_in = _stand_in_cache(tmp_path, "handed", b"h")
+    facts = engine_facts(app_ctx, built)
+    session = load_engine(facts, PhaseTimer(), on_corrupt=lambda _r: None, runtime_cache=str(stand_in))
+    session.close()
+    session = load_engine(facts, PhaseTimer(), on_corrupt=lambda _r: None)
+    session.close()
+    assert [s.runtime_cache for s in seen] == [str(stand_in), None]
