@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
@@ -30,6 +31,7 @@ from enginecache.service.engines.records import get_engine, verify_engines
 from enginecache.service.fleet.exports import export_model, verify_tree
 from enginecache.service.fleet.profiles import Wanted
 from enginecache.service.fleet.pull import pull
+from enginecache.service.maintenance.backup.usecases import backup, restore
 from enginecache.service.maintenance.gc.collect import collect_garbage
 from enginecache.service.models.register import register_model
 from enginecache.service.serving.bundleload import BundleSession
@@ -375,3 +377,14 @@ def test_a_test_load_of_a_bundle_is_an_error_run_that_leaves_it_unproven(
     run = run_test_load(app, engine_id, host=gpu_host("sm86"))
     assert run.verdict == "ERROR" and "engine bundle" in (run.reason or "")
     assert get_engine(app, engine_id).status == EngineStatus.UNPROVEN
+
+
+def test_a_backup_restores_every_file_of_a_bundle(
+    app: AppContext, built: dict[str, Path], tmp_path: Path, app_factory: Callable[..., AppContext]
+) -> None:
+    engine_id = import_engine(app, request(make_bundle(tmp_path / "llm", built))).engine_id
+    result = backup(app, tmp_path / "backup")
+    target = app_factory(home=tmp_path / "restored")
+    restore(target, result.dest)
+    manifest = verify_bundle(target, get_engine(target, engine_id))
+    assert len(manifest.files) == 4 and same_files(bundle_path(target, get_engine(target, engine_id)), tmp_path / "llm")

@@ -146,18 +146,19 @@ def read_state(query: Query, table_names: Sequence[str]) -> CatalogState:
     """The revision, row counts and blob references, each read through `query` (one snapshot).
 
     Engines: every row with a sha256, except those whose blob_path gc cleared (a RETIRED engine whose
-    blob was collected: the catalog says it has none). Models: every row. Jobs: the digests their
-    payloads name. Runtime caches: the blobs their rows name. The audit chain's head (revision 0017
-    on), as `details["audit_head"]` (`id`, `hash`), which the manifest records: a head kept outside
-    the catalog."""
+    blob was collected: the catalog says it has none), and each file of an engine bundle. Models:
+    every row. Jobs: the digests their payloads name. Runtime caches: the blobs their rows name. The
+    audit chain's head (revision 0017 on), as `details["audit_head"]` (`id`, `hash`), which the
+    manifest records: a head kept outside the catalog."""
     tables = _count_rows(query, table_names)
     state = CatalogState(read_revision(query) if "alembic_version" in tables else None, tables)
     if "engines" in tables:
-        for row in _rows(
-            query, "SELECT id, status, sha256, blob_path FROM engines WHERE sha256 IS NOT NULL ORDER BY id"
-        ):
+        # every column: `provenance` (revision 0018 on) lists an engine bundle's files, blobs of their own
+        for row in _rows(query, "SELECT * FROM engines WHERE sha256 IS NOT NULL ORDER BY id"):
             if row["blob_path"] is not None or row["status"] == EngineStatus.READY:
-                state.engines.append(EngineRef(int(row["id"]), str(row["status"]), str(row["sha256"])))
+                bundle = (_json(row.get("provenance")) or {}).get("bundle") or {}
+                for digest in (str(row["sha256"]), *sorted(str(d) for d in bundle.get("blobs") or ())):
+                    state.engines.append(EngineRef(int(row["id"]), str(row["status"]), digest))
     if "models" in tables:
         for row in _rows(query, "SELECT * FROM models ORDER BY id"):
             info = _json(row["info"]) or {}
