@@ -569,3 +569,28 @@ def test_load_engine_hands_the_chosen_stand_in_cache_path_to_the_backend(
     session = load_engine(facts, PhaseTimer(), on_corrupt=lambda _r: None)
     session.close()
     assert [s.runtime_cache for s in seen] == [str(stand_in), None]
+
+
+def test_an_up_to_date_pull_brings_a_stand_in_cache_published_since(
+    app_ctx: AppContext, pulled_rtx_engine: EngineRecord, tmp_path: Path
+) -> None:
+    import tensorrt_rtx
+
+    host, dest = _rtx_host(tensorrt_rtx.__version__), tmp_path / "pulled"
+    first = pull(app_ctx, "mlp", dest, wanted=Wanted(backend="rtx"), host=host)
+    assert "runtime_cache" not in first.manifest
+    stand_in = _stand_in_cache(tmp_path, "since", b"published after the pull")
+    row = publish_runtime_cache(
+        app_ctx,
+        pulled_rtx_engine.id or 0,
+        stand_in,
+        gpu_sku="NVIDIA GeForce RTX 4090",
+        compute_capability="sm89",
+        cuda_version="12.9",
+        rtx_version=tensorrt_rtx.__version__,
+    )
+    second = pull(app_ctx, "mlp", dest, wanted=Wanted(backend="rtx"), host=host)
+    assert not second.up_to_date and second.copied_bytes == row.size_bytes
+    assert json.loads(second.manifest_path.read_text())["runtime_cache"]["id"] == row.id
+    third = pull(app_ctx, "mlp", dest, wanted=Wanted(backend="rtx"), host=host)
+    assert third.up_to_date and third.copied_bytes == 0

@@ -72,7 +72,7 @@ from enginecache.core.resumable import copy_resumable
 from enginecache.core.signing import policy
 from enginecache.core.store import ArtifactStore
 from enginecache.core.storeenv import configured as remote_configured
-from enginecache.db.models import EngineRecord
+from enginecache.db.models import EngineRecord, RuntimeCacheRecord
 from enginecache.errors import BadInputError, IntegrityCheckError, NoEngineFitsError, StoreError
 from enginecache.service.context import AppContext
 from enginecache.service.engines.bundles import is_bundle, place_files
@@ -193,6 +193,25 @@ def _up_to_date(path: Path, engine: EngineRecord, blob: Path) -> bool:
         return True
     blob.unlink()
     return False
+
+
+def _cache_in_place(manifest: dict[str, Any], dest: Path, cache: RuntimeCacheRecord | None) -> bool:
+    """The manifest names `cache` (or no cache, where there is none) and its blob is in `dest`."""
+    named = manifest.get("runtime_cache") or {}
+    if cache is None:
+        return not named
+    return named.get("sha256") == cache.sha256 and (dest / str(named.get("blob"))).is_file()
+
+
+def _land_cache(app: AppContext, cache: RuntimeCacheRecord | None, dest: Path, manifest: dict[str, Any]) -> int:
+    """`cache`'s blob brought into `dest` and named in `manifest` (none named where `cache` is None);
+    the bytes copied."""
+    if cache is None:
+        manifest.pop("runtime_cache", None)
+        return 0
+    copied = land_runtime_cache(app, cache, dest)
+    manifest["runtime_cache"] = manifest_entry(cache)
+    return copied
 
 
 def _whole(blob: Path, engine: EngineRecord) -> bool:
@@ -329,8 +348,20 @@ def _pull(
     if is_bundle(engine) and landing.max_bytes is not None:
         raise BadInputError(f"engine {chosen.engine_id} is an engine bundle: --max-bytes does not cover bundles")
     landing.admit(sha256, int(engine.size_bytes or 0), where.name)  # the budget, before anything moves
+    # the runtime cache core.runtimecache allows this host, if any (TensorRT-RTX engines)
+    cache = (
+        best_for_host(app, chosen.engine_id, host_target(sha256, host)) if has_runtime_caches(engine.backend) else None
+    )
     if _up_to_date(where, engine, final) and _bundle_in_place(dest, engine, final):
-        return PullResult(dest, where, chosen.engine_id, sha256, 0, True, json.loads(where.read_text()))
+        kept = json.loads(where.read_text())
+        if _cache_in_place(kept, dest, cache):
+            return PullResult(dest, where, chosen.engine_id, sha256, 0, True, kept)
+        try:  # the engine is in place; a runtime cache published (or removed) since is brought in alone
+            copied = _land_cache(app, cache, dest, kept)
+            _write_atomically(where, kept)
+        except OSError as err:
+            raise StoreError(f"could not pull engine {chosen.engine_id}'s runtime cache into {dest}: {err}") from err
+        return PullResult(dest, where, chosen.engine_id, sha256, copied, False, kept)
     source = blob_path(app.home, sha256)
     try:
         if not source.is_file() and remote_configured():  # this host has no store folder: the object store
@@ -342,11 +373,7 @@ def _pull(
             copied = copy_resumable(source, final, dest / "tmp" / f"{sha256}.partial", sha256=sha256)
         if is_bundle(engine):  # every file in DEST's objects, then its folder renamed into place
             copied += _pull_bundle(app, engine, dest, final, manifest)
-        if has_runtime_caches(engine.backend):  # the runtime cache core.runtimecache allows this host, if any
-            cache = best_for_host(app, chosen.engine_id, host_target(sha256, host))
-            if cache is not None:
-                copied += land_runtime_cache(app, cache, dest)
-                manifest["runtime_cache"] = manifest_entry(cache)
+        copied += _land_cache(app, cache, dest, manifest)
         _write_atomically(where, manifest)
     except OSError as err:
         raise StoreError(f"could not pull engine {chosen.engine_id} into {dest}: {err}") from err
