@@ -34,6 +34,7 @@ from enginecache.service.fleet.runtimecaches import (
     fetch_runtime_cache,
     list_runtime_caches,
     publish_runtime_cache,
+    publish_session_cache,
 )
 from enginecache.service.maintenance.backup.create import backup
 from enginecache.service.maintenance.gc.references import read_references
@@ -594,3 +595,24 @@ def test_an_up_to_date_pull_brings_a_stand_in_cache_published_since(
     assert json.loads(second.manifest_path.read_text())["runtime_cache"]["id"] == row.id
     third = pull(app_ctx, "mlp", dest, wanted=Wanted(backend="rtx"), host=host)
     assert third.up_to_date and third.copied_bytes == 0
+
+
+class StandInRtxSession:
+    """Stands in for a loaded TensorRT-RTX session (`TensorRTEngineSession.runtime_cache_bytes`)."""
+
+    def __init__(self, data: bytes | None) -> None:
+        self.data = data
+
+    def runtime_cache_bytes(self) -> bytes | None:
+        return self.data
+
+
+def test_a_serving_process_publishes_its_stand_in_session_cache(catalog_ctx: AppContext) -> None:
+    engine = _rtx_engine_row(catalog_ctx)
+    key = {"gpu_sku": "NVIDIA GeForce RTX 4090", "compute_capability": "sm89", "rtx_version": "1.7.1"}
+    data = b"opaque stand-in for the kernels a TensorRT-RTX session compiled"
+    row = publish_session_cache(catalog_ctx, engine.id or 0, StandInRtxSession(data), cuda_version="12.9", **key)
+    assert row is not None and catalog_ctx.store.blob_path(row.sha256).read_bytes() == data
+    assert publish_session_cache(catalog_ctx, engine.id or 0, StandInRtxSession(None), **key) is None
+    assert publish_session_cache(catalog_ctx, engine.id or 0, object()) is None  # no runtime cache: another backend
+    assert list(catalog_ctx.store.tmp_dir.iterdir()) == []

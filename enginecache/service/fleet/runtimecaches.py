@@ -41,6 +41,7 @@ __all__ = [
     "list_runtime_caches",
     "manifest_entry",
     "publish_runtime_cache",
+    "publish_session_cache",
     "runtime_cache_dict",
     "runtime_cache_rows",
     "this_host_target",
@@ -160,6 +161,24 @@ def publish_runtime_cache(
         session.expunge(row)
     audit.record(app, RUNTIME_CACHE_PUBLISH, f"engine {engine_id}", runtime_cache_dict(row))
     return row
+
+
+def publish_session_cache(
+    app: AppContext, engine_id: int, session: Any, **key: str | None
+) -> RuntimeCacheRecord | None:
+    """What a serving process calls after its first inferences: the runtime cache of `session` (a
+    loaded TensorRT-RTX engine's `runtime_cache_bytes()`, which needs an RTX GPU) published for
+    `engine_id` by `publish_runtime_cache` (`key` its key fields, this host's by default), through a
+    temporary file in the store's tmp/ that is removed afterwards. None where the session has no
+    runtime cache (another backend) or it is empty."""
+    read = getattr(session, "runtime_cache_bytes", None)
+    data = read() if callable(read) else None
+    if not data:
+        return None
+    with app.store.temp_dir("runtime-cache-") as work:
+        path = work / "runtime-cache.bin"
+        path.write_bytes(data)
+        return publish_runtime_cache(app, engine_id, path, **key)
 
 
 def list_runtime_caches(
