@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
@@ -39,6 +40,7 @@ from enginecache.service.serving.runtime import load_or_build
 from tests.clirunner import run_cli
 from tests.conftest import files_under
 from tests.modelfactory import make_mlp
+from tests.s3kit import running_server, use_env
 from tests.test_engine_import import gpu_host, rtx_plan
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -388,3 +390,22 @@ def test_a_backup_restores_every_file_of_a_bundle(
     restore(target, result.dest)
     manifest = verify_bundle(target, get_engine(target, engine_id))
     assert len(manifest.files) == 4 and same_files(bundle_path(target, get_engine(target, engine_id)), tmp_path / "llm")
+
+
+def test_a_bundle_is_pulled_from_the_object_store_onto_a_home_with_no_store_folder(
+    app: AppContext, built: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Imported with the object store configured (every file published to the bucket), pulled by a
+    host whose home holds none of them: each file is fetched by ranged GETs and verified."""
+    with running_server() as server:
+        use_env(monkeypatch, server.env(f"bundle-{uuid.uuid4().hex[:12]}"))
+        source = make_bundle(tmp_path / "llm", built)
+        engine_id = import_engine(app, request(source)).engine_id
+        serving = AppContext.from_settings(tmp_path / "serving-home", app.db_url)
+        try:
+            done = pull(serving, "mlp", tmp_path / "pod", wanted=Wanted(engine_id=engine_id), host=gpu_host("sm86"))
+        finally:
+            serving.close()
+    assert files_under(tmp_path / "serving-home" / "objects") == [], "nothing came from a store folder"
+    assert done.copied_bytes >= sum(p.stat().st_size for p in source.rglob("*") if p.is_file())
+    assert same_files(done.dest / done.manifest["bundle"]["dir"], source)
