@@ -26,8 +26,14 @@ from enginecache.errors import EngineCacheError, ExportError, ImportRefusedError
 from enginecache.service.access.audit import current_actor
 from enginecache.service.builds.testload import run_test_load
 from enginecache.service.context import AppContext
-from enginecache.service.engines.bundles import bundle_path, is_bundle, place_bundle, verify_bundle
-from enginecache.service.engines.importing import ImportRequest, import_engine
+from enginecache.service.engines.bundles import (
+    bundle_path,
+    import_engine_or_bundle,
+    is_bundle,
+    place_bundle,
+    verify_bundle,
+)
+from enginecache.service.engines.importing import ImportRequest
 from enginecache.service.engines.records import get_engine, verify_engines
 from enginecache.service.fleet.exports import export_model, verify_tree
 from enginecache.service.fleet.profiles import Wanted
@@ -97,7 +103,7 @@ def test_a_four_file_bundle_imports_as_one_engine_named_by_its_manifest(
     app: AppContext, built: dict[str, Path], tmp_path: Path
 ) -> None:
     source = make_bundle(tmp_path / "llm", built)
-    result = import_engine(app, request(source, notes="trtllm-build run 7"))
+    result = import_engine_or_bundle(app, request(source, notes="trtllm-build run 7"))
     engine = get_engine(app, result.engine_id)
     assert engine.status == EngineStatus.UNPROVEN and is_bundle(engine)
     assert (engine.backend, engine.targets, engine.backend_version) == ("rtx", "sm86", "1.7.1")
@@ -119,7 +125,7 @@ def test_a_four_file_bundle_imports_as_one_engine_named_by_its_manifest(
     assert bundle["ranks"] == ["rank0.engine", "rank1.engine"] and bundle["size_bytes"] == manifest.size
     assert engine.provenance["header"]["targets"] == ["sm86"]
 
-    again = import_engine(app, request(source))
+    again = import_engine_or_bundle(app, request(source))
     assert again.already and again.engine_id == result.engine_id and len(engine_rows(app)) == 1
 
 
@@ -129,9 +135,9 @@ def test_a_rank_whose_header_contradicts_the_declaration_is_refused_before_anyth
     before = files_under(app.home / "objects")
     mixed = make_bundle(tmp_path / "mixed", built, rank1="sm89")
     with pytest.raises(ImportRefusedError, match=r"rank1\.engine.*SM89"):
-        import_engine(app, request(mixed))
+        import_engine_or_bundle(app, request(mixed))
     with pytest.raises(ImportRefusedError, match="disagree"):
-        import_engine(app, request(mixed, targets=()))
+        import_engine_or_bundle(app, request(mixed, targets=()))
     assert engine_rows(app) == [] and files_under(app.home / "objects") == before
 
 
@@ -141,11 +147,11 @@ def test_layouts_and_manifests_that_are_no_bundle_are_refused(
     linked = make_bundle(tmp_path / "linked", built)
     (linked / "extra.json").symlink_to(linked / "config.json")
     with pytest.raises(BundleError, match=r"extra\.json.*symlink"):
-        import_engine(app, request(linked))
+        import_engine_or_bundle(app, request(linked))
     bare = make_bundle(tmp_path / "bare", built)
     (bare / "config.json").unlink()
     with pytest.raises(BundleError, match=r"config\.json"):
-        import_engine(app, request(bare))
+        import_engine_or_bundle(app, request(bare))
     assert engine_rows(app) == []
     digest = "0" * 64
     for bad in ("../x", "/etc/passwd", "a/./b", "a\\b", ""):
@@ -164,7 +170,7 @@ def test_layouts_and_manifests_that_are_no_bundle_are_refused(
 
 
 def test_every_file_is_verified(app: AppContext, built: dict[str, Path], tmp_path: Path) -> None:
-    engine = get_engine(app, import_engine(app, request(make_bundle(tmp_path / "llm", built))).engine_id)
+    engine = get_engine(app, import_engine_or_bundle(app, request(make_bundle(tmp_path / "llm", built))).engine_id)
     manifest = verify_bundle(app, engine)
     (fine,) = verify_engines(app, [engine.id or 0])
     assert fine.ok and "4 files matches too" in fine.message and fine.status == EngineStatus.UNPROVEN
@@ -185,7 +191,7 @@ def test_a_bundle_is_exported_as_a_folder_and_answered_as_a_verified_folder_or_r
     app: AppContext, built: dict[str, Path], tmp_path: Path
 ) -> None:
     source = make_bundle(tmp_path / "llm", built)
-    engine = get_engine(app, import_engine(app, request(source)).engine_id)
+    engine = get_engine(app, import_engine_or_bundle(app, request(source)).engine_id)
     exported = place_bundle(app, engine, tmp_path / "export" / "mlp" / "1")
     assert same_files(exported, source)
     folder = bundle_path(app, engine)
@@ -219,7 +225,7 @@ def test_a_placement_killed_half_way_leaves_nothing_visible(
     app: AppContext, built: dict[str, Path], tmp_path: Path
 ) -> None:
     source = make_bundle(tmp_path / "llm", built)
-    engine_id = import_engine(app, request(source)).engine_id
+    engine_id = import_engine_or_bundle(app, request(source)).engine_id
     dest = tmp_path / "second" / "llm"
     for after in (1, 2):
         run = subprocess.run(
@@ -276,7 +282,7 @@ def test_a_bundle_is_pulled_atomically_onto_a_second_home(
     """Killed after the manifest blob, after one file and after every file: no manifest and no folder
     are visible; the next pull finishes (resuming what landed) and lays the folder out whole."""
     source = make_bundle(tmp_path / "llm", built)
-    engine_id = import_engine(app, request(source)).engine_id
+    engine_id = import_engine_or_bundle(app, request(source)).engine_id
     engine = get_engine(app, engine_id)
     for after in (1, 2, 5):  # copies: the manifest blob, then config.json, ..., tokenizer/tokenizer.json
         dest = tmp_path / f"second-{after}"
@@ -312,7 +318,7 @@ def test_load_or_build_answers_a_pulled_bundle_as_its_verified_folder(
     """RTX rank engines cannot be deserialized on this CPU host: what is proven is the folder handed
     to a runtime that loads folders, each file checked against the manifest."""
     source = make_bundle(tmp_path / "llm", built)
-    engine_id = import_engine(app, request(source)).engine_id
+    engine_id = import_engine_or_bundle(app, request(source)).engine_id
     done = pull(app, "mlp", tmp_path / "pod", wanted=Wanted(engine_id=engine_id), host=gpu_host("sm86"))
     loaded = load_or_build(done.manifest_path, spec=None)
     session = loaded.session
@@ -340,7 +346,7 @@ def test_a_proven_bundle_is_exported_into_the_tree_layout_as_a_folder(
     """Exports take READY engines; no host here can load RTX ranks, so the catalog's own transition
     a passing test-load makes on a GPU host stands in for it."""
     source = make_bundle(tmp_path / "llm", built)
-    engine_id = import_engine(app, request(source)).engine_id
+    engine_id = import_engine_or_bundle(app, request(source)).engine_id
     with app.catalog.changes() as ex:
         engines.mark_proven(ex, engine_id, at=utcnow(), host="gpu-host", actor=current_actor(), by="test-load")
     result = export_model(app, "mlp", tmp_path / "tree", fmt="tree")
@@ -363,7 +369,7 @@ def test_gc_keeps_every_file_of_a_bundle_its_engine_needs(
 ) -> None:
     """Only the manifest is the engine's blob: without the files' digests in its row gc would take
     the rest as unreferenced once they are older than the temp age."""
-    engine = get_engine(app, import_engine(app, request(make_bundle(tmp_path / "llm", built))).engine_id)
+    engine = get_engine(app, import_engine_or_bundle(app, request(make_bundle(tmp_path / "llm", built))).engine_id)
     later = utcnow() + timedelta(days=2)
     report = collect_garbage(app, apply=True, clock=lambda: later)
     assert [r for r in report.removals if "objects" in str(r)] == []
@@ -375,7 +381,7 @@ def test_a_test_load_of_a_bundle_is_an_error_run_that_leaves_it_unproven(
 ) -> None:
     """Its blob is a manifest: handed to TensorRT-RTX as a plan it would be refused, and CORRUPT
     would be the wrong verdict."""
-    engine_id = import_engine(app, request(make_bundle(tmp_path / "llm", built))).engine_id
+    engine_id = import_engine_or_bundle(app, request(make_bundle(tmp_path / "llm", built))).engine_id
     run = run_test_load(app, engine_id, host=gpu_host("sm86"))
     assert run.verdict == "ERROR" and "engine bundle" in (run.reason or "")
     assert get_engine(app, engine_id).status == EngineStatus.UNPROVEN
@@ -384,7 +390,7 @@ def test_a_test_load_of_a_bundle_is_an_error_run_that_leaves_it_unproven(
 def test_a_backup_restores_every_file_of_a_bundle(
     app: AppContext, built: dict[str, Path], tmp_path: Path, app_factory: Callable[..., AppContext]
 ) -> None:
-    engine_id = import_engine(app, request(make_bundle(tmp_path / "llm", built))).engine_id
+    engine_id = import_engine_or_bundle(app, request(make_bundle(tmp_path / "llm", built))).engine_id
     result = backup(app, tmp_path / "backup")
     target = app_factory(home=tmp_path / "restored")
     restore(target, result.dest)
@@ -400,7 +406,7 @@ def test_a_bundle_is_pulled_from_the_object_store_onto_a_home_with_no_store_fold
     with running_server() as server:
         use_env(monkeypatch, server.env(f"bundle-{uuid.uuid4().hex[:12]}"))
         source = make_bundle(tmp_path / "llm", built)
-        engine_id = import_engine(app, request(source)).engine_id
+        engine_id = import_engine_or_bundle(app, request(source)).engine_id
         serving = AppContext.from_settings(tmp_path / "serving-home", app.db_url)
         try:
             done = pull(serving, "mlp", tmp_path / "pod", wanted=Wanted(engine_id=engine_id), host=gpu_host("sm86"))

@@ -52,7 +52,8 @@ def engine_import(
     ]
     if missing:
         fail(f"engine import needs {', '.join(missing)}", EXIT_BAD_INPUT)
-    from enginecache.service.engines.importing import ImportRequest, import_engine
+    from enginecache.service.engines.bundles import import_engine_or_bundle
+    from enginecache.service.engines.importing import ImportRequest
 
     request = ImportRequest(
         path=path,
@@ -64,7 +65,7 @@ def engine_import(
         profiles=tuple(profile or ()),
         notes=notes or "",
     )
-    result = import_engine(app_context(ctx), request)
+    result = import_engine_or_bundle(app_context(ctx), request)
     emit(result.to_dict(), as_json, _text(result.to_dict()))
 
 

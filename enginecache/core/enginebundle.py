@@ -217,3 +217,10 @@ def folder_matches(folder: Path, manifest: BundleManifest, label: str) -> None:
         raise IntegrityCheckError(f"{label}: {folder} does not hold exactly the bundle's files")
     for entry in manifest.files:
         check_entry(folder / entry.path, entry, label)
+
+
+def bundle_blobs(provenance: dict[str, Any] | None) -> set[str]:
+    """The digests of a bundle's files its engine's `provenance` lists (`provenance["bundle"]["blobs"]`;
+    empty for an engine of one file)."""
+    bundle = (provenance or {}).get("bundle") or {}
+    return {str(d) for d in bundle.get("blobs") or ()}

@@ -1,8 +1,9 @@
 """Engine bundles (`core.enginebundle`): an engine of several files imported, verified, and laid out
 as a folder.
 
-`import_bundle` (what `engine import FOLDER` runs) checks the folder's layout (`config.json`, one or
-more `rank<N>.engine`, any other files; no symlinks, no path leaving the folder), checks every rank
+`import_bundle` (what `engine import FOLDER` runs, through `import_engine_or_bundle`) checks the
+folder's layout (`config.json`, one or more `rank<N>.engine`, any other files; no symlinks, no path
+leaving the folder), checks every rank
 engine's header against the declaration as a single import does (and the ranks against each other),
 stores each file as its own blob and the canonical manifest as the engine's blob, and records the
 engine UNPROVEN with its provenance (`provenance["bundle"]`: its paths, ranks, total size and the
@@ -55,6 +56,7 @@ from enginecache.service.engines.importing import (
     ImportResult,
     _backend_version,
     _targets,
+    import_engine,
     record_import,
 )
 from enginecache.service.models.register import get_model, model_inputs
@@ -70,10 +72,13 @@ def is_bundle(engine: EngineRecord) -> bool:
     return bool((engine.provenance or {}).get("bundle"))
 
 
-def bundle_blobs(provenance: dict[str, Any] | None) -> set[str]:
-    """The digests of a bundle's files its engine's `provenance` lists (empty for one file)."""
-    bundle = (provenance or {}).get("bundle") or {}
-    return {str(d) for d in bundle.get("blobs") or ()}
+def import_engine_or_bundle(app: AppContext, request: ImportRequest) -> ImportResult:
+    """`engine import PATH`: a folder imported as a bundle (`import_bundle`), a file as one engine
+    (`service.engines.importing.import_engine`)."""
+    path = Path(request.path)
+    if path.is_dir() and not path.is_symlink():
+        return import_bundle(app, request)
+    return import_engine(app, request)
 
 
 def import_bundle(app: AppContext, request: ImportRequest) -> ImportResult:

@@ -18,8 +18,8 @@ the OS unless declared or proven; a conversion's recipe for any precision but fp
 equals a key a build computes. Importing bytes the catalog holds already with the same declaration
 answers that engine (`already`); with another declaration it is refused.
 
-A folder is imported as an engine bundle (`service.engines.bundles`): every rank engine's header is
-checked as one file's is, and the engine's blob is the bundle's manifest.
+A folder is imported as an engine bundle by `service.engines.bundles` (every rank engine's header
+checked as one file's is, the engine's blob the bundle's manifest), which uses this module's checks.
 """
 
 from __future__ import annotations
@@ -122,10 +122,6 @@ def import_engine(app: AppContext, request: ImportRequest) -> ImportResult:
     (an actor below the operator role); nothing is stored or recorded then."""
     access.require(app, "import")
     path = Path(request.path)
-    if path.is_dir() and not path.is_symlink():
-        from enginecache.service.engines.bundles import import_bundle
-
-        return import_bundle(app, request)
     if not path.is_file():
         raise BadInputError(f"engine file {path} does not exist (or is not a file)")
     if len(request.notes) > MAX_NOTES_CHARS:

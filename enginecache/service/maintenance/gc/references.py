@@ -16,6 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy.sql.elements import ColumnElement
 from sqlmodel import col
 
+from enginecache.core.enginebundle import bundle_blobs
 from enginecache.db.models import (
     ACTIVE_JOB_STATUSES,
     EngineRecord,
@@ -26,7 +27,6 @@ from enginecache.db.models import (
     RuntimeCacheRecord,
 )
 from enginecache.service.context import AppContext
-from enginecache.service.engines.bundles import bundle_blobs
 from enginecache.service.jobs.payloadblobs import digest_of, payload_digests
 from enginecache.service.maintenance.gc.report import GcPolicy
 
