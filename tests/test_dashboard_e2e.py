@@ -194,7 +194,8 @@ def test_two_models_mixed_precisions_coverage_retire_and_test_load_in_chromium(
         open_view(f"/engines?engine={ort.id}")
         # Open the inputs expander and choose an upload; a click that lands while the page is still
         # settling can be lost, so each step waits for its effect (the uploader) and is tried again.
-        uploader = page.locator("input[type=file]").first
+        inputs_region = page.get_by_role("region", name="Inputs (.npz, one array per engine input, by name)")
+        uploader = inputs_region.locator("input[type=file]")  # the page has other uploaders (engine import)
         upload_choice = page.get_by_text("an .npz I upload")
         for _attempt in range(4):
             if not upload_choice.is_visible():
