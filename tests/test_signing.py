@@ -468,3 +468,23 @@ def test_a_stat_cache_entry_pointed_at_another_models_digest_serves_the_right_en
         assert again.via == "hitpath" and again.engine_id == mobilenet.engine.id
     finally:
         again.close()
+
+
+def test_a_miss_after_the_exact_engine_was_found_tampered_names_it_and_the_fix(
+    two: tuple[Served, Served], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once the exact match is TAMPERED, the next lookup's miss names it, why it cannot serve, and
+    the commands that restore it (issue 27, point 5), as it does for a CORRUPT one."""
+    from enginecache.errors import MissError
+
+    mobilenet, resnet = two
+    victim = mobilenet.engine.id or 0
+    _copy_columns(mobilenet.app, resnet.engine.id or 0, victim, BLOB_COLUMNS + SIGNED_COLUMNS)
+    _attempt("full", mobilenet, tmp_path, monkeypatch)
+    assert get_engine(mobilenet.app, victim).status == EngineStatus.TAMPERED
+    with pytest.raises(MissError) as missed:
+        load_or_build(mobilenet.onnx_path, spec=ORT, app=mobilenet.app, on_miss="fail")
+    said = str(missed.value)
+    assert f"engine {victim} is the exact match but TAMPERED" in said and "signed statement" in said, said
+    assert f"enginecache verify {victim}" in said and "enginecache build mobilenet --backend ort" in said, said
+    assert missed.value.nearest == {"id": victim, "status": "TAMPERED", "exact": True}

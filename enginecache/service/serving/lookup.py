@@ -280,14 +280,19 @@ def _wanted(plan: BuildPlan, host: HostFingerprint) -> str:
 def explain_miss(app: AppContext, plan: BuildPlan, host: HostFingerprint) -> MissError:
     """'no engine for rtx fp16 for SM86; nearest: engine 4 (rtx fp16 SM89) built 2 days ago; differing fields: ...'."""
     head = f"no engine for {plan.model.name} {_wanted(plan, host)}"
-    corrupt = _corrupt_exact_match(app, plan)
-    if corrupt is not None:
+    broken = _broken_exact_match(app, plan)
+    if broken is not None:
+        engine_id, status = broken
         targets = f" --target {','.join(plan.targets)}" if plan.targets else ""
+        rebuild = (
+            f"`enginecache build {plan.model.name} --backend {plan.backend.name} "
+            f"--precision {plan.precision.precision}{targets}`"
+        )
+        why, fix = _BROKEN[status]
         return MissError(
-            f"{head}; engine {corrupt} is the exact match but CORRUPT (its blob no longer hashes to its digest): "
-            f"restore the blob and run `enginecache verify {corrupt}`, or build it again: `enginecache build "
-            f"{plan.model.name} --backend {plan.backend.name} --precision {plan.precision.precision}{targets}`",
-            nearest={"id": corrupt, "status": EngineStatus.CORRUPT.value, "exact": True},
+            f"{head}; engine {engine_id} is the exact match but {status} ({why}): {fix} and run "
+            f"`enginecache verify {engine_id}`, or build it again: {rebuild}",
+            nearest={"id": engine_id, "status": status, "exact": True},
         )
     unproven = _unproven_note(app, plan)
     if unproven:
@@ -315,15 +320,29 @@ def explain_miss(app: AppContext, plan: BuildPlan, host: HostFingerprint) -> Mis
     )
 
 
-def _corrupt_exact_match(app: AppContext, plan: BuildPlan) -> int | None:
-    """The newest engine of exactly this cache key that is CORRUPT, where one is."""
+# Why an exact match cannot serve, and what restores it, by its status.
+_BROKEN = {
+    EngineStatus.CORRUPT.value: ("its blob no longer hashes to its digest", "restore the blob"),
+    EngineStatus.TAMPERED.value: (
+        "its row no longer says what its signed statement says",
+        "restore its row (a backup's)",
+    ),
+}
+
+
+def _broken_exact_match(app: AppContext, plan: BuildPlan) -> tuple[int, str] | None:
+    """The newest engine of exactly this cache key that is CORRUPT or TAMPERED, and its status,
+    where one is."""
     query = (
-        select(EngineRecord.id)
-        .where(EngineRecord.cache_key == plan.cache_key, EngineRecord.status == EngineStatus.CORRUPT)
+        select(EngineRecord.id, EngineRecord.status)
+        .where(EngineRecord.cache_key == plan.cache_key, col(EngineRecord.status).in_(tuple(_BROKEN)))
         .order_by(col(EngineRecord.id).desc())
     )
     with app.catalog.read() as session:
-        return session.exec(query).first()
+        found = session.exec(query).first()
+    if found is None or found[0] is None:
+        return None
+    return int(found[0]), str(found[1])
 
 
 def _unproven_note(app: AppContext, plan: BuildPlan) -> str:
