@@ -364,3 +364,29 @@ def test_a_viewer_gets_no_import_form(seeded: Seeded) -> None:
     at.run()
     assert not at.exception
     assert "engines_import_submit" not in [b.key for b in at.button] and not at.get("file_uploader")
+
+
+def test_an_import_where_a_pool_key_is_set_is_signed_naming_the_importer(
+    app: AppContext, plans: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the importing process holds the pool's signing key, the import is signed at once: its
+    statement binds the stored bytes to the model and names the importer and the source, and `check`
+    finds the signature vouches for the row. Without a key it stays unsigned."""
+    import json
+
+    from enginecache.core import signing
+    from enginecache.service.engines.records import check_engine
+
+    unsigned = import_engine(app, request(plans["sm86"]))
+    assert get_engine(app, unsigned.engine_id).signature is None
+    private, public, key_id = signing.generate_key(tmp_path / "keys", "pool")
+    monkeypatch.setenv(signing.SIGNING_KEY_ENV, private)
+    monkeypatch.setenv(signing.TRUSTED_KEYS_ENV, public)
+    monkeypatch.setenv(signing.RECEIPTS_ENV, str(tmp_path / "receipts"))
+    signed = import_engine(app, request(plans["sm86_89"], targets=("sm86", "sm89")))
+    engine = get_engine(app, signed.engine_id)
+    assert engine.signature is not None and key_id in engine.signature
+    statement = json.loads(engine.signed_statement or "{}")
+    assert statement["engine"]["sha256"] == engine.sha256 and statement["model"]["name"] == "mlp"
+    assert statement["origin"]["kind"] == "imported" and statement["origin"]["source"], statement["origin"]
+    assert check_engine(app, signed.engine_id).verdict.outcome not in ("TAMPERED", "UNTRUSTED")

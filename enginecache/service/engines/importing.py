@@ -236,6 +236,7 @@ def record_import(
     }
     with app.catalog.changes() as ex:
         engine_id = engines.insert_imported(ex, row, actor=actor, details=details)
+    _sign_where_a_pool_key_is_set(app, engine_id)
     logger.info("engine %s imported from %s: UNPROVEN (%s)", engine_id, provenance["source"], ", ".join(targets))
     return ImportResult(
         engine_id=engine_id,
@@ -359,3 +360,18 @@ def _already(
         provenance=dict(found.provenance or {"kind": "built"}),
         already=True,
     )
+
+
+def _sign_where_a_pool_key_is_set(app: AppContext, engine_id: int) -> None:
+    """Where this process holds a pool's signing key (`ENGINECACHE_SIGNING_KEY`), the import is
+    signed at once, its statement naming the importer and the source (audited `engine.signed`, by
+    `engine import`): the bytes were hashed by this import a moment ago. Without a key it stays
+    unsigned until an admin's `verify --sign`."""
+    from enginecache.core.signing import policy, signing_key
+    from enginecache.service.engines.records import get_engine
+    from enginecache.service.engines.signatures import sign_row
+
+    key = signing_key()
+    if key is not None:
+        outcome = sign_row(app, get_engine(app, engine_id), key, policy(), by="engine import")
+        logger.info("engine %s: %s", engine_id, outcome.message)

@@ -116,11 +116,14 @@ def _first_origin(engine: EngineRecord) -> dict[str, Any]:
     return {"kind": "signed", "note": "built before signing; signed by an admin's verify --sign"}
 
 
-def sign_row(app: AppContext, engine: EngineRecord, key: SigningKey, checks: Policy | None) -> SignOutcome:
+def sign_row(
+    app: AppContext, engine: EngineRecord, key: SigningKey, checks: Policy | None, *, by: str = "verify --sign"
+) -> SignOutcome:
     """Sign `engine` with `key` (module docstring): its blob must have been re-hashed against the row
-    by the caller. An engine signed already is re-signed only where `checks` shows its signature by
-    a trusted key other than `key` still vouches for the row (rotation); one its own key signed is
-    left as it is. Raises ProvenanceError where the existing signature does not vouch for it."""
+    by the caller (`by`: what signs it, for the audit row: `verify --sign`, `engine import`). An
+    engine signed already is re-signed only where `checks` shows its signature by a trusted key
+    other than `key` still vouches for the row (rotation); one its own key signed is left as it is.
+    Raises ProvenanceError where the existing signature does not vouch for it."""
     engine_id = engine.id or 0
     if engine.status not in SIGNABLE:
         return SignOutcome(engine_id, False, f"not signed: it is {engine.status}")
@@ -176,7 +179,7 @@ def sign_row(app: AppContext, engine: EngineRecord, key: SigningKey, checks: Pol
             statement=text,
             signature=key.sign(text),
             actor=actor,
-            by="verify --sign",
+            by=by,
             details={"key_id": key.key_id, "resigned_from": origin.get("resigned_from")},
         )
     again = "re-signed" if engine.signature else "signed"
