@@ -9,7 +9,7 @@ from pathlib import Path
 # A trailing parenthesis quoting a library's own words ("(protobuf says: Error parsing message ...)"):
 # the details, not the cause.
 LIBRARY_SAYS = re.compile(r"\s*\((?:[^()]*\bsays?:[^()]*)\)\s*$")
-LINE_LIMIT = 300  # characters of the one line; the rest is in the details
+LINE_LIMIT = 1000  # characters of the one line (room for a path and the import roots); the rest is in the details
 
 
 def without_server_paths(text: str, home: Path, tmp_dir: Path) -> str:
