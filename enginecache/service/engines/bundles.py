@@ -29,8 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from enginecache.core.backends.headerfacts import HeaderFacts, declared_targets, read_header_facts
-from enginecache.core.backends.registry import get_backend
+from enginecache.core.backends.headerfacts import HeaderFacts, read_header_facts
 from enginecache.core.blobpaths import blob_path
 from enginecache.core.enginebundle import (
     RANK_FILE,
@@ -43,23 +42,22 @@ from enginecache.core.enginebundle import (
     scan_folder,
 )
 from enginecache.core.hashing import HEAD_BYTES, check_file, head_digest
-from enginecache.core.precision import PRECISIONS
 from enginecache.core.profiles import parse_profile_args, resolve_profile
 from enginecache.core.store import fsync_dir
 from enginecache.db.models import EngineRecord
-from enginecache.errors import BadInputError, ImportRefusedError, IntegrityCheckError, PrecisionError
+from enginecache.errors import BadInputError, ImportRefusedError, IntegrityCheckError
 from enginecache.service.access import roles as access
 from enginecache.service.context import AppContext
 from enginecache.service.engines.importing import (
-    MAX_NOTES_CHARS,
     ImportRequest,
     ImportResult,
     _backend_version,
     _targets,
+    checked_declaration,
     import_engine,
     record_import,
 )
-from enginecache.service.models.register import get_model, model_inputs
+from enginecache.service.models.register import model_inputs
 
 logger = logging.getLogger(__name__)
 
@@ -88,13 +86,7 @@ def import_bundle(app: AppContext, request: ImportRequest) -> ImportResult:
     access.require(app, "import")
     root = Path(request.path)
     listed = scan_folder(root)
-    if len(request.notes) > MAX_NOTES_CHARS:
-        raise BadInputError(f"--notes is {len(request.notes)} characters; at most {MAX_NOTES_CHARS}")
-    model = get_model(app, request.model)
-    backend = get_backend(request.backend)
-    if request.precision not in PRECISIONS:
-        raise PrecisionError(f"unknown precision {request.precision!r}; choose one of {', '.join(PRECISIONS)}")
-    declared = declared_targets(backend, tuple(request.targets))
+    model, backend, declared = checked_declaration(app, request)
 
     heads: dict[str, bytes] = {}
     proven: list[tuple[str, HeaderFacts, tuple[str, ...], str | None]] = []

@@ -33,6 +33,7 @@ from typing import Any
 
 from sqlmodel import col, select
 
+from enginecache.core.backends.base import Backend
 from enginecache.core.backends.headerfacts import (
     HeaderFacts,
     declared_target_info,
@@ -114,6 +115,19 @@ class ImportResult:
         }
 
 
+def checked_declaration(app: AppContext, request: ImportRequest) -> tuple[ModelRecord, Backend, tuple[str, ...]]:
+    """What an import (of a file or a bundle folder) declares, checked before anything is read: the
+    notes' length, the model, the backend, the precision and the targets (BadInputError,
+    PrecisionError, NotFoundError naming what is wrong)."""
+    if len(request.notes) > MAX_NOTES_CHARS:
+        raise BadInputError(f"--notes is {len(request.notes)} characters; at most {MAX_NOTES_CHARS}")
+    model = get_model(app, request.model)
+    backend = get_backend(request.backend)
+    if request.precision not in PRECISIONS:
+        raise PrecisionError(f"unknown precision {request.precision!r}; choose one of {', '.join(PRECISIONS)}")
+    return model, backend, declared_targets(backend, tuple(request.targets))
+
+
 def import_engine(app: AppContext, request: ImportRequest) -> ImportResult:
     """Check, store and record the engine file `request.path` (module docstring). Raises
     ImportRefusedError (a header that contradicts the declaration, bytes that are no engine of the
@@ -124,13 +138,7 @@ def import_engine(app: AppContext, request: ImportRequest) -> ImportResult:
     path = Path(request.path)
     if not path.is_file():
         raise BadInputError(f"engine file {path} does not exist (or is not a file)")
-    if len(request.notes) > MAX_NOTES_CHARS:
-        raise BadInputError(f"--notes is {len(request.notes)} characters; at most {MAX_NOTES_CHARS}")
-    model = get_model(app, request.model)
-    backend = get_backend(request.backend)
-    if request.precision not in PRECISIONS:
-        raise PrecisionError(f"unknown precision {request.precision!r}; choose one of {', '.join(PRECISIONS)}")
-    declared = declared_targets(backend, tuple(request.targets))
+    model, backend, declared = checked_declaration(app, request)
     with open(path, "rb") as stream:
         header = stream.read(HEAD_BYTES)
     if not header:
@@ -368,10 +376,12 @@ def _sign_where_a_pool_key_is_set(app: AppContext, engine_id: int) -> None:
     `engine import`): the bytes were hashed by this import a moment ago. Without a key it stays
     unsigned until an admin's `verify --sign`."""
     from enginecache.core.signing import policy, signing_key
-    from enginecache.service.engines.records import get_engine
     from enginecache.service.engines.signatures import sign_row
 
     key = signing_key()
     if key is not None:
-        outcome = sign_row(app, get_engine(app, engine_id), key, policy(), by="engine import")
+        with app.catalog.read() as session:
+            engine = session.get(EngineRecord, engine_id)
+        assert engine is not None, "inserted a moment ago"
+        outcome = sign_row(app, engine, key, policy(), by="engine import")
         logger.info("engine %s: %s", engine_id, outcome.message)
