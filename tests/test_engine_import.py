@@ -222,6 +222,7 @@ def test_a_declared_only_trt_engine_is_unproven_and_out_of_default_lookups(app: 
     listed = model_profiles(app, "mlp", host=host)
     (profile,) = listed.profiles
     assert profile.status == "UNPROVEN" and profile.verdict == "compatible" and "UNPROVEN" in profile.reason
+    assert profile.provenance == "imported" and profile.to_dict()["provenance"] == "imported"
     assert listed.selected is None, "not selected by default"
     assert model_profiles(app, "mlp", host=host, wanted=Wanted(engine_id=engine.id)).selected is not None
     assert model_profiles(app, "mlp", host=host, wanted=Wanted(unproven=True)).selected is not None

@@ -113,7 +113,9 @@ def test_the_cli_profiles_and_pull(
     assert sorted(p["verdict"] for p in data["profiles"]) == ["compatible", "compatible", "incompatible"]
     text = run_cli(capsys, *_cli(app_ctx, "profiles", "mlp"))
     assert text.code == 0 and f"* {engines['fp16'].id:>5}" in text.out and "incompatible" in text.out
-    assert text.out.splitlines()[0].split() == ["engine", "back", "prec", "targets", "verdict", "reason"], "a header"
+    header = ["engine", "back", "prec", "targets", "verdict", "provenance", "reason"]
+    assert text.out.splitlines()[0].split() == header, "a header"
+    assert all("built here" in line for line in text.out.splitlines()[1:] if line.strip()), text.out
 
     dest = tmp_path / "pulled"
     pulled = run_cli(capsys, *_cli(app_ctx, "pull", "mlp", "--dest", str(dest), "--json"))

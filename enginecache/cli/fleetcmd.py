@@ -46,7 +46,7 @@ def _profile_line(p: dict[str, Any]) -> str:
 
     mark = "*" if p["selected"] else " "
     engine = f"{p['engine_id']:>5}  {p['backend']:<4} {p['precision']:<5} {','.join(p['targets']):<24}"
-    return printable(f"{mark} {engine} {p['verdict']:<12} {p['reason']}")
+    return printable(f"{mark} {engine} {p['verdict']:<12} {p.get('provenance', ''):<15} {p['reason']}")
 
 
 def profiles(
@@ -63,7 +63,7 @@ def profiles(
 
     found = model_profiles(app_context(ctx), model, wanted=_wanted(backend, precision, engine, allow_cpu))
     data = found.to_dict()
-    header = f"  {'engine':>5}  {'back':<4} {'prec':<5} {'targets':<24} {'verdict':<12} reason"
+    header = f"  {'engine':>5}  {'back':<4} {'prec':<5} {'targets':<24} {'verdict':<12} {'provenance':<15} reason"
     lines = (
         [header, *(_profile_line(p) for p in data["profiles"])]
         if data["profiles"]

@@ -38,8 +38,11 @@ def provenance_lines(provenance: Mapping[str, Any] | None) -> list[str]:
 
 
 def provenance_kind(provenance: Mapping[str, Any] | None) -> str:
-    """ "built here" or "imported"."""
-    return "imported" if (provenance or {}).get("kind") == "imported" else "built here"
+    """ "built here", "imported", or "imported bundle" (an engine of several files)."""
+    recorded = provenance or {}
+    if recorded.get("kind") != "imported":
+        return "built here"
+    return "imported bundle" if recorded.get("bundle") else "imported"
 
 
 def _text(value: Any) -> str:

@@ -39,6 +39,7 @@ from enginecache.core.fingerprint import HostFingerprint, host_fingerprint
 from enginecache.core.verdicts import Verdict
 from enginecache.db.models import EngineRecord, EngineStatus
 from enginecache.service.context import AppContext
+from enginecache.service.engines.provenance import provenance_kind
 from enginecache.service.jobs.refs import engine_ref, engine_targets
 from enginecache.service.models.releases import AliasTarget, resolve_model
 
@@ -96,6 +97,7 @@ class Profile:
     reason: str
     on_gpu: bool = False  # built for one of this host's GPUs
     selected: bool = False
+    provenance: str = "built here"  # `service.engines.provenance.provenance_kind`: built here, imported (bundle)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -109,6 +111,7 @@ class Profile:
             "reason": self.reason,
             "on_gpu": self.on_gpu,
             "selected": self.selected,
+            "provenance": self.provenance,
         }
 
 
@@ -155,6 +158,7 @@ def _judge(engine: EngineRecord, host: HostFingerprint) -> Profile:
         verdict=verdict,
         reason=reason,
         on_gpu=any(gpu.compute_capability in targets for gpu in host.gpus),
+        provenance=provenance_kind(engine.provenance),
     )
 
 
