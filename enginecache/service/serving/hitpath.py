@@ -175,30 +175,18 @@ def _lookup(
         connection.execute("COMMIT")
 
 
-def _mark_corrupt(connection: sqlite3.Connection, engine_id: int, reason: str) -> None:
-    """The engine marked CORRUPT, with its audit row, in one transaction (`db.engines.mark_corrupt`,
-    as the full path marks it)."""
+def _mark(connection: sqlite3.Connection, engine_id: int, reason: str, *, tampered: bool) -> None:
+    """The engine marked CORRUPT (or TAMPERED), with its audit row, in one transaction
+    (`db.engines.mark_corrupt` / `mark_tampered`, as the full path marks it)."""
     from enginecache.service.access import audit  # the rare path pays for its imports
     from enginecache.service.serving.loading import LOAD_OR_BUILD
 
+    change = engines.mark_tampered if tampered else engines.mark_corrupt
     try:
         with SqliteWrite(connection) as ex:
-            engines.mark_corrupt(ex, engine_id, actor=audit.current_actor(), by=LOAD_OR_BUILD, reason=reason)
+            change(ex, engine_id, actor=audit.current_actor(), by=LOAD_OR_BUILD, reason=reason)
     except sqlite3.Error as err:  # the verdict stands; `enginecache verify` marks it later
-        _log().warning("engine %s not marked CORRUPT: %s", engine_id, err)
-
-
-def _mark_tampered(connection: sqlite3.Connection, engine_id: int, reason: str) -> None:
-    """The engine marked TAMPERED, with its audit row, in one transaction (`db.engines.mark_tampered`,
-    as the full path marks it)."""
-    from enginecache.service.access import audit  # the rare path pays for its imports
-    from enginecache.service.serving.loading import LOAD_OR_BUILD
-
-    try:
-        with SqliteWrite(connection) as ex:
-            engines.mark_tampered(ex, engine_id, actor=audit.current_actor(), by=LOAD_OR_BUILD, reason=reason)
-    except sqlite3.Error as err:  # the verdict stands; `enginecache verify` marks it later
-        _log().warning("engine %s not marked TAMPERED: %s", engine_id, err)
+        _log().warning("engine %s not marked %s: %s", engine_id, "TAMPERED" if tampered else "CORRUPT", err)
 
 
 def _signed_request(found: _Found, spec: RuntimeSpec, host: HostFingerprint) -> dict[str, Any]:
@@ -349,10 +337,10 @@ def _load(
         session = load_engine(
             facts,
             timer,
-            on_corrupt=lambda reason: _mark_corrupt(connection, facts.id, reason),
+            on_corrupt=lambda reason: _mark(connection, facts.id, reason, tampered=False),
             hold=hold,
             request=_signed_request(found, spec, host),
-            on_tampered=lambda reason: _mark_tampered(connection, facts.id, reason),
+            on_tampered=lambda reason: _mark(connection, facts.id, reason, tampered=True),
         )
     except EngineRejectedError as err:
         if err.verdict == Verdict.ERROR.outcome:
