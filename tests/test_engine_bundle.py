@@ -16,12 +16,11 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from sqlmodel import select
 
 from enginecache.core.blobpaths import blob_path
 from enginecache.core.enginebundle import BundleError, BundleFile, BundleManifest, parse_manifest
 from enginecache.db import engines
-from enginecache.db.models import EngineRecord, EngineStatus, utcnow
+from enginecache.db.models import EngineStatus, utcnow
 from enginecache.errors import EngineCacheError, ExportError, ImportRefusedError, IntegrityCheckError
 from enginecache.service.access.audit import current_actor
 from enginecache.service.builds.testload import run_test_load
@@ -33,7 +32,6 @@ from enginecache.service.engines.bundles import (
     place_bundle,
     verify_bundle,
 )
-from enginecache.service.engines.importing import ImportRequest
 from enginecache.service.engines.records import get_engine, verify_engines
 from enginecache.service.fleet.exports import export_model, verify_tree
 from enginecache.service.fleet.profiles import Wanted
@@ -47,7 +45,7 @@ from tests.clirunner import run_cli
 from tests.conftest import files_under
 from tests.modelfactory import make_mlp
 from tests.s3kit import running_server, use_env
-from tests.test_engine_import import gpu_host, rtx_plan
+from tests.test_engine_import import engine_rows, gpu_host, request, rtx_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKENIZER = json.dumps({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1}}}).encode()
@@ -82,16 +80,6 @@ def make_bundle(root: Path, built: dict[str, Path], rank1: str = "rank1") -> Pat
 def app(app_ctx: AppContext, built: dict[str, Path]) -> AppContext:
     register_model(app_ctx, built["onnx"], name="mlp")
     return app_ctx
-
-
-def request(path: Path, **changes: object) -> ImportRequest:
-    fields: dict[str, object] = {"model": "mlp", "backend": "rtx", "precision": "fp32", "targets": ("sm86",)}
-    return ImportRequest(path=path, **{**fields, **changes})  # type: ignore[arg-type]
-
-
-def engine_rows(app: AppContext) -> list[EngineRecord]:
-    with app.catalog.read() as session:
-        return list(session.exec(select(EngineRecord)).all())
 
 
 def same_files(a: Path, b: Path) -> bool:
