@@ -66,7 +66,7 @@ from enginecache.core.blobpaths import blob_path, blob_relative
 from enginecache.core.diskbudget import EvictionReport, Landing, parse_size
 from enginecache.core.enginebundle import BundleError, folder_matches, parse_manifest
 from enginecache.core.fingerprint import HostFingerprint, host_fingerprint
-from enginecache.core.hashing import StreamHasher, hash_file, hash_stream
+from enginecache.core.hashing import hash_file, verify_file
 from enginecache.core.names import check_model_name
 from enginecache.core.resumable import copy_resumable
 from enginecache.core.signing import policy
@@ -216,11 +216,13 @@ def _land_cache(app: AppContext, cache: RuntimeCacheRecord | None, dest: Path, m
 
 def _whole(blob: Path, engine: EngineRecord) -> bool:
     """Whether `blob` hashes to the engine's digest: its BLAKE3 where recorded (the faster of the
-    two, the one a load verifies with), else its sha256; one hash, not both."""
-    by_blake3 = bool(engine.blake3)
-    with open(blob, "rb", buffering=0) as stream:
-        found = hash_stream(stream, hasher=StreamHasher(with_sha256=not by_blake3, with_blake3=by_blake3))
-    return found.blake3 == engine.blake3 if by_blake3 else found.sha256 == engine.sha256
+    two, the one a load verifies with, on every core), else its sha256; one hash, not both
+    (`core.hashing.verify_file`, which a load's check in place uses too)."""
+    try:
+        verify_file(blob, blake3_digest=engine.blake3 or None, sha256=None if engine.blake3 else engine.sha256)
+    except IntegrityCheckError:
+        return False
+    return True
 
 
 def _bundle_folder(sha256: str) -> str:
