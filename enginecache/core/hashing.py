@@ -184,8 +184,10 @@ def verify_file(
         b3.update_mmap(path)
         got = b3.hexdigest()
         if got != blake3_digest:
-            if chunk_blake3:
-                _name_bad_chunk(path, shown, size, chunk_blake3)
+            if chunk_blake3:  # name the first bad chunk (the rare path pays for reading the file again)
+                from enginecache.core.chunkdigests import check_file_chunks
+
+                check_file_chunks(path, chunk_blake3, shown)
             raise IntegrityCheckError(f"{shown}: blake3 {got} does not match recorded {blake3_digest}")
         return size
     with open(path, "rb", buffering=0) as stream:  # an engine recorded before BLAKE3 was
@@ -193,12 +195,3 @@ def verify_file(
     if found.sha256 != sha256:
         raise IntegrityCheckError(f"{shown}: sha256 {found.sha256} does not match recorded {sha256}")
     return found.size
-
-
-def _name_bad_chunk(path: StrPath, shown: str, size: int, chunk_blake3: str) -> None:
-    """Raise the IntegrityCheckError of the first chunk of `path` that does not match its recorded
-    digest (a file whose whole digest did not match; the rare path pays for reading it again)."""
-    del size  # the check takes the file's own size
-    from enginecache.core.chunkdigests import check_file_chunks
-
-    check_file_chunks(path, chunk_blake3, shown)
