@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 
 from enginecache.core.chunkdigests import ChunkDigests, decode
+from enginecache.core.verifiedread import pread_exactly
 from enginecache.errors import IntegrityCheckError
 
 SEEK_SET, SEEK_CUR, SEEK_END = os.SEEK_SET, os.SEEK_CUR, os.SEEK_END
@@ -57,12 +58,7 @@ class VerifiedChunkStream:
     def _load(self, index: int) -> None:
         start, end = self._ranges[index]
         view = memoryview(self._buffer)[: end - start]
-        offset = 0
-        while offset < end - start:
-            n = os.preadv(self._fd, [view[offset:]], start + offset)
-            if not n:
-                raise IntegrityCheckError(f"{self._name}: file shrank while reading (no bytes at {start + offset})")
-            offset += n
+        pread_exactly(self._name, self._fd, view, start)
         self._chunks.check(self._name, index, view)
         self._loaded = index
 

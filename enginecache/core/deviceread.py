@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 from enginecache.core.chunkdigests import ChunkDigests, decode
 from enginecache.core.filelease import take_read_lease
 from enginecache.core.hashing import check_expected, verify_file
+from enginecache.core.verifiedread import pread_exactly, read_verified
 from enginecache.errors import BackendUnavailableError, IntegrityCheckError
 
 if TYPE_CHECKING:
@@ -192,14 +193,7 @@ class _PinnedRing:
             try:
                 stream.synchronize()  # the previous chunk's copy is done with the staging buffer
                 length = end - start
-                offset = 0
-                while offset < length:
-                    n = os.preadv(fd, [staging[offset:length]], start + offset)
-                    if not n:
-                        raise IntegrityCheckError(
-                            f"{self._path}: file shrank while reading (no bytes at {start + offset})"
-                        )
-                    offset += n
+                pread_exactly(self._path, fd, staging[:length], start)
                 self._chunks.check(os.fspath(self._path), index, staging[:length])
                 cupy.cuda.runtime.memcpyAsync(self._address + start, pinned.ptr, length, H2D, stream.ptr)
             except BaseException as err:  # noqa: BLE001 - not swallowed: run() raises it in the calling thread
@@ -229,8 +223,6 @@ class _PinnedRing:
 
 def _host_then_copy(path: StrPath, address: int, size: int, blake3_digest: str | None, sha256: str | None) -> None:
     """A row without chunk digests: the verified read into host memory, then one copy."""
-    from enginecache.core.verifiedread import read_verified
-
     cupy = _cupy()
     data = read_verified(path, blake3_digest=blake3_digest, sha256=sha256)
     if size:

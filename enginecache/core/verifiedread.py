@@ -138,15 +138,16 @@ def _allocate(size: int, as_bytes: bool) -> tuple[bytes | bytearray | mmap.mmap,
     return bytearray(size), None
 
 
-def _read_range(path: StrPath, fd: int, view: memoryview, start: int, end: int) -> None:
-    """Positioned reads of bytes `[start, end)` of `fd` into the same range of `view`; a file that
-    ends early (it shrank) raises IntegrityCheckError."""
-    offset = start
-    while offset < end:
-        n = os.preadv(fd, [view[offset:end]], offset)
+def pread_exactly(path: StrPath, fd: int, target: memoryview, at: int) -> None:
+    """Fill all of `target` with the bytes of `fd` from file offset `at` by positioned reads; a
+    file that ends early (it shrank) raises IntegrityCheckError naming `path` and the offset."""
+    end = at + len(target)
+    done = 0
+    while at + done < end:
+        n = os.preadv(fd, [target[done:]], at + done)
         if not n:
-            raise IntegrityCheckError(f"{path}: file shrank while reading (no bytes at {offset} of {end})")
-        offset += n
+            raise IntegrityCheckError(f"{path}: file shrank while reading (no bytes at {at + done} of {end})")
+        done += n
 
 
 def _read_checked_chunk(
@@ -158,7 +159,7 @@ def _read_checked_chunk(
     offset = start
     while offset < end:
         stop = min(offset + HASH_PIECE_BYTES, end)
-        _read_range(path, fd, view, offset, stop)
+        pread_exactly(path, fd, view[offset:stop], offset)
         hasher.update(view[offset:stop])
         offset = stop
     chunks.check_digest(os.fspath(path), index, hasher.hexdigest(), end - start)
@@ -192,7 +193,7 @@ class _ParallelReader:
                 if self._chunks is not None:
                     _read_checked_chunk(self._path, self._fd, self._view, self._chunks, index, start, end)
                 else:
-                    _read_range(self._path, self._fd, self._view, start, end)
+                    pread_exactly(self._path, self._fd, self._view[start:end], start)
             except BaseException as err:  # noqa: BLE001 - not swallowed: run() raises it in the calling thread
                 self._errors.append((index, err))
                 return
