@@ -18,6 +18,7 @@ stored), 3 the catalog or the store is unavailable (try again later).
     │   ├── ExportError                      an export that cannot be written as asked
     │   ├── AmbiguousError                   a name that matches more than one row
     │   ├── ModelNameError                   a model name outside the pattern, or taken by other bytes
+    │   │   └── ModelNameTakenError          ... taken by other bytes (register them as its new version)
     │   ├── BackupRefusedError               backup or restore refused: the destination, home or catalog is not empty
     │   ├── ImportRefusedError               `engine import` refused: not an engine, or its header contradicts it
     │   ├── SigningKeyError                  a signing or trusted key that cannot be used (not Ed25519, readable by all)
@@ -126,6 +127,15 @@ class ModelNameError(BadInputError):
     """A user-chosen name is unusable: outside the documented pattern, or taken by other bytes."""
 
     kind = "bad_name"
+
+
+class ModelNameTakenError(ModelNameError):
+    """A source model's name is held by other bytes, and the registration did not ask for a new version
+    of it; `name` is the name (a front end offers "register as its new version" for it)."""
+
+    def __init__(self, message: str, *, name: str) -> None:
+        super().__init__(message)
+        self.name = name
 
 
 class ServeError(BadInputError):

@@ -33,11 +33,12 @@ from enginecache.dashboard import data, errortext
 from enginecache.dashboard.uploads import UploadedFile, remove_tree, stage_upload
 from enginecache.dashboard.urlstate import from_url, to_url, url_int
 from enginecache.dashboard.views.releases import release_panel
-from enginecache.errors import BadInputError, EngineCacheError, StoreError, UnavailableError
+from enginecache.errors import BadInputError, EngineCacheError, ModelNameTakenError, StoreError, UnavailableError
 from enginecache.service.access import roles as access
 from enginecache.service.context import AppContext
 from enginecache.service.models.detail import model_detail
-from enginecache.service.models.register import RegisterResult, register_model
+from enginecache.service.models.register import RegisterResult, default_model_name, register_model
+from enginecache.service.models.releases import versions
 from enginecache.service.readmodels.display import markdown_literal, shape_text
 from enginecache.service.readmodels.models import grouped, model_lineage
 
@@ -49,6 +50,7 @@ EXTRACT_LIMIT_ENV = "ENGINECACHE_MAX_EXTRACT_MB"
 IMPORT_ROOTS_ENV = "ENGINECACHE_IMPORT_ROOTS"
 NOT_IMPORTABLE = "not an ONNX file under the import roots"
 SERVER_PATH_TAB = "Path on the server"  # the server-path form's tab: admins only
+NEW_VERSION_LABEL = "Register as a new version of {name}"  # shown where the upload's name is taken
 
 
 def upload_limit_mb() -> int:
@@ -63,10 +65,16 @@ def extract_limit_bytes() -> int:
 
 
 def register_upload(
-    app: AppContext, files: Sequence[UploadedFile], *, name: str | None, max_extract_bytes: int
+    app: AppContext,
+    files: Sequence[UploadedFile],
+    *,
+    name: str | None,
+    max_extract_bytes: int,
+    new_version: bool = False,
 ) -> RegisterResult:
     """Stage the upload in a private folder under the store's tmp/ (its filesystem, not /tmp's),
-    register its model, remove the folder.
+    register its model (as the newest version of `name` where `new_version`, as `model add
+    --new-version` does), remove the folder.
 
     Bad input raises (InvalidModelError and its kin) before the store or catalog is touched; a disk
     full or failing while the upload is written raises StoreError, with nothing of it left."""
@@ -77,7 +85,7 @@ def register_upload(
         raise StoreError(f"could not make a folder for the upload in {app.store.tmp_dir}: {err.strerror}") from err
     try:
         model_file = stage_upload(files, staging / "upload", max_extract_bytes=max_extract_bytes)
-        return register_model(app, model_file, name=name or None)
+        return register_model(app, model_file, name=name or None, new_version=new_version)
     finally:
         remove_tree(staging)
 
@@ -119,7 +127,13 @@ def error_lines(what: str, err: BaseException, app: AppContext) -> tuple[str, st
     """(the one line shown: `what` and the cause, no server path, no library's own text; the
     details for the expander: the error's type and its whole text, server paths left out)."""
     text = without_server_paths(str(err), app)
-    if isinstance(err, UnavailableError):
+    if isinstance(err, ModelNameTakenError):  # the service's words name the CLI's flags
+        line = (
+            f'{what}: the name {err.name} is taken by other bytes: tick "{NEW_VERSION_LABEL.format(name=err.name)}" '
+            "(type the name first where it is not shown) to register these bytes as its new version, or type "
+            "another name"
+        )
+    elif isinstance(err, UnavailableError):
         line = f"the store or the catalog is unavailable, try again later: {text}"
     elif isinstance(err, EngineCacheError | OSError | ValueError):
         line = f"{what}: {errortext.one_line(text)}"
@@ -233,7 +247,9 @@ def _add_section(app: AppContext, *, server_path: bool) -> None:
                 f"expand to {extract_limit_bytes() // 2**20} MB."
             )
             files = st.file_uploader("ONNX model", accept_multiple_files=True, key="models_upload")
-            name = st.text_input("Name in the catalog (default: file name)", key="models_upload_name")
+            name = st.text_input("Name in the catalog (default: file name)", key="models_upload_name").strip()
+            wanted = name or _file_name(files or [])
+            new_version = _new_version_choice(app, wanted) if wanted else False
             if st.button("Register upload", key="models_upload_submit", disabled=not files):
                 uploaded = [UploadedFile(f.name, f, f.size) for f in files or []]
                 result = _attempt(
@@ -241,12 +257,34 @@ def _add_section(app: AppContext, *, server_path: bool) -> None:
                     register_upload,
                     uploaded,
                     app=app,
-                    name=name.strip() or None,
+                    name=wanted if new_version else name or None,
                     max_extract_bytes=extract_limit_bytes(),
+                    new_version=new_version,
                 )
                 _registered(result)
         if server_path:
             _server_path_form(app, tabs[1])
+
+
+def _file_name(files: Sequence[Any]) -> str | None:
+    """The name an upload without a typed name gets, where one `.onnx` file says it (an archive's model
+    file is known only once it is unpacked)."""
+    onnx = [f.name for f in files if f.name.lower().endswith(".onnx")]
+    return default_model_name(onnx[0]) if len(onnx) == 1 else None
+
+
+def _new_version_choice(app: AppContext, name: str) -> bool:
+    """Where source models hold `name`, the box that registers the upload as its next version (left
+    unticked: nothing takes a name over unasked); False where the name is free."""
+    held = _attempt("cannot read the versions", versions, name, app=app) or []
+    if not held:
+        return False
+    return st.checkbox(
+        NEW_VERSION_LABEL.format(name=name) + f" (v{len(held) + 1})",
+        key="models_upload_new_version",
+        help=f"{name} has {len(held)} version(s); new bytes under its name become the next one, audited "
+        "(model.register, new_version). Aliases keep pointing where they point until you promote.",
+    )
 
 
 def _server_path_form(app: AppContext, tab: Any) -> None:
@@ -283,7 +321,9 @@ def _registered(result: RegisterResult | None) -> None:
     st.session_state["models_selected_id"] = model.id
     st.session_state["models_detail"] = model.id
     verb = "Registered" if result.created else "Already registered (same bytes)"
-    st.success(f"{verb}: {markdown_literal(model.name)} (id {model.id}), sha256 {model.digest}")
+    ids = [m.id for m in versions(data.get_app(), model.name)] if model.parent_id is None else []
+    version = f" v{ids.index(model.id) + 1}" if model.id in ids else ""
+    st.success(f"{verb}: {markdown_literal(model.name)}{version} (id {model.id}), sha256 {model.digest}")
 
 
 def _io_frame(tensors: list[dict[str, Any]]) -> pd.DataFrame:

@@ -16,7 +16,7 @@ from enginecache.core.names import check_model_name, name_from_filename
 from enginecache.core.onnx_info import TensorInfo, inspect_model
 from enginecache.db.catalog import ConnectionRows
 from enginecache.db.models import ModelRecord
-from enginecache.errors import ModelNameError, NotFoundError
+from enginecache.errors import ModelNameTakenError, NotFoundError
 from enginecache.service.access import audit
 from enginecache.service.access import roles as access
 from enginecache.service.context import AppContext
@@ -55,9 +55,10 @@ def register_model(
     bundle still hashes to the digest: a damaged or missing one is rewritten from `path` (itself
     hashed to that digest first) and a CORRUPT model set back to OK (`repaired`). Bad input raises an
     InvalidModelError before anything is stored. A source model's name must match
-    `core.names` (ModelNameError otherwise; without a name, one is made from the file name), and
-    a name another source model holds with other bytes is refused unless `new_version` (the newest
-    model of a name is the one the name resolves to): nothing takes a name over silently.
+    `core.names` (ModelNameError otherwise; without a name, one is made from the file name,
+    `default_model_name`), and a name another source model holds with other bytes is refused
+    (ModelNameTakenError) unless `new_version` (the newest model of a name is the one the name
+    resolves to): nothing takes a name over silently.
     """
     access.require(app, "upload")
     if parent_id is None and name is not None:
@@ -108,6 +109,11 @@ def register_model(
     return RegisterResult(record, created=True)
 
 
+def default_model_name(filename: str) -> str:
+    """The name a model file registered without one gets: its stem, made a valid name (`core.names`)."""
+    return name_from_filename(Path(filename).stem)
+
+
 def _audit_details(model: ModelRecord) -> dict[str, Any]:
     return {
         "name": model.name,
@@ -125,9 +131,10 @@ def _refuse_taken_name(app: AppContext, name: str) -> None:
             select(ModelRecord).where(ModelRecord.name == name, col(ModelRecord.parent_id).is_(None)).limit(1)
         ).first()
     if holder is not None:
-        raise ModelNameError(
+        raise ModelNameTakenError(
             f"model name {name!r} is taken by model {holder.id} (sha256 {holder.digest[:16]}...), other bytes; "
-            "register these bytes as its new version (--new-version), or choose another name (--name)"
+            "register these bytes as its new version (--new-version), or choose another name (--name)",
+            name=name,
         )
 
 
