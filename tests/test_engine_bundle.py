@@ -68,7 +68,8 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def make_bundle(root: Path, built: dict[str, Path], rank1: str = "rank1") -> Path:
     """The four-file bundle: config.json, rank0.engine, rank1.engine, tokenizer/tokenizer.json."""
     root.mkdir(parents=True)
-    (root / "config.json").write_text(json.dumps({"pretrained_config": {"mapping": {"tp_size": 2}}}))
+    config = {"pretrained_config": {"mapping": {"tp_size": 2}}, "build_config": {"max_batch_size": 8}}
+    (root / "config.json").write_text(json.dumps(config))
     (root / "rank0.engine").write_bytes(built["rank0"].read_bytes())
     (root / "rank1.engine").write_bytes(built[rank1].read_bytes())
     (root / "tokenizer").mkdir()
@@ -328,15 +329,19 @@ def test_load_or_build_answers_a_pulled_bundle_as_its_verified_folder(
 # -- export -------------------------------------------------------------------------------------
 
 
+def prove(app: AppContext, engine_id: int) -> None:
+    """The catalog's own transition a passing test-load makes on a GPU host (none here loads RTX ranks)."""
+    with app.catalog.changes() as ex:
+        engines.mark_proven(ex, engine_id, at=utcnow(), host="gpu-host", actor=current_actor(), by="test-load")
+
+
 def test_a_proven_bundle_is_exported_into_the_tree_layout_as_a_folder(
     app: AppContext, built: dict[str, Path], tmp_path: Path
 ) -> None:
     """Exports take READY engines; no host here can load RTX ranks, so the catalog's own transition
     a passing test-load makes on a GPU host stands in for it."""
     source = make_bundle(tmp_path / "llm", built)
-    engine_id = import_engine_or_bundle(app, request(source)).engine_id
-    with app.catalog.changes() as ex:
-        engines.mark_proven(ex, engine_id, at=utcnow(), host="gpu-host", actor=current_actor(), by="test-load")
+    prove(app, import_engine_or_bundle(app, request(source)).engine_id)
     result = export_model(app, "mlp", tmp_path / "tree", fmt="tree")
     folder = result.root / "sm86.fp32.bundle"
     assert same_files(folder, source) and verify_tree(result.root) == []
@@ -348,8 +353,49 @@ def test_a_proven_bundle_is_exported_into_the_tree_layout_as_a_folder(
     os.chmod(config, 0o644)
     config.write_text("{}")  # through the hard link: the store's blob too, as a damaged disk would
     assert any("config.json" in problem for problem in verify_tree(result.root))
-    with pytest.raises(ExportError, match="engine bundles"):
+
+
+def test_a_proven_bundle_is_exported_for_tritons_tensorrtllm_backend(
+    app: AppContext, built: dict[str, Path], tmp_path: Path
+) -> None:
+    """Triton serves a TensorRT-LLM engine folder with its `tensorrtllm` backend: config.pbtxt names
+    the folder (gpt_model_path) and the batch size trtllm-build was given; the folder holds every file,
+    verified. Parsed with Triton's own schema (tritonclient, a dev dependency)."""
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2
+
+    source = make_bundle(tmp_path / "llm", built)
+    prove(app, import_engine_or_bundle(app, request(source)).engine_id)
+    result = export_model(app, "mlp", tmp_path / "triton", fmt="triton")
+    version = result.root / "1"
+    assert same_files(version, source)
+    config = text_format.Parse((result.root / "config.pbtxt").read_text(), model_config_pb2.ModelConfig())
+    assert (config.backend, config.max_batch_size, config.platform) == ("tensorrtllm", 8, "")
+    assert config.parameters["gpt_model_path"].string_value == str(version.resolve())
+    assert config.parameters["gpt_model_type"].string_value == "inflight_fused_batching"
+    assert [t.name for t in config.input][:3] == ["input_ids", "input_lengths", "request_output_len"]
+    assert "output_ids" in [t.name for t in config.output]
+    assert result.warnings and "TensorRT-RTX" in result.warnings[0], "RTX ranks: stock Triton cannot load them"
+    again = export_model(app, "mlp", tmp_path / "triton", fmt="triton")
+    assert same_files(again.root / "1", source), "exported over itself"
+
+
+def test_a_bundle_triton_cannot_batch_or_bundles_for_two_gpus_are_refused_by_name(
+    app: AppContext, built: dict[str, Path], tmp_path: Path
+) -> None:
+    source = make_bundle(tmp_path / "llm", built)
+    (source / "config.json").write_text(json.dumps({"pretrained_config": {}}))
+    prove(app, import_engine_or_bundle(app, request(source)).engine_id)
+    with pytest.raises(ExportError, match=r"build_config\.max_batch_size"):
         export_model(app, "mlp", tmp_path / "triton", fmt="triton")
+    other = tmp_path / "sm89"
+    other.mkdir()
+    (other / "config.json").write_text(json.dumps({"build_config": {"max_batch_size": 4}}))
+    (other / "rank0.engine").write_bytes(built["sm89"].read_bytes())
+    prove(app, import_engine_or_bundle(app, request(other, targets=("sm89",))).engine_id)
+    with pytest.raises(ExportError, match=r"different GPUs.*sm86.*sm89"):
+        export_model(app, "mlp", tmp_path / "triton2", fmt="triton")
+    assert not (tmp_path / "triton2" / "mlp" / "1").exists()
 
 
 def test_gc_keeps_every_file_of_a_bundle_its_engine_needs(

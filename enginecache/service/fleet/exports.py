@@ -37,7 +37,7 @@ from sqlmodel import col, select
 
 from enginecache.core.backends.registry import get_backend
 from enginecache.core.blobpaths import blob_path
-from enginecache.core.enginebundle import BundleError, BundleFile, BundleManifest, folder_matches
+from enginecache.core.enginebundle import BundleError, BundleFile, BundleManifest, check_entry, folder_matches
 from enginecache.core.hashing import hash_file
 from enginecache.core.onnx_shapes import infer_output_shapes
 from enginecache.core.targettext import split_targets
@@ -49,7 +49,9 @@ from enginecache.service.fleet.tritonconfig import (
     TRITON_TYPES,
     cc_number,
     render_triton_config,
+    render_trtllm_config,
     triton_batching,
+    trtllm_max_batch,
     validate_triton_config,
 )
 from enginecache.service.jobs.refs import engine_targets
@@ -354,13 +356,10 @@ def export_triton(
     app: AppContext, model: ModelRecord, dest: Path, *, backend: str | None = None, precision: str = "fp32"
 ) -> ExportResult:
     engines = _engines(app, model, backend, precision)
-    bundles = [engine.id for engine in engines if is_bundle(engine)]
-    engines = [engine for engine in engines if not is_bundle(engine)]  # a Triton layout for bundles: not yet
+    bundles = [engine for engine in engines if is_bundle(engine)]
+    engines = [engine for engine in engines if not is_bundle(engine)]
     if not engines and bundles:
-        raise ExportError(
-            f"model {model.name}'s engines {', '.join(map(str, bundles))} are engine bundles, which the Triton "
-            "layout does not take yet: export --format tree writes each as a folder"
-        )
+        return _export_triton_bundle(app, model, dest, bundles)
     if not engines:
         raise ExportError(f"model {model.name} has no READY engine to export" + _filter_text(backend, precision))
     by_backend: dict[str, list[EngineRecord]] = {}
@@ -405,6 +404,47 @@ def export_triton(
         logger.warning("export of %s: %s", model.name, warning)
     manifest = {"config": parsed or text, "warnings": list(warnings)}
     return ExportResult(root, (config_path, *sorted(files)), manifest, warnings)
+
+
+def _export_triton_bundle(app: AppContext, model: ModelRecord, dest: Path, bundles: list[EngineRecord]) -> ExportResult:
+    """The newest READY bundle in Triton's TensorRT-LLM layout: `<model>/1/` holds the verified engine
+    folder (`place_bundle`), config.pbtxt names it for the `tensorrtllm` backend. That backend loads one
+    folder per model, so bundles built for different GPUs are refused here (the tree layout keeps one
+    folder per GPU)."""
+    by_targets = {tuple(engine_targets(engine)): engine for engine in reversed(bundles)}  # newest wins
+    if len(by_targets) > 1:
+        listed = ", ".join(f"engine {e.id} ({','.join(t)})" for t, e in sorted(by_targets.items()))
+        raise ExportError(
+            f"model {model.name}'s engine bundles are built for different GPUs ({listed}); Triton's tensorrtllm "
+            "backend loads one engine folder per model: export --format tree writes one folder per GPU"
+        )
+    (engine,) = by_targets.values()
+    config = json.loads(_bundle_file_bytes(app, engine, "config.json"))
+    max_batch = trtllm_max_batch(config, f"engine {engine.id}")
+    root = _model_root(dest, model.name)
+    version_dir = (root / "1").resolve()
+    if version_dir.exists():
+        shutil.rmtree(version_dir)  # an earlier export of this model: replaced as a whole
+    place_bundle(app, engine, version_dir)
+    warning = get_backend(engine.backend).triton.warning
+    text = render_trtllm_config(root.name, engine_dir=version_dir, max_batch=max_batch, warning=warning)
+    config_path = root / "config.pbtxt"
+    config_path.write_text(text)
+    parsed = validate_triton_config(text, version_dir)
+    warnings = (warning,) if warning else ()
+    for line in warnings:
+        logger.warning("export of %s: %s", model.name, line)
+    files = sorted(path for path in version_dir.rglob("*") if path.is_file())
+    manifest = {"config": parsed or text, "warnings": list(warnings), "engine": engine.id, "bundle": True}
+    return ExportResult(root, (config_path, *files), manifest, warnings)
+
+
+def _bundle_file_bytes(app: AppContext, engine: EngineRecord, path: str) -> bytes:
+    """One file of bundle `engine`, read from its blob and checked against the manifest."""
+    entry = read_manifest(app, engine).file(path)
+    blob = blob_path(app.home, entry.sha256)
+    check_entry(blob, entry, f"engine {engine.id}")
+    return blob.read_bytes()
 
 
 def _filter_text(backend: str | None, precision: str | None) -> str:

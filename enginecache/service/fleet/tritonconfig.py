@@ -9,7 +9,9 @@ engine (or the IO `service.fleet.exports.triton_io` gives); `max_batch_size` fro
 dynamic dim whose profile starts at 1 is Triton's batch dim). A tensor with no dims left (a scalar,
 or `[batch]` once Triton owns the batch dim) is `dims: [ 1 ]` with `reshape: { shape: [ ] }`. A
 backend's `TritonInfo.warning` (TensorRT-RTX: stock Triton cannot load its plans) is a comment at
-the top. `validate_triton_config` parses the text with Triton's own schema
+the top. An engine bundle (TensorRT-LLM's engine folder) is served by Triton's `tensorrtllm` backend,
+whose config names the folder (`gpt_model_path`) instead of a model file: `render_trtllm_config`.
+`validate_triton_config` parses the text with Triton's own schema
 (`tritonclient.grpc.model_config_pb2.ModelConfig`, dev extra) when it is installed, and always
 checks it field by field.
 """
@@ -110,6 +112,64 @@ def render_triton_config(
     return "\n".join(lines) + "\n"
 
 
+# The request and response tensors of Triton's `tensorrtllm` backend (its inflight-batcher model's
+# config): the ones every request carries, and the sampling controls most clients send.
+_TRTLLM_INPUTS = (
+    ("input_ids", "TYPE_INT32", "[ -1 ]", ("allow_ragged_batch: true",)),
+    ("input_lengths", "TYPE_INT32", "[ 1 ]", ("reshape: { shape: [ ] }",)),
+    ("request_output_len", "TYPE_INT32", "[ 1 ]", ()),
+    ("end_id", "TYPE_INT32", "[ 1 ]", ("reshape: { shape: [ ] }", "optional: true")),
+    ("pad_id", "TYPE_INT32", "[ 1 ]", ("reshape: { shape: [ ] }", "optional: true")),
+    ("beam_width", "TYPE_INT32", "[ 1 ]", ("reshape: { shape: [ ] }", "optional: true")),
+    ("temperature", "TYPE_FP32", "[ 1 ]", ("reshape: { shape: [ ] }", "optional: true")),
+    ("runtime_top_k", "TYPE_INT32", "[ 1 ]", ("reshape: { shape: [ ] }", "optional: true")),
+    ("runtime_top_p", "TYPE_FP32", "[ 1 ]", ("reshape: { shape: [ ] }", "optional: true")),
+    ("streaming", "TYPE_BOOL", "[ 1 ]", ("optional: true",)),
+)
+_TRTLLM_OUTPUTS = (("output_ids", "TYPE_INT32", "[ -1, -1 ]"), ("sequence_length", "TYPE_INT32", "[ -1 ]"))
+
+
+def trtllm_max_batch(config: dict[str, Any], label: str) -> int:
+    """Triton's max_batch_size for a TensorRT-LLM engine folder: its config.json's
+    `build_config.max_batch_size` (what trtllm-build was given). ExportError when it is absent: the
+    backend batches in flight and needs it, and a guess would refuse requests the engine can take."""
+    build = config.get("build_config")
+    value = build.get("max_batch_size") if isinstance(build, dict) else None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ExportError(
+            f"{label}: config.json has no build_config.max_batch_size (a positive integer), which Triton's "
+            "tensorrtllm backend needs; export --format tree writes the folder without a Triton config"
+        )
+    return value
+
+
+def _fixed_block(name: str, dtype: str, dims: str, extra: tuple[str, ...]) -> str:
+    lines = ["  {", f"    name: {json.dumps(name)}", f"    data_type: {dtype}", f"    dims: {dims}"]
+    return "\n".join([*lines, *(f"    {line}" for line in extra), "  }"])
+
+
+def render_trtllm_config(name: str, *, engine_dir: Path, max_batch: int, warning: str | None) -> str:
+    """config.pbtxt for Triton's `tensorrtllm` backend serving the engine folder `engine_dir` (an
+    absolute path: the backend reads `gpt_model_path` as given, so the repository is served from where
+    it was written, or the path is edited), in-flight batching, `max_batch` requests at once."""
+    lines = [f"# WARNING: {warning}"] if warning else []
+    lines += [
+        f"name: {json.dumps(name)}",
+        'backend: "tensorrtllm"',
+        f"max_batch_size: {max_batch}",
+        "model_transaction_policy { decoupled: false }",
+        f"dynamic_batching {{ preferred_batch_size: [ {max_batch} ] }}",
+    ]
+    inputs = [_fixed_block(tensor, dtype, dims, extra) for tensor, dtype, dims, extra in _TRTLLM_INPUTS]
+    outputs = [_fixed_block(tensor, dtype, dims, ()) for tensor, dtype, dims in _TRTLLM_OUTPUTS]
+    lines.append("input [\n" + ",\n".join(inputs) + "\n]")
+    lines.append("output [\n" + ",\n".join(outputs) + "\n]")
+    lines.append("instance_group [ { count: 1 kind: KIND_CPU } ]")  # the backend places ranks on GPUs itself
+    for key, value in (("gpt_model_type", "inflight_fused_batching"), ("gpt_model_path", str(engine_dir))):
+        lines.append(f"parameters: {{ key: {json.dumps(key)} value: {{ string_value: {json.dumps(value)} }} }}")
+    return "\n".join(lines) + "\n"
+
+
 def validate_triton_config(text: str, version_dir: Path) -> dict[str, Any]:
     """Parse with Triton's schema when tritonclient is installed (unknown or mistyped fields raise),
     and check what a schema cannot: the files named exist, dims are set, batching is consistent."""
@@ -128,7 +188,7 @@ def validate_triton_config(text: str, version_dir: Path) -> dict[str, Any]:
     else:
         logger.info("tritonclient is not installed: config.pbtxt checked by field only")
         parsed = {}
-    names = re.findall(r'(?:default_model_filename|value): "([^"]+)"', text)
+    names = re.findall(r'\b(?:default_model_filename|value): "([^"]+)"', text)
     missing = [n for n in names if not (version_dir / n).is_file()]
     if missing:
         raise ExportError(f"config.pbtxt names file(s) {', '.join(missing)} missing from {version_dir}")
