@@ -10,8 +10,11 @@ Each action's result is kept in session state and the page redrawn (`st.rerun()`
 says is shown beside the state it produced (a test-load started here: its verdict under the
 buttons once its job ends, the full run in the Test-loads tab) (a retired engine's status RETIRED, no Confirm button
 left). A button that can do nothing for this engine is disabled (a FAILED engine has nothing to
-check, retire or download). A test-load no live worker can run is a warning naming what is
-missing, with Cancel, never a success."""
+check, retire or download); Test-load is disabled, with the reason under the buttons, while no live
+worker can load the engine (`service.builds.whocan.blocked_test_load`, the rule workers claim by), so
+a click never leaves a job QUEUED for nobody. A test-load queued otherwise (the CLI's `--queue`, or
+a worker that left since) that no live worker can run is a warning naming what is missing, with
+Cancel, never a success."""
 
 from __future__ import annotations
 
@@ -29,6 +32,7 @@ from enginecache.dashboard import data
 from enginecache.service.builds.submit import cancel_job
 from enginecache.service.builds.testinputs import InputsCheck, check_engine_inputs, engine_expected_inputs
 from enginecache.service.builds.testload import submit_test_load
+from enginecache.service.builds.whocan import blocked_test_load
 from enginecache.service.context import AppContext
 from enginecache.service.engines import records as engines
 from enginecache.service.engines.detail import EngineDetail
@@ -66,8 +70,15 @@ def actions(app: AppContext, engine: EngineDetail, test_loads: list[JobView], ru
         if verdicts is not None:
             st.session_state["engines_verdicts"] = (engine_id, verdicts)
     testable = status in (EngineStatus.READY, EngineStatus.UNPROVEN) and data.may("test_load")  # UNPROVEN: to prove it
+    blocked = data.attempt("cannot read the workers", blocked_test_load, app, engine_id) if testable else None
     inputs_ready, upload = _test_load_inputs(app, engine_id) if testable else (False, None)
-    if cols[2].button("Test-load", key="engines_testload", disabled=not (testable and inputs_ready)):
+    clicked = cols[2].button(
+        "Test-load",
+        key="engines_testload",
+        disabled=not (testable and inputs_ready) or blocked is not None,
+        help=f"Off: {blocked}" if blocked else None,
+    )
+    if clicked:
         with _inputs_file(upload) as inputs:
             job = data.attempt("test-load not submitted", submit_test_load, app, engine_id, inputs=inputs)
         if job is not None:
@@ -89,6 +100,8 @@ def actions(app: AppContext, engine: EngineDetail, test_loads: list[JobView], ru
     else:
         cols[3].button("Download", key="engines_download_none", disabled=True, help="only a READY engine")
     _retire(app, engine_id, status, cols[4])
+    if blocked is not None:
+        st.caption(markdown_literal(f"Test-load is off: {blocked}. Start `enginecache worker` on such a host."))
     _results(engine_id)
     _test_load_jobs(test_loads)
     _started_result(engine_id, test_loads, runs)

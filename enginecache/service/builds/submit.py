@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -25,15 +24,11 @@ from enginecache.errors import JobWaitError
 from enginecache.service.access import audit
 from enginecache.service.access import roles as access
 from enginecache.service.builds.plan import BuildPlan, BuildRequest, find_ready_engine, plan_build
+from enginecache.service.builds.whocan import live_workers as live_workers  # re-exported
+from enginecache.service.builds.whocan import workers_that_can
 from enginecache.service.context import AppContext
 from enginecache.service.engines.events import record_event
-from enginecache.service.jobs.routing import (
-    WORKER_ALIVE_SECONDS,
-    build_requirements,
-    can_run,
-    describe_requirements,
-    takes_queued_jobs,
-)
+from enginecache.service.jobs.routing import build_requirements, describe_requirements
 from enginecache.service.readmodels.listing import job_dict
 
 TERMINAL = TERMINAL_JOB_STATUSES
@@ -152,21 +147,10 @@ def _record_request(
     )
 
 
-def live_workers(app: AppContext, *, clock: Clock = utcnow) -> list[WorkerRecord]:
-    """Workers whose liveness lease is unexpired: online, with a heartbeat in the last
-    WORKER_ALIVE_SECONDS (a worker renews it while it runs; one that died stops renewing it)."""
-    since = clock() - timedelta(seconds=WORKER_ALIVE_SECONDS)
-    return queue.list_workers(app.catalog, alive_since=since)
-
-
 def capable_workers(app: AppContext, job: JobRecord, *, clock: Clock = utcnow) -> list[WorkerRecord]:
-    """Live workers that take queued jobs generally and can run this one: another CLI's one-shot
-    worker claims only its own job, so it never counts here."""
-    return [
-        w
-        for w in live_workers(app, clock=clock)
-        if takes_queued_jobs(w.capabilities) and can_run(job.requirements, w.capabilities)
-    ]
+    """Live workers that take queued jobs generally and can run this one (`whocan.workers_that_can`):
+    another CLI's one-shot worker claims only its own job, so it never counts here."""
+    return workers_that_can(app, job.requirements, clock=clock)
 
 
 def waiting_reason(app: AppContext, job: JobRecord) -> str | None:

@@ -10,6 +10,6 @@ from enginecache.service.jobs.routing import WORKER_ALIVE_SECONDS
 ONLINE = "online"
 
 
-def alive_since() -> datetime:
-    """The oldest heartbeat of a worker still counted as live."""
-    return utcnow() - timedelta(seconds=WORKER_ALIVE_SECONDS)
+def alive_since(now: datetime | None = None) -> datetime:
+    """The oldest heartbeat of a worker still counted as live at `now` (default: the clock's now)."""
+    return (now or utcnow()) - timedelta(seconds=WORKER_ALIVE_SECONDS)
