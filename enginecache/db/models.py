@@ -193,6 +193,9 @@ class JobRecord(SQLModel, table=True):
     log_tail: str = Field(default="", sa_column=sa.Column(sa.Text, nullable=False))
     error: str | None = Field(default=None, sa_column=sa.Column(sa.Text, nullable=True))
     result_engine_id: int | None = Field(default=None, foreign_key="engines.id")
+    # Who submitted it (the actor's name, `service.access.audit`; migration 0022): the worker records
+    # the job's changes as theirs. NULL for jobs from before.
+    submitted_by: str | None = None
     run_after: datetime = _tz_time()
     created_at: datetime = _tz_time(index=True)
     started_at: datetime | None = _tz_time(nullable=True)

@@ -55,9 +55,11 @@ def enqueue(
     idempotency_key: str | None = None,
     max_attempts: int = 3,
     timeout_seconds: float = 3600.0,
+    submitted_by: str | None = None,
     clock: Clock = utcnow,
 ) -> EnqueueResult:
-    """Add a job, or join the QUEUED/RUNNING job that has the same idempotency key."""
+    """Add a job, or join the QUEUED/RUNNING job that has the same idempotency key (whose
+    `submitted_by` stays the first submitter's)."""
     for _ in range(3):
         try:
             with catalog.write() as session:
@@ -73,6 +75,7 @@ def enqueue(
                     requirements=dict(requirements),
                     max_attempts=max_attempts,
                     timeout_seconds=timeout_seconds,
+                    submitted_by=submitted_by,
                     run_after=now,
                     created_at=now,
                     updated_at=now,

@@ -15,7 +15,9 @@ Streamlit script run has its own:
   admin, origin `cli <hostname> pid <pid>`, `local=True`);
 - the dashboard sets the Streamlit user at the top of each script run (`dashboard.app`), and names
   them through `use_actor_source` too: a Streamlit fragment's own reruns run in a new thread without
-  the script that set the variable.
+  the script that set the variable;
+- a job's child process acts as the job's submitter (`job_actor`), from its worker: a job records who
+  enqueued it (`jobs.submitted_by`).
 
 Imports nothing beyond the stdlib and `db.engines` (stdlib alone) at module level (the dashboard's
 router imports it on every run); the table is imported by the functions that read or write it.
@@ -84,6 +86,16 @@ def local_actor() -> Actor:
     except (KeyError, OSError):  # no login name in the environment and no passwd entry for the uid
         name = f"uid {os.getuid()}"
     return Actor(name, f"cli {socket.gethostname()} pid {os.getpid()}", local=True)
+
+
+def job_actor(submitted_by: str | None, job_id: int) -> Actor:
+    """Whom a worker acts as while it runs job `job_id`: its submitter (`jobs.submitted_by`, the name
+    `current_actor` gave when it was enqueued; this process's OS user for a job that names nobody),
+    from `worker <hostname> pid <pid> job <id>`. The authority is the worker's own (`local`): the
+    submitter's role was checked when the job was enqueued, and a role taken away since does not
+    strand the work it allowed."""
+    name = submitted_by if submitted_by else local_actor().name
+    return Actor(name, f"worker {socket.gethostname()} pid {os.getpid()} job {job_id}", local=True)
 
 
 ActorSource = Callable[[], "Actor | None"]

@@ -106,6 +106,7 @@ def submit_build(
         idempotency_key=plan.cache_key,
         max_attempts=max_attempts,
         timeout_seconds=timeout_seconds,
+        submitted_by=audit.current_actor().name,
     )
     _record_request(app, plan, "joined" if result.joined else "queued", started)
     if not result.joined:

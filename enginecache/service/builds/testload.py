@@ -135,6 +135,7 @@ def submit_test_load(
         idempotency_key="test_load:" + hashlib.sha256(key_source.encode()).hexdigest(),
         max_attempts=2,
         timeout_seconds=timeout_seconds,
+        submitted_by=audit.current_actor().name,
     )
     if not result.joined:
         details = {k: payload[k] for k in ("iterations", "batch", "inputs_sha256", "tolerances")}

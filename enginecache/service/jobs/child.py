@@ -1,9 +1,9 @@
 """The child process that runs one job attempt: isolated, in its own process group and
 working directory, writing progress and its result under the job's lease token.
 
-What it runs is its kind's runner (`service.jobs.kinds`); it answers the worker with its exit code
-(`EXIT_RECORDED`, `EXIT_TRANSIENT`, `EXIT_LEASE_LOST`) and, after an unexpected error, the
-traceback in `CHILD_ERROR_FILE` in its working directory.
+What it runs is its kind's runner (`service.jobs.kinds`), as the job's submitter; it answers the
+worker with its exit code (`EXIT_RECORDED`, `EXIT_TRANSIENT`, `EXIT_LEASE_LOST`) and, after an
+unexpected error, the traceback in `CHILD_ERROR_FILE` in its working directory.
 """
 
 from __future__ import annotations
@@ -14,8 +14,10 @@ import signal
 import traceback
 
 from enginecache.core.processes import die_with_parent, pid_alive
+from enginecache.db import queue
 from enginecache.db.models import JobStatus
 from enginecache.errors import StaleLeaseError
+from enginecache.service.access import audit
 from enginecache.service.context import AppContext
 from enginecache.service.jobs.kinds import EXIT_RECORDED, ChildSpec, job_runner, load_job_kinds
 
@@ -59,8 +61,12 @@ def run_child(spec: ChildSpec) -> None:
 
 
 def _run(app: AppContext, spec: ChildSpec) -> int:
+    """The kind's runner, acting as the job's submitter (`audit.job_actor`): what it changes is
+    recorded as theirs, from this worker."""
     runner = job_runner(spec.kind)
     if runner is None:
         spec.finish(app, JobStatus.FAILED, error=f"unknown job kind {spec.kind!r}")
         return EXIT_RECORDED
-    return runner(app, spec)
+    submitted_by = queue.get_job(app.catalog, spec.job_id).submitted_by
+    with audit.acting_as(audit.job_actor(submitted_by, spec.job_id)):
+        return runner(app, spec)
