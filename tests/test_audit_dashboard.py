@@ -38,10 +38,11 @@ def test_audit_view_lists_events_newest_first_as_plain_text_and_filters_by_actio
         record(served, audit.ENGINE_RETIRE, "engine 2", {"was": "READY"})
     at = view("audit").run()
     assert not at.exception
-    table = frame(at, "actor", "origin", "action", "target", "details")
+    table = frame(at, "actor", "origin", "action", "target", "change", "details")
     assert table["action"].tolist() == [audit.ENGINE_RETIRE, audit.MODEL_REGISTER]
     assert table["actor"].tolist() == [hostile.name] * 2, "a table shows the string itself"
-    assert table.loc[1, "details"] == '{"name": "**bold**"}' and table.loc[0, "target"] == "engine 2"
+    assert table.loc[1, "details"] == "name: **bold**" and table.loc[0, "target"] == "engine 2"
+    assert table.loc[0, "change"] == "status: READY -> RETIRED" and table.loc[0, "details"] == ""
     at.selectbox(key="audit_action").set_value(audit.MODEL_REGISTER).run()
     assert frame(at, "actor", "action")["target"].tolist() == ["model 1"]
 

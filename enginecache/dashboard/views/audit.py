@@ -1,11 +1,12 @@
 """Audit: every change (models registered or repaired, builds and test-loads submitted, jobs
 cancelled, engines retired, anything marked CORRUPT), newest first, with who made it, when and from
-where; filtered by action. Every string in it came from someone: shown in tables (plain text) or
-escaped inside Markdown (`service.readmodels.display.markdown_literal`)."""
+where; filtered by action. What each change moved reads `field: old -> new`, the other details
+`field: value` (`service.access.auditdiff`), never raw JSON; one event of the page is shown whole
+below the table. Every string in it came from someone: shown in tables (plain text) or escaped
+inside Markdown (`service.readmodels.display.markdown_literal`)."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pandas as pd
@@ -13,6 +14,7 @@ import streamlit as st
 
 from enginecache.dashboard import data
 from enginecache.service.access import audit
+from enginecache.service.access.auditdiff import readable_details
 from enginecache.service.readmodels.display import markdown_literal
 
 ANY = "(any)"
@@ -30,6 +32,7 @@ def _events(key: data.CatalogKey, action: str | None, limit: int, offset: int) -
 
 
 def _row(event: dict[str, Any]) -> dict[str, Any]:
+    readable = readable_details(event["action"], event["details"])
     return {
         "id": event["id"],
         "at (UTC)": event["at"][:19].replace("T", " "),
@@ -37,7 +40,8 @@ def _row(event: dict[str, Any]) -> dict[str, Any]:
         "origin": event["origin"],
         "action": event["action"],
         "target": event["target"],
-        "details": json.dumps(event["details"], sort_keys=True, default=str) if event["details"] else "",
+        "change": readable.change,
+        "details": readable.rest,
     }
 
 
@@ -66,3 +70,19 @@ def render() -> None:
         st.info("No change recorded yet." if action is None and page == 1 else "No event on this page.")
         return
     st.dataframe(pd.DataFrame([_row(e) for e in events]), hide_index=True, height="content", key="audit_table")
+    _one_event(events)
+
+
+def _one_event(events: list[dict[str, Any]]) -> None:
+    """One event of the page whole: a table cell cuts a long reason short."""
+    by_id = {e["id"]: e for e in events}
+    chosen = st.selectbox(
+        "Event in full",
+        list(by_id),
+        format_func=lambda i: f"{i}: {by_id[i]['action']} {by_id[i]['target']}",
+        key="audit_event",
+    )
+    event = by_id[chosen]
+    lines = readable_details(event["action"], event["details"]).lines() or ["no details"]
+    head = f"**{markdown_literal(event['actor'])}** ({markdown_literal(event['origin'])}), {event['at'][:19]}"
+    st.markdown("\n".join([head, "", *(f"- {markdown_literal(line)}" for line in lines)]))

@@ -124,9 +124,10 @@ def promote(
     if not 1 <= number <= len(known):
         raise BadInputError(f"model {name!r} has versions 1 to {len(known)}, not {number}")
     model = known[number - 1]
+    stack = _stack(app, name, alias, gpu)
     _move(app, name, alias, gpu, "promote", model.id)
     target = _target(app, name, alias, gpu, model.id or 0)
-    audit.record(app, audit.RELEASE_PROMOTE, f"model {model.id}", target.to_dict())
+    audit.record(app, audit.RELEASE_PROMOTE, f"model {model.id}", {**target.to_dict(), **_was(known, stack)})
     return target
 
 
@@ -144,8 +145,19 @@ def rollback(app: AppContext, name: str, alias: str, *, gpu_class: str | None = 
         raise BadInputError(f"{shown} has no earlier target to roll back to (promotes in effect: {len(stack)})")
     _move(app, name, alias, gpu, "rollback", None)
     target = _target(app, name, alias, gpu, stack[-2])
-    audit.record(app, audit.RELEASE_ROLLBACK, f"model {target.model_id}", {**target.to_dict(), "from": stack[-1]})
+    was = _was(versions(app, name), stack)
+    audit.record(app, audit.RELEASE_ROLLBACK, f"model {target.model_id}", {**target.to_dict(), **was})
     return target
+
+
+def _was(known: list[ModelRecord], stack: list[int]) -> dict[str, int | None]:
+    """Where the alias pointed before a move, for its audit row: `from` (a model id) and
+    `from_version` (0: a model no longer among the name's versions), both None where it pointed
+    nowhere."""
+    if not stack:
+        return {"from": None, "from_version": None}
+    ids = [m.id for m in known]
+    return {"from": stack[-1], "from_version": ids.index(stack[-1]) + 1 if stack[-1] in ids else 0}
 
 
 def aliases(app: AppContext, name: str) -> list[AliasTarget]:
