@@ -21,7 +21,7 @@ from enginecache.core.blobpaths import blob_path
 from enginecache.core.enginebundle import BundleError, BundleFile, BundleManifest, parse_manifest
 from enginecache.db import engines
 from enginecache.db.models import EngineStatus, utcnow
-from enginecache.errors import EngineCacheError, ExportError, ImportRefusedError, IntegrityCheckError
+from enginecache.errors import BadInputError, EngineCacheError, ExportError, ImportRefusedError, IntegrityCheckError
 from enginecache.service.access.audit import current_actor
 from enginecache.service.builds.testload import run_test_load
 from enginecache.service.context import AppContext
@@ -299,6 +299,36 @@ def test_a_bundle_is_pulled_atomically_onto_a_second_home(
     tokenizer.write_bytes(b"{}")  # a hard link: the object in DEST is damaged with it
     repaired = pull(app, "mlp", dest, wanted=Wanted(engine_id=engine_id), host=gpu_host("sm86"))
     assert not repaired.up_to_date and same_files(dest / repaired.manifest["bundle"]["dir"], source)
+
+
+def test_a_bundle_is_pulled_within_a_disk_budget_that_counts_every_file(
+    app: AppContext, built: dict[str, Path], tmp_path: Path
+) -> None:
+    """`pull --max-bytes` counts a bundle's manifest and every file: a budget they do not fit is
+    refused before anything lands; a newer bundle pulled in its place evicts the old one's files and
+    its folder (hard links of them, which would otherwise keep their space)."""
+    first_id = import_engine_or_bundle(app, request(make_bundle(tmp_path / "llm", built))).engine_id
+    second_source = make_bundle(tmp_path / "llm2", built)
+    (second_source / "tokenizer" / "tokenizer.json").write_bytes(TOKENIZER + b" ")  # a new tokenizer, same ranks
+    second_id = import_engine_or_bundle(app, request(second_source)).engine_id
+    second = verify_bundle(app, get_engine(app, second_id))
+    second_blobs = {get_engine(app, second_id).sha256} | {f.sha256 for f in second.files}
+    second_bytes = int(get_engine(app, second_id).size_bytes or 0) + second.size
+    dest, host = tmp_path / "node", gpu_host("sm86")
+
+    with pytest.raises(BadInputError, match=r"--max-bytes 1000 is smaller than the engine's 5 blobs"):
+        pull(app, "mlp", dest, wanted=Wanted(engine_id=first_id), host=host, max_bytes=1000)
+    assert not (dest / "objects").exists() or files_under(dest / "objects") == [], "nothing landed"
+
+    first = pull(app, "mlp", dest, wanted=Wanted(engine_id=first_id), host=host, max_bytes=second_bytes)
+    old_folder = dest / first.manifest["bundle"]["dir"]
+    assert old_folder.is_dir()
+    done = pull(app, "mlp", dest, wanted=Wanted(engine_id=second_id), host=host, max_bytes=second_bytes)
+    assert same_files(dest / done.manifest["bundle"]["dir"], second_source)
+    assert not old_folder.exists(), "the folder no manifest names went with its files"
+    landed = {path.name: path.stat().st_size for path in (dest / "objects").rglob("*") if path.is_file()}
+    assert set(landed) == second_blobs and sum(landed.values()) <= second_bytes
+    assert done.evicted is not None and done.evicted.evicted, "the first bundle's own files were evicted"
 
 
 def test_load_or_build_answers_a_pulled_bundle_as_its_verified_folder(

@@ -20,6 +20,9 @@ Contract:
   afterwards sees the link count 0 and knows the blob is gone); a blob any manifest in
   `<root>/manifests/*.json` names (so no manifest names a missing blob); a blob in `keep`; a blob
   `may_remove` refuses (the store's cache: one the remote does not hold, whose only copy it is).
+  A manifest names its engine's blob, an engine bundle's files and its runtime cache. An engine
+  bundle's folder (`<root>/bundles/<digest>/`, hard links of its files' blobs) that no manifest names
+  is removed first, so evicting those blobs frees their space.
 - What it cannot remove is reported (`EvictionReport.over_budget`, `in_use`), not raised: the
   budget is met once the holders close. A budget smaller than what must stay is an error before
   anything moves (`check_fits`).
@@ -49,6 +52,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 STORE_CACHE_ENV = "ENGINECACHE_STORE_CACHE_MAX_BYTES"
+BUNDLE_FOLDER = "bundles"  # service.fleet.pull lays a pulled engine bundle out as `<root>/bundles/<digest>/`
 LOCK_NAME = "gc.lock"  # core.store.GC_LOCK_NAME: publishes hold it shared, gc and eviction exclusive
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
@@ -159,9 +163,10 @@ def blob_entries(root: str) -> list[BlobEntry]:
 
 
 def manifest_blobs(root: str, *, besides: str | None = None) -> dict[str, str]:
-    """The blobs the manifests in `<root>/manifests/` name: digest -> the manifest's file name.
-    `besides` (a file name) is left out. A manifest that cannot be read names nothing a load could
-    use, and is left out too."""
+    """The blobs the manifests in `<root>/manifests/` name: digest -> the manifest's file name. A
+    manifest names its engine's blob, each file of an engine bundle (`bundle.files`) and its runtime
+    cache (`runtime_cache`). `besides` (a file name) is left out. A manifest that cannot be read names
+    nothing a load could use, and is left out too."""
     folder = os.path.join(root, "manifests")
     named: dict[str, str] = {}
     try:
@@ -174,12 +179,30 @@ def manifest_blobs(root: str, *, besides: str | None = None) -> dict[str, str]:
         try:
             with open(os.path.join(folder, name), "rb") as stream:
                 data = json.load(stream)
-            digest = data["engine"]["sha256"]
-        except (OSError, ValueError, KeyError, TypeError):
+            digests = [data["engine"]["sha256"]]
+            digests += [entry["sha256"] for entry in (data.get("bundle") or {}).get("files", ())]
+            digests.append((data.get("runtime_cache") or {}).get("sha256"))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             continue
-        if is_digest(digest):
-            named[digest] = name
+        for digest in digests:
+            if isinstance(digest, str) and is_digest(digest):
+                named[digest] = name
     return named
+
+
+def unnamed_bundle_folders(root: str, named: Collection[str]) -> list[str]:
+    """The engine bundle folders `<root>/bundles/<digest>` (a pull lays them out from hard links of
+    the blobs) whose digest no manifest names: while one stands, evicting its files' blobs frees no
+    space. Hidden folders (a placement in progress) are left to the pull that owns them."""
+    try:
+        with os.scandir(os.path.join(root, BUNDLE_FOLDER)) as listing:
+            return sorted(
+                entry.path
+                for entry in listing
+                if is_digest(entry.name) and entry.name not in named and entry.is_dir(follow_symlinks=False)
+            )
+    except FileNotFoundError:
+        return []
 
 
 class EvictionReport:
@@ -232,18 +255,20 @@ class EvictionReport:
         return text
 
 
-def check_fits(max_bytes: int, sha256: str, size: int, *, others: Mapping[str, int], name: str) -> None:
-    """BadInputError (naming the budget `name` and every size) where blob `sha256` of `size` bytes,
-    with the blobs in `others` (digest -> bytes) that must stay beside it, does not fit `max_bytes`."""
+def check_fits(max_bytes: int, blobs: Mapping[str, int], *, others: Mapping[str, int], name: str) -> None:
+    """BadInputError (naming the budget `name` and every size) where the engine's `blobs` (digest ->
+    bytes: one blob, or an engine bundle's manifest and files), with the blobs in `others` that must
+    stay beside them, do not fit `max_bytes`."""
+    size = sum(blobs.values())
+    what = f"blob ({next(iter(blobs))[:12]}, {size} bytes)" if len(blobs) == 1 else f"{len(blobs)} blobs ({size} bytes)"
     if size > max_bytes:
         raise BadInputError(
-            f"{name} {max_bytes} is smaller than the engine's blob alone ({sha256[:12]}, {size} bytes): "
-            "nothing was copied or removed"
+            f"{name} {max_bytes} is smaller than the engine's {what} alone: nothing was copied or removed"
         )
-    kept = sum(bytes_ for digest, bytes_ in others.items() if digest != sha256)
+    kept = sum(bytes_ for digest, bytes_ in others.items() if digest not in blobs)
     if size + kept > max_bytes:
         raise BadInputError(
-            f"{name} {max_bytes} cannot hold the engine's blob ({sha256[:12]}, {size} bytes) beside the "
+            f"{name} {max_bytes} cannot hold the engine's {what} beside the "
             f"{kept} bytes that must stay ({len(others)} blob(s) other manifests name): nothing was copied "
             "or removed; remove a manifest that is no longer served, or raise the budget"
         )
@@ -328,8 +353,12 @@ def evict(
     """Remove blobs under `root`, least recently used first, until the rest plus `incoming` bytes fit
     `max_bytes` (the module docstring says which never go). The caller holds `folder_lock(root,
     exclusive=True)`. StoreError where a blob cannot be removed."""
-    entries = blob_entries(root)
+    import shutil
+
     named = manifest_blobs(root)
+    for folder in unnamed_bundle_folders(root, named):  # before the blobs: its links would keep them on disk
+        shutil.rmtree(folder, ignore_errors=True)
+    entries = blob_entries(root)
     total = sum(entry.size for entry in entries)
     report = EvictionReport(max_bytes, total)
     target = max_bytes - incoming
@@ -389,16 +418,18 @@ class Landing:
         self.report: EvictionReport | None = None
         self._lock: FolderLock | None = None
 
-    def admit(self, sha256: str, size: int, manifest_name: str) -> None:
-        """BadInputError (nothing moved) where blob `sha256` of `size` bytes cannot fit beside the
-        blobs the other manifests name; else room made for it (the least recently used blobs no
-        manifest names go) and the folder held shared."""
+    def admit(self, blobs: Mapping[str, int], manifest_name: str) -> None:
+        """BadInputError (nothing moved) where the engine's `blobs` (digest -> bytes: one blob, or an
+        engine bundle's manifest and files) cannot fit beside the blobs the other manifests name; else
+        room made for those not here yet (the least recently used blobs no manifest names go) and the
+        folder held shared."""
         if self.max_bytes is not None:
             others = blob_sizes(self.root, manifest_blobs(self.root, besides=manifest_name))
-            check_fits(self.max_bytes, sha256, size, others=others, name=self.name)
-            present = os.path.isfile(os.path.join(self.root, BLOB_FOLDER, sha256[:2], sha256))
+            check_fits(self.max_bytes, blobs, others=others, name=self.name)
+            present = blob_sizes(self.root, blobs)
+            incoming = sum(size for digest, size in blobs.items() if digest not in present)
             with folder_lock(self.root, exclusive=True):
-                self.report = evict(self.root, self.max_bytes, incoming=0 if present else size, keep={sha256})
+                self.report = evict(self.root, self.max_bytes, incoming=incoming, keep=set(blobs))
         self._lock = folder_lock(self.root, exclusive=False)
 
     def release(self) -> None:
@@ -443,7 +474,7 @@ def fetch_within_budget(home: str, sha256: str | None, *, chunk_blake3: str | No
     size = remote.stat_blob(digest) if remote is not None else None
     if remote is not None and size is not None:
         try:
-            check_fits(budget, digest, size, others={}, name=STORE_CACHE_ENV)
+            check_fits(budget, {digest: size}, others={}, name=STORE_CACHE_ENV)
         except BadInputError as err:
             raise StoreError(str(err)) from err
         lock = try_folder_lock(home)

@@ -22,6 +22,7 @@ runtimes that load a folder (TensorRT-LLM); whether a host can load it is not pr
 from __future__ import annotations
 
 import errno
+import hashlib
 import logging
 import os
 import shutil
@@ -156,6 +157,24 @@ def read_manifest(app: AppContext, engine: EngineRecord) -> BundleManifest:
         raise IntegrityCheckError(f"engine {engine.id}: its bundle manifest {engine.sha256} is missing from the store")
     check_file(path, sha256=engine.sha256, blake3_digest=engine.blake3)
     return parse_manifest(path.read_bytes())
+
+
+def bundle_manifest_anywhere(app: AppContext, engine: EngineRecord) -> BundleManifest:
+    """The verified manifest of bundle `engine` from the home's store where it is there
+    (`read_manifest`), else read from the object store into memory (it is small) and checked against
+    the catalog's sha256: what a pull needs to know of a bundle's files before it copies any."""
+    if blob_path(app.home, str(engine.sha256)).is_file() or app.store.remote is None:
+        return read_manifest(app, engine)
+    if not is_bundle(engine) or not engine.sha256:
+        raise BundleError(f"engine {engine.id} is not an engine bundle")
+    data = bytes(app.store.remote.read_range(engine.sha256, 0, int(engine.size_bytes or 0)))
+    got = hashlib.sha256(data).hexdigest()
+    if got != engine.sha256:
+        raise IntegrityCheckError(
+            f"engine {engine.id}: its bundle manifest in {app.store.remote.describe()} hashes to {got}, "
+            f"the catalog says {engine.sha256}"
+        )
+    return parse_manifest(data)
 
 
 def verify_bundle(app: AppContext, engine: EngineRecord) -> BundleManifest:

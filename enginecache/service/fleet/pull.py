@@ -28,12 +28,13 @@ only once every byte matched its sha256; the manifest is written (atomically) af
 manifest never names a blob that is not whole. An engine bundle's files are each brought in the
 same way after its manifest blob, then its folder is laid out under a hidden name and renamed into
 place, and only then is the pull manifest written (naming the folder): a pull killed half way leaves
-no folder and no manifest (no `--max-bytes` for a bundle yet). The source is the catalog's store folder where this
-host has it (a shared volume), else the object store (`ENGINECACHE_STORE`, docs/store.md), read by
+no folder and no manifest. The source is the catalog's store folder where this host has it (a
+shared volume), else the object store (`ENGINECACHE_STORE`, docs/store.md), read by
 parallel ranged GETs, each chunk verified as it lands; a killed download resumes with the chunks it
 lacks (`ArtifactStore.fetch`, core.rangedfetch), and leaves nothing outside its resume state.
 
-A disk budget (`max_bytes`, `pull --max-bytes N`): the blobs in DIR are kept within N bytes by
+A disk budget (`max_bytes`, `pull --max-bytes N`; an engine bundle counts its manifest and every
+file, and its folder goes with the last manifest naming it): the blobs in DIR are kept within N bytes by
 evicting the least recently loaded blobs that no manifest names, with `core.diskbudget`'s contract
 (never one a live process has loaded, never one a manifest names, so never the one this pull
 selects); room is made before the copy and the rest evicted once the manifest is written
@@ -73,9 +74,9 @@ from enginecache.core.signing import policy
 from enginecache.core.store import ArtifactStore
 from enginecache.core.storeenv import configured as remote_configured
 from enginecache.db.models import EngineRecord, RuntimeCacheRecord
-from enginecache.errors import BadInputError, IntegrityCheckError, NoEngineFitsError, StoreError
+from enginecache.errors import IntegrityCheckError, NoEngineFitsError, StoreError
 from enginecache.service.context import AppContext
-from enginecache.service.engines.bundles import is_bundle, place_files
+from enginecache.service.engines.bundles import bundle_manifest_anywhere, is_bundle, place_files
 from enginecache.service.engines.records import get_engine
 from enginecache.service.engines.signatures import check_row
 from enginecache.service.fleet.profiles import Profile, Wanted, model_profiles
@@ -245,6 +246,15 @@ def _bundle_in_place(dest: Path, engine: EngineRecord, final: Path) -> bool:
     return True
 
 
+def _blob_sizes(app: AppContext, engine: EngineRecord, landing: Landing) -> dict[str, int]:
+    """The blobs `engine` puts in the pulled folder (digest -> bytes): its blob, and for an engine
+    bundle under a budget each file's too (from its verified manifest, read where it lies)."""
+    blobs = {str(engine.sha256): int(engine.size_bytes or 0)}
+    if is_bundle(engine) and landing.max_bytes is not None:
+        blobs.update((entry.sha256, entry.size) for entry in bundle_manifest_anywhere(app, engine).files)
+    return blobs
+
+
 def _pull_bundle(app: AppContext, engine: EngineRecord, dest: Path, final: Path, manifest: dict[str, Any]) -> int:
     """Bring every file of bundle `engine` (its verified manifest blob at `final`) into `dest`'s
     objects, each verified (one already there is hashed, and copied again where damaged), then lay
@@ -347,9 +357,7 @@ def _pull(
     manifest = _manifest(app, engine, chosen, host, found.release)
     final = dest / manifest["blob"]
     where = manifest_path(dest, found.model)
-    if is_bundle(engine) and landing.max_bytes is not None:
-        raise BadInputError(f"engine {chosen.engine_id} is an engine bundle: --max-bytes does not cover bundles")
-    landing.admit(sha256, int(engine.size_bytes or 0), where.name)  # the budget, before anything moves
+    landing.admit(_blob_sizes(app, engine, landing), where.name)  # the budget, before anything moves
     # the runtime cache core.runtimecache allows this host, if any (TensorRT-RTX engines)
     cache = (
         best_for_host(app, chosen.engine_id, host_target(sha256, host)) if has_runtime_caches(engine.backend) else None
