@@ -36,7 +36,6 @@ from enginecache.core.precision.modelfiles import (
 )
 from enginecache.core.precision.spec import (
     AUTOCAST_RULES,
-    MODELOPT_EXTRA,
     MODELOPT_HINT,
     TOOL_AUTOCAST,
     PrecisionSpec,
@@ -70,7 +69,7 @@ def convert_float(
     converters = float_converters(spec)
     if "modelopt" in converters and not availability.modelopt_available():
         if spec.precision == "bf16":
-            raise PrecisionError(f"bf16 needs NVIDIA ModelOpt AutoCast: {MODELOPT_EXTRA}")
+            raise PrecisionError(availability.missing_tool("bf16", spec.backend_family) or MODELOPT_HINT)
         raise PrecisionError(f"fp16 with converter 'modelopt' needs NVIDIA ModelOpt; {MODELOPT_HINT}")
     notes: list[str] = []
     failures: list[str] = []

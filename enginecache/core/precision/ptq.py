@@ -47,9 +47,12 @@ CALIBRATION_METHOD = "entropy"
 
 
 def ptq_unavailable(precision: str) -> PrecisionError:
+    """ModelOpt's ONNX PTQ is not installed here (`availability.missing_tool`'s words, or the extra
+    named where it found ModelOpt importable but the quantizer failed to import)."""
     return PrecisionError(
-        f"{precision} for a TensorRT backend quantizes with NVIDIA ModelOpt's ONNX PTQ "
-        f"(modelopt.onnx.quantization, which imports torch), not installed here: {MODELOPT_EXTRA}"
+        availability.missing_tool(precision, "tensorrt")
+        or f"{precision} for a TensorRT backend quantizes with NVIDIA ModelOpt's ONNX PTQ "
+        f"(modelopt.onnx.quantization), which does not import here: {MODELOPT_EXTRA}"
     )
 
 

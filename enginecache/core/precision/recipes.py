@@ -24,7 +24,7 @@ from enginecache.core.precision.modelfiles import (
     source_quantization,
     tool_version,
 )
-from enginecache.core.precision.ptq import ptq_unavailable, quantize_modelopt
+from enginecache.core.precision.ptq import quantize_modelopt
 from enginecache.core.precision.quantize import quantize_ort
 from enginecache.core.precision.spec import (
     AUTOCAST_RULES,
@@ -127,6 +127,10 @@ def plan_recipe(spec: PrecisionSpec, *, input_shapes: Mapping[str, Sequence[int]
       onnxruntime.quantization), the tool and exact version, and the calibration (the .npz's
       digest, or "random" with the shapes of the generated feeds).
 
+    A precision this install cannot make (`availability.missing_tool`: bf16, or int8/fp8 for the
+    TensorRT family, without ModelOpt) raises PrecisionError naming the extra, so a build of it is
+    refused when planned, as the build form and the CLI plan it, not in its job.
+
     Every tool version recorded is one of `core.recipetools.RECIPE_TOOLS`, and the converters tried
     follow `modelopt_available()`: the environment the serving memo keys by. The converted model's own
     digest is recorded on its catalog row.
@@ -135,6 +139,9 @@ def plan_recipe(spec: PrecisionSpec, *, input_shapes: Mapping[str, Sequence[int]
     shapes = {name: list(shape) for name, shape in sorted((input_shapes or {}).items())}
     if spec.precision == "fp32":
         return {**identity, "tool": TOOL_NONE, "tool_version": None}
+    missing = availability.missing_tool(spec.precision, spec.backend_family)
+    if missing is not None:  # refused before submit, not in the job: the worker is this install
+        raise PrecisionError(missing)
     if spec.precision in ("fp16", "bf16"):
         converters: list[dict[str, object]] = []
         for converter in float_converters(spec):
@@ -162,8 +169,6 @@ def plan_recipe(spec: PrecisionSpec, *, input_shapes: Mapping[str, Sequence[int]
     else:
         identity.update(calibration="random", random_shapes=shapes)
     if spec.backend_family == "tensorrt":
-        if not availability.modelopt_available():
-            raise ptq_unavailable(spec.precision)
         tool, version = TOOL_MODELOPT_PTQ, tool_version(MODELOPT)
     else:
         tool, version = TOOL_ORT_QUANT, tool_version(ONNXRUNTIME)

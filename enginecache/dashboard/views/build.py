@@ -1,4 +1,6 @@
-"""Build: a model, a matrix of targets x precisions, profiles (prefilled from the model's dynamic
+"""Build: a model, a matrix of targets x precisions (only the precisions this install can make for
+the chosen targets' backends, `service.builds.precisionchoices`; the others named with the extra
+they need), profiles (prefilled from the model's dynamic
 dims, editable), calibration data for the int8/fp8 cells; submit enqueues one build job per new cell
 or retry (cells already built say "cached", cells already building name their job, a cell whose
 build failed before gives the reason and is a retry); below the form, the recent jobs (`buildjobs`,
@@ -21,8 +23,9 @@ from enginecache.dashboard import data
 from enginecache.dashboard.live import link, live_section
 from enginecache.dashboard.views.buildjobs import jobs_section
 from enginecache.service.builds.plan import BuildRequest, find_ready_engine, plan_build
+from enginecache.service.builds.precisionchoices import precision_choices
 from enginecache.service.builds.submit import submit_build
-from enginecache.service.builds.views import PRECISIONS, QUANTIZED, BackendChoice, backend_choices, default_profile
+from enginecache.service.builds.views import QUANTIZED, BackendChoice, backend_choices, default_profile
 from enginecache.service.context import AppContext
 from enginecache.service.readmodels.display import markdown_literal
 from enginecache.service.readmodels.hosts import HostRow
@@ -127,13 +130,13 @@ def plan_cells(
     planned: list[tuple[Target, str, str | None, str]] = []
     for target in targets:
         for precision in precisions:
-            if precision in QUANTIZED and options.get("calibration") is None:
-                planned.append((target, precision, None, f"needs calibration data (.npz) for {precision}"))
-                continue
-            try:
+            try:  # first: a precision this backend cannot be given here says so, not "needs calibration"
                 plan = plan_build(app, make_request(model_id, target, precision, options))
             except Exception as err:  # noqa: BLE001 - the reason is shown in the cell
                 planned.append((target, precision, None, str(err)))
+                continue
+            if precision in QUANTIZED and options.get("calibration") is None:
+                planned.append((target, precision, None, f"needs calibration data (.npz) for {precision}"))
                 continue
             planned.append((target, precision, plan.cache_key, ""))
     keys = [key for _, _, key, _ in planned if key]
@@ -226,14 +229,19 @@ def _new_builds(app: AppContext, key: data.CatalogKey) -> None:
     default_targets = [options_list[2].label] if len(options_list) > 2 else []
     chosen_labels = st.multiselect("Targets", list(by_label), default=default_targets, key="build_targets")
     working = data.working_precisions(key, model_id)
+    choices = precision_choices(sorted({by_label[label].backend for label in chosen_labels}))
+    offered = [c.precision for c in choices if c.reason is None]
     precisions = st.multiselect(
         "Precisions",
-        list(PRECISIONS),
-        default=default_precisions(working),
+        offered,
+        default=[p for p in default_precisions(working) if p in offered],
         key=f"build_precisions_{model_id}",  # the default follows the model chosen
         help="Preselected: fp32, and fp16 where an fp16 engine of this model has built"
         + (f" (READY here: {', '.join(working)})" if working else ""),
     )
+    withheld = [c for c in choices if c.reason is not None]
+    if withheld:  # never offered, so never a "new build" whose job fails: the reason instead
+        st.caption(markdown_literal("Not offered: " + "; ".join(f"{c.reason}" for c in withheld)))
 
     defaults = data.attempt("cannot read the model's inputs", default_profile_frame, app, model_id)
     options: dict[str, Any] = {}
