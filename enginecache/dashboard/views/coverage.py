@@ -1,7 +1,10 @@
 """Coverage: the fleet's engines as one matrix, models x GPU (or CPU) targets x precisions, each cell
 READY, BUILT (built, no host of this class seen yet), INCOMPATIBLE (incompatible with every host
-seen), STALE (built with an older library than the fleet runs), BUILDING, FAILED or MISSING
-(`service.fleet.coverage`), in colour with a legend and always in words; one click builds every
+seen), STALE (built with an older library than the fleet runs), BUILDING, FAILED, MISSING or UNPROVEN
+(an imported engine no host has loaded yet) (`service.fleet.coverage`), in colour with a legend and
+always in words; a cell whose engine was imported (one file or a bundle) says so after the engine
+(`READY · engine 7 · imported`), with a legend of those marks taken from
+`service.engines.provenance.PROVENANCE_KINDS`, the labels `profiles` shows; one click builds every
 missing and stale cell shown, through `submit_build` (which checks the role). The filters live in
 the URL (`?model=1,2&backend=rtx&precision=fp16,int8`), so a link reproduces the view; the matrix
 redraws itself while any job runs (`dashboard.live`).
@@ -26,6 +29,7 @@ from enginecache.dashboard.views.build import calibration_file
 from enginecache.service.builds.plan import BuildRequest
 from enginecache.service.builds.submit import submit_build
 from enginecache.service.builds.views import PRECISIONS, QUANTIZED, backend_choices, backend_label
+from enginecache.service.engines.provenance import BUILT_HERE, PROVENANCE_KINDS
 from enginecache.service.fleet import coverage as cov
 from enginecache.service.readmodels.display import markdown_literal
 from enginecache.service.readmodels.jobs import active_job_count
@@ -43,6 +47,7 @@ COLOURS: dict[str, tuple[str, str]] = {
     cov.BUILDING: ("#bbdefb", "#0d47a1"),
     cov.FAILED: ("#ffcdd2", "#b71c1c"),
     cov.MISSING: ("#eeeeee", "#424242"),
+    cov.UNPROVEN: ("#fff9c4", "#5d4c00"),
 }
 LEGEND: dict[str, str] = {  # state -> what it means
     cov.READY: "built with the fleet's library version, loads on a known host",
@@ -52,6 +57,7 @@ LEGEND: dict[str, str] = {  # state -> what it means
     cov.BUILDING: "a build job is queued or running",
     cov.FAILED: "the last build failed (why: below the matrix)",
     cov.MISSING: "no engine, or only retired ones",
+    cov.UNPROVEN: "an imported engine no host has loaded yet: lookups pass it by until a test-load proves it",
 }
 EVERY_TARGET = "all"  # ?targets=all: every target each backend builds for, not only those in use
 
@@ -141,6 +147,15 @@ def _legend() -> None:
     """Each state in its colour and in words, with what it means (the cells use the same colours)."""
     legend = pd.DataFrame([{"state": state, "means": meaning} for state, meaning in LEGEND.items()])
     st.dataframe(legend.style.map(_style, subset=["state"]), hide_index=True, key="coverage_legend")
+    marks = pd.DataFrame(
+        [
+            {"mark": f"STATE · engine N{cov.MARK_SEPARATOR}{kind}", "means": meaning}
+            for kind, meaning in PROVENANCE_KINDS.items()
+            if kind != BUILT_HERE
+        ]
+    )
+    st.dataframe(marks, hide_index=True, key="coverage_marks")
+    st.caption(f"A cell with no mark names an engine {BUILT_HERE} ({PROVENANCE_KINDS[BUILT_HERE]}).")
 
 
 def _matrix_section(
@@ -195,15 +210,17 @@ def _style(text: Any) -> str:
 def _details(matrix: cov.Coverage) -> None:
     """Why each cell that is not READY or MISSING is what it is, with a link to its engine."""
     names = dict(matrix.models)
-    explained = (cov.FAILED, cov.INCOMPATIBLE, cov.STALE, cov.BUILT)
+    explained = (cov.FAILED, cov.INCOMPATIBLE, cov.STALE, cov.BUILT, cov.UNPROVEN)
     shown = [c for c in matrix.cells if c.state in explained or c.job_id is not None]
     if not shown:
         return
-    title = f"Why: {len(shown)} cell(s) failed, stale, incompatible, built for no known host or building"
+    title = f"Why: {len(shown)} cell(s) failed, stale, incompatible, built for no known host, unproven or building"
     with st.expander(title, expanded=False):
         lines = []
         for c in shown:
             where = f"{names.get(c.model_id, c.model_id)} {c.precision} {c.column.label}: {c.state}"
+            if c.provenance and c.provenance != BUILT_HERE:
+                where += f" ({c.provenance})"
             engine = f" ({link(f'engine {c.engine_id}', 'engines', engine=c.engine_id)})" if c.engine_id else ""
             reason = f", {markdown_literal(c.reason)}" if c.reason else ""
             lines.append(f"- {markdown_literal(where)}{engine}{reason}")

@@ -8,6 +8,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+BUILT_HERE = "built here"
+IMPORTED = "imported"
+IMPORTED_BUNDLE = "imported bundle"
+# Each kind `provenance_kind` answers, with what it means (the coverage matrix's legend says these).
+PROVENANCE_KINDS: dict[str, str] = {
+    BUILT_HERE: "built by an enginecache worker or build",
+    IMPORTED: "built elsewhere (trtexec, a CI script) and registered with `engine import`",
+    IMPORTED_BUNDLE: "an engine of several files (config.json, rank<N>.engine, ...) registered with `engine import`",
+}
+
 
 def provenance_lines(provenance: Mapping[str, Any] | None) -> list[str]:
     """One line saying where the engine came from, then (an import) a line per recorded fact."""
@@ -38,11 +48,12 @@ def provenance_lines(provenance: Mapping[str, Any] | None) -> list[str]:
 
 
 def provenance_kind(provenance: Mapping[str, Any] | None) -> str:
-    """ "built here", "imported", or "imported bundle" (an engine of several files)."""
+    """`BUILT_HERE`, `IMPORTED`, or `IMPORTED_BUNDLE` (an engine of several files): a key of
+    `PROVENANCE_KINDS`."""
     recorded = provenance or {}
     if recorded.get("kind") != "imported":
-        return "built here"
-    return "imported bundle" if recorded.get("bundle") else "imported"
+        return BUILT_HERE
+    return IMPORTED_BUNDLE if recorded.get("bundle") else IMPORTED
 
 
 def _text(value: Any) -> str:

@@ -16,8 +16,14 @@ of a worker the catalog has seen) and one precision. Its state, from the catalog
 - STALE: the READY engines that cover it were all built with an older library version than the
   fleet's newest (the newest `capabilities.versions[backend]` the workers table holds);
 - BUILDING: no current READY engine, and a build job for it is QUEUED or RUNNING;
+- UNPROVEN: nothing READY and no build running, but an imported engine covers it that no host has
+  loaded yet (`engine import`; lookups pass it by until a test-load proves it);
 - FAILED: nothing READY, and the newest engine built for it FAILED (its error is the reason);
 - MISSING: nothing at all, or only RETIRED engines.
+
+A cell that names an engine says where that engine came from when it was not built here
+(`READY · engine 7 · imported`, `UNPROVEN · engine 9 · imported bundle`): its `provenance` is
+`service.engines.provenance.provenance_kind`, the one owner of those labels (`profiles` says the same).
 
 The engine groups, the fleet's versions and the active builds are read with three SQL statements
 (GROUP BY, DISTINCT, and a bounded scan of active jobs); the verdicts are the backend's rule applied
@@ -29,7 +35,7 @@ its columns, and each cell's state and reason.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 import sqlalchemy as sa
@@ -46,6 +52,7 @@ from enginecache.service.engines.groups import engine_groups as engine_groups  #
 from enginecache.service.engines.groups import fleet_versions as fleet_versions  # re-exported
 from enginecache.service.engines.groups import known_hosts as known_hosts  # re-exported
 from enginecache.service.engines.groups import version_key as version_key  # re-exported
+from enginecache.service.engines.provenance import BUILT_HERE, provenance_kind
 from enginecache.service.readmodels.hosts import HostRow, worker_hosts
 from enginecache.service.readmodels.jobs import ACTIVE_JOB_STATUSES
 
@@ -56,7 +63,9 @@ STALE = "STALE"
 BUILDING = "BUILDING"
 FAILED = "FAILED"
 MISSING = "MISSING"
-STATES: tuple[str, ...] = (READY, BUILT, INCOMPATIBLE, STALE, BUILDING, FAILED, MISSING)
+UNPROVEN = EngineStatus.UNPROVEN.value
+MARK_SEPARATOR = " · "  # before a cell's provenance mark: `READY · engine 7 · imported`
+STATES: tuple[str, ...] = (READY, BUILT, INCOMPATIBLE, STALE, BUILDING, FAILED, MISSING, UNPROVEN)
 # What BUILT and INCOMPATIBLE mean, as a cell's reason, the legend and the docs say it.
 NO_HOST_OF_CLASS = "built, no host of this class seen yet"
 REFUSED_BY_EVERY_HOST = "incompatible with every host seen"
@@ -89,6 +98,7 @@ class Cell:
     engine_id: int | None = None
     job_id: int | None = None
     reason: str = ""  # why: the hosts it loads on, the rule's refusal, the build error, the versions
+    provenance: str = ""  # the engine's `provenance_kind` (built here, imported, imported bundle); "": no engine
 
 
 @dataclass(frozen=True)
@@ -124,6 +134,27 @@ def _errors(app: AppContext, engine_ids: Iterable[int]) -> dict[int, str]:
             sa.select(col(EngineRecord.id), col(EngineRecord.error)).where(col(EngineRecord.id).in_(ids))
         ).all()
     return {int(i): str(e or "no reason recorded") for i, e in rows}
+
+
+def _provenances(app: AppContext, engine_ids: Iterable[int]) -> dict[int, str]:
+    """engine id -> its `provenance_kind`, for the engines the cells name (one SELECT)."""
+    ids = sorted(set(engine_ids))
+    if not ids:
+        return {}
+    with app.catalog.read() as session:
+        rows = session.execute(
+            sa.select(col(EngineRecord.id), col(EngineRecord.provenance)).where(col(EngineRecord.id).in_(ids))
+        ).all()
+    return {int(i): provenance_kind(p) for i, p in rows}
+
+
+def _marked(cell: Cell, kinds: dict[int, str]) -> Cell:
+    """`cell` with its engine's provenance, named in its text where the engine was not built here."""
+    if cell.engine_id is None or cell.engine_id not in kinds:
+        return cell
+    kind = kinds[cell.engine_id]
+    text = cell.text if kind == BUILT_HERE else f"{cell.text}{MARK_SEPARATOR}{kind}"
+    return replace(cell, provenance=kind, text=text)
 
 
 def _active_builds(app: AppContext, parents: dict[int, int]) -> dict[tuple[int, str, str, str], int]:
@@ -212,7 +243,9 @@ def coverage(
     models, parents = _models(app, model_ids)
     host_rows = worker_hosts(app)
     hosts = known_hosts(host_rows)
-    groups = engine_groups(app)
+    groups = engine_groups(
+        app, statuses=(EngineStatus.READY, EngineStatus.UNPROVEN, EngineStatus.FAILED, EngineStatus.RETIRED)
+    )
     fleet = fleet_versions(app)
     active = _active_builds(app, parents)
     columns = columns_for(
@@ -247,6 +280,8 @@ def coverage(
                         errors,
                     )
                 )
+    kinds = _provenances(app, (c.engine_id for c in cells if c.engine_id is not None))
+    cells = [_marked(c, kinds) for c in cells]
     return Coverage(models, tuple(precisions), columns, cells, fleet, len(hosts))
 
 
@@ -291,10 +326,23 @@ def _cell(
         return make(INCOMPATIBLE, f"INCOMPATIBLE · engine {best.newest_id}", best.newest_id, why)
     if job_id is not None:
         return make(BUILDING, f"BUILDING · job {job_id}")
+    unproven = sorted((g for g in groups if g.status == EngineStatus.UNPROVEN), key=lambda g: -g.newest_id)
     if ready:
         best = ready[0]
         why = f"built with {backend_label(best.backend)} {best.backend_version}; the fleet runs {newest_version}"
+        if unproven:
+            why += f"; imported engine {unproven[0].newest_id} is UNPROVEN"
         return make(STALE, f"STALE · engine {best.newest_id}", best.newest_id, why)
+    if unproven:
+        best = unproven[0]
+        if best not in verdicts:
+            verdicts[best] = judge(best.ref())
+        could = sum(v == Verdict.COMPATIBLE for v, _ in verdicts[best])
+        why = (
+            f"imported, no host has loaded it yet ({could} of {len(hosts)} known host(s) could): lookups pass it "
+            f"by until `enginecache test-load {best.newest_id}` passes"
+        )
+        return make(UNPROVEN, f"UNPROVEN · engine {best.newest_id}", best.newest_id, why)
     ended = sorted(
         (g for g in groups if g.status in (EngineStatus.FAILED, EngineStatus.RETIRED)), key=lambda g: -g.newest_id
     )
