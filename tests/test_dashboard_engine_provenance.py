@@ -21,8 +21,9 @@ from enginecache.service.access.audit import current_actor
 from enginecache.service.engines.bundles import import_engine_or_bundle
 from enginecache.service.engines.provenance import IMPORTED, IMPORTED_BUNDLE, PROVENANCE_KINDS
 from enginecache.service.fleet import coverage
+from enginecache.service.fleet.runtimecaches import publish_runtime_cache
 from enginecache.service.models.register import register_model
-from tests.dashboardkit import Seeded, frame, texts, view
+from tests.dashboardkit import Seeded, engine_view, frame, plain, texts, view
 from tests.test_engine_bundle import built, make_bundle  # noqa: F401 - `built`: the real rank engines, once per module
 from tests.test_engine_import import request
 
@@ -78,3 +79,40 @@ def test_the_coverage_matrix_marks_imported_bundle_and_unproven_cells_with_a_leg
     assert list(marks["mark"]) == ["STATE · engine N · imported", "STATE · engine N · imported bundle"]
     assert list(marks["means"]) == [PROVENANCE_KINDS[IMPORTED], PROVENANCE_KINDS[IMPORTED_BUNDLE]]
     assert "UNPROVEN 1" in texts(at)
+
+
+# -- the engine page: runtime caches per GPU ----------------------------------------------------------
+
+
+def _stand_in_cache(path: Path, content: bytes) -> Path:
+    """Opaque bytes standing in for a serialized TensorRT-RTX runtime cache (one needs an RTX GPU)."""
+    path.write_bytes(content)
+    return path
+
+
+def test_the_engine_page_lists_the_stand_in_runtime_caches_published_for_it_per_gpu(
+    seeded: Seeded,
+    built: dict[str, Path],  # noqa: F811 - the fixture imported above
+    tmp_path: Path,
+) -> None:
+    app = seeded.app
+    keys = [("NVIDIA RTX A6000", "sm86", "1.7.1", "12.9"), ("NVIDIA GeForce RTX 4090", "sm89", "1.7.1", "12.8")]
+    for index, (sku, sm, rtx, cuda) in enumerate(keys):
+        cache = _stand_in_cache(tmp_path / f"cache{index}.bin", f"stand-in runtime cache {index}".encode())
+        publish_runtime_cache(
+            app, seeded.engine_id, cache, gpu_sku=sku, compute_capability=sm, rtx_version=rtx, cuda_version=cuda
+        )
+    register_model(app, built["onnx"], name="mlp")
+    other = import_engine_or_bundle(app, request(built["rank0"]))
+
+    at = engine_view(seeded.engine_id).run()
+    assert not at.exception, at.exception
+    table = frame(at, "GPU", "SM", "TensorRT-RTX", "CUDA")
+    assert sorted(zip(table["GPU"], table["SM"], table["TensorRT-RTX"], table["CUDA"], strict=True)) == sorted(keys)
+    assert list(table["bytes"]) == [len(b"stand-in runtime cache 0")] * 2
+    assert set(table["by"]) == {current_actor().name} and "engine" not in table.columns
+    assert "**Runtime caches per GPU** (2 published, 2 GPU(s))" in texts(at)
+
+    empty = engine_view(other.engine_id).run()
+    assert "**Runtime caches per GPU** (0 published, 0 GPU(s))" in texts(empty)
+    assert f"enginecache runtime-cache publish {other.engine_id} FILE" in plain(texts(empty))

@@ -1,7 +1,9 @@
 """Engines: the catalog filtered by model, backend, target, precision, status and date (one SQL
 page at a time); an engine's every fingerprint and cache-key ingredient, sha256 and size,
-builder log and lineage; Verify hash, Check compatibility per known host, Test-load (a job for a
-worker that can load the engine) with its results, Download, Retire; and "why was this a miss?"."""
+builder log and lineage; where it came from (built here, imported, an imported bundle) and, for a
+TensorRT-RTX engine, the runtime caches the fleet published for it per GPU; Verify hash, Check
+compatibility per known host, Test-load (a job for a worker that can load the engine) with its
+results, Download, Retire; and "why was this a miss?"."""
 
 from __future__ import annotations
 
@@ -20,12 +22,14 @@ from enginecache.dashboard.views.build import make_request, target_options
 from enginecache.dashboard.views.engineactions import actions
 from enginecache.dashboard.views.engineimport import import_form
 from enginecache.dashboard.views.enginetestloads import load_runs
+from enginecache.dashboard.views.runtimecachetable import cache_table
 from enginecache.service.builds.plan import plan_build
 from enginecache.service.builds.views import PRECISIONS, backend_label, diff_ingredients
 from enginecache.service.context import AppContext
 from enginecache.service.engines.detail import EngineDetail, engine_detail
 from enginecache.service.engines.loadruns import list_load_runs
 from enginecache.service.engines.provenance import provenance_kind, provenance_lines
+from enginecache.service.fleet.runtimecaches import has_runtime_caches, runtime_cache_rows
 from enginecache.service.models.detail import model_release
 from enginecache.service.readmodels.display import markdown_literal, shape_text
 from enginecache.service.readmodels.engines import EngineFilter, ingredient_rows
@@ -202,6 +206,8 @@ def _engine_page(key: data.CatalogKey, engine_id: int) -> bool:
     if engine.provenance.get("kind") == "imported":
         for line in provenance_lines(engine.provenance)[1:]:
             st.caption(markdown_literal(line.strip()))
+    if has_runtime_caches(engine.backend):
+        _runtime_caches(app, engine_id)
     if engine.error:
         st.error(markdown_literal(f"Build error: {engine.error}"))
     for warning in engine.warnings:
@@ -251,6 +257,22 @@ def _engine_page(key: data.CatalogKey, engine_id: int) -> bool:
     with miss:
         _why_miss(app, key, engine)
     return engine.status == EngineStatus.PENDING or any(j.active for j in test_loads)
+
+
+def _runtime_caches(app: AppContext, engine_id: int) -> None:
+    """The runtime caches published for this TensorRT-RTX engine, one row per GPU key (docs/fleet.md)."""
+    rows = data.attempt("cannot read the runtime caches", runtime_cache_rows, app, engine_id=engine_id)
+    if rows is None:
+        return
+    gpus = len({(r["gpu_sku"], r["compute_capability"]) for r in rows})
+    cache_table(
+        f"**Runtime caches per GPU** ({len(rows)} published, {gpus} GPU(s))",
+        rows,
+        key="engines_runtime_caches",
+        when_empty="None published yet: a host that serves it publishes the kernels it compiled for its GPU "
+        f"(`enginecache runtime-cache publish {engine_id} FILE`); other hosts of the same SM then skip that compile.",
+        with_engine=False,
+    )
 
 
 def _builder_log(app: AppContext, engine: EngineDetail) -> None:

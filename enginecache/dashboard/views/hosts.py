@@ -8,6 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from enginecache.dashboard import data
+from enginecache.dashboard.views.runtimecachetable import cache_table
 from enginecache.service.fleet.hostcoverage import HostCoverage, hosts_coverage
 from enginecache.service.fleet.runtimecaches import runtime_cache_rows
 from enginecache.service.readmodels.display import markdown_literal
@@ -105,25 +106,13 @@ def _runtime_caches() -> None:
         "TensorRT-RTX kernels compiled by a serving host, reused by others with the same GPU (same SM, "
         "TensorRT-RTX and CUDA at least as new)."
     )
-    _table(
+    cache_table(
         f"**Published** ({len(rows)})",
-        [
-            {
-                "engine": r["engine_id"],
-                "GPU": r["gpu_sku"],
-                "SM": r["compute_capability"],
-                "TensorRT-RTX": r["rtx_version"],
-                "CUDA": r["cuda_version"],
-                "bytes": r["size_bytes"],
-                "sha256": str(r["sha256"])[:12],
-                "from host": r["host"],
-                "by": r["actor"],
-                "at": r["created_at"],
-            }
-            for r in rows
-        ],
-        "hosts_runtime_caches",
-        "None published yet: `enginecache runtime-cache publish ENGINE_ID FILE` on a host that loaded an RTX engine.",
+        rows,
+        key="hosts_runtime_caches",
+        when_empty="None published yet: `enginecache runtime-cache publish ENGINE_ID FILE` on a host that loaded "
+        "an RTX engine.",
+        with_engine=True,
     )
 
 

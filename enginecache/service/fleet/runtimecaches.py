@@ -199,10 +199,13 @@ def list_runtime_caches(
         return list(session.exec(query.limit(limit)).all())
 
 
-def runtime_cache_rows(app: AppContext, limit: int = DASHBOARD_LIMIT) -> list[dict[str, Any]]:
-    """What the dashboard lists: the newest `limit` runtime caches as plain values, by engine and
-    GPU (engine id, then GPU SKU, then newest first)."""
-    rows = [runtime_cache_dict(c) for c in list_runtime_caches(app, limit=limit)]
+def runtime_cache_rows(
+    app: AppContext, limit: int = DASHBOARD_LIMIT, *, engine_id: int | None = None
+) -> list[dict[str, Any]]:
+    """What the dashboard lists (the Hosts view every engine's, the engine page `engine_id`'s): the
+    newest `limit` runtime caches as plain values, by engine and GPU (engine id, then GPU SKU, then
+    newest first)."""
+    rows = [runtime_cache_dict(c) for c in list_runtime_caches(app, engine_id, limit=limit)]
     return sorted(rows, key=lambda r: (-int(r["engine_id"]), str(r["gpu_sku"]), -int(r["id"] or 0)))
 
 
