@@ -6,7 +6,9 @@ Each row is a cache's key and a host's; the rule either hands the cache over or 
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sqlite3
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -21,6 +23,7 @@ from enginecache.core.fingerprint import host_fingerprint
 from enginecache.core.gpufacts import GpuInfo
 from enginecache.core.hostfingerprint import HostFingerprint
 from enginecache.core.runtimecache import CacheTarget, host_target, normalize_sm, parse_version, refusal, select
+from enginecache.db.catalogfile import locate
 from enginecache.db.models import EngineRecord, ModelRecord
 from enginecache.errors import BadInputError, IntegrityCheckError, LoadFailedError, NotFoundError
 from enginecache.service.access import audit
@@ -41,8 +44,9 @@ from enginecache.service.maintenance.gc.references import read_references
 from enginecache.service.maintenance.gc.report import GcPolicy
 from enginecache.service.models.register import register_model
 from enginecache.service.serving.engineload import load_engine
+from enginecache.service.serving.hitpath import runtime_cache_rows
 from enginecache.service.serving.loading import engine_facts
-from enginecache.service.serving.runtimecache import for_catalog_engine, for_pulled
+from enginecache.service.serving.runtimecache import for_catalog_engine, for_hit, for_pulled
 from tests.clirunner import run_cli
 from tests.dashboardkit import served_catalog, view
 from tests.enginerows import engine_row_like
@@ -457,6 +461,30 @@ def test_pull_names_no_stand_in_cache_the_rule_refuses(
 
 
 # -- serving: which cache file a load hands to the runtime ------------------------------------------
+
+
+def test_the_hit_path_chooses_the_stand_in_cache_the_full_path_chooses(app_ctx: AppContext, tmp_path: Path) -> None:
+    """The stdlib hit path (no ORM) reads the engine's caches on its own connection and applies the
+    same rule and checks: the exact SKU over the same SM, nothing for another SM, nothing for damaged
+    bytes. (Opaque stand-ins: producing a real cache needs an RTX GPU.)"""
+    engine = _rtx_engine_row(app_ctx)
+    common = {"compute_capability": "8.9", "cuda_version": "12.9"}
+    for name, sku, rtx in (("ada", "NVIDIA RTX 4000 Ada", "1.7.1"), ("4090", "NVIDIA GeForce RTX 4090", "1.6.0")):
+        path = _stand_in_cache(tmp_path, name, name.encode())
+        publish_runtime_cache(app_ctx, engine.id or 0, path, gpu_sku=sku, rtx_version=rtx, **common)
+    where = locate(app_ctx.home, app_ctx.db_url)
+    assert where is not None
+    with contextlib.closing(sqlite3.connect(where.path)) as connection:
+        rows = runtime_cache_rows(connection, engine.id or 0)
+    assert len(rows) == 2
+    handed = for_hit(str(app_ctx.home), rows, HOST)
+    assert handed is not None and handed == for_catalog_engine(app_ctx, engine, host=HOST)
+    assert Path(handed).read_bytes() == _stand_in_cache(tmp_path, "4090", b"4090").read_bytes()
+    assert for_hit(str(app_ctx.home), rows, key(sku="NVIDIA GeForce RTX 3090", sm="sm86")) is None
+    assert for_hit(str(app_ctx.home), rows, None) is None, "a host with no GPU or RTX gets none"
+    Path(handed).chmod(0o644)
+    Path(handed).write_bytes(b"damaged stand-in")
+    assert for_hit(str(app_ctx.home), rows, HOST) is None
 
 
 def test_serving_hands_over_the_pulled_stand_in_cache_only_where_the_rule_allows(

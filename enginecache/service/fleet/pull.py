@@ -246,10 +246,15 @@ def _bundle_in_place(dest: Path, engine: EngineRecord, final: Path) -> bool:
     return True
 
 
-def _blob_sizes(app: AppContext, engine: EngineRecord, landing: Landing) -> dict[str, int]:
-    """The blobs `engine` puts in the pulled folder (digest -> bytes): its blob, and for an engine
-    bundle under a budget each file's too (from its verified manifest, read where it lies)."""
+def _blob_sizes(
+    app: AppContext, engine: EngineRecord, cache: RuntimeCacheRecord | None, landing: Landing
+) -> dict[str, int]:
+    """The blobs a pull of `engine` puts in the folder (digest -> bytes): its blob, its runtime
+    `cache`'s, and for an engine bundle under a budget each file's too (from its verified manifest,
+    read where it lies)."""
     blobs = {str(engine.sha256): int(engine.size_bytes or 0)}
+    if cache is not None:
+        blobs[cache.sha256] = cache.size_bytes
     if is_bundle(engine) and landing.max_bytes is not None:
         blobs.update((entry.sha256, entry.size) for entry in bundle_manifest_anywhere(app, engine).files)
     return blobs
@@ -357,11 +362,11 @@ def _pull(
     manifest = _manifest(app, engine, chosen, host, found.release)
     final = dest / manifest["blob"]
     where = manifest_path(dest, found.model)
-    landing.admit(_blob_sizes(app, engine, landing), where.name)  # the budget, before anything moves
     # the runtime cache core.runtimecache allows this host, if any (TensorRT-RTX engines)
     cache = (
         best_for_host(app, chosen.engine_id, host_target(sha256, host)) if has_runtime_caches(engine.backend) else None
     )
+    landing.admit(_blob_sizes(app, engine, cache, landing), where.name)  # the budget, before anything moves
     if _up_to_date(where, engine, final) and _bundle_in_place(dest, engine, final):
         kept = json.loads(where.read_text())
         if _cache_in_place(kept, dest, cache):

@@ -113,17 +113,66 @@ def _connect(path: str) -> sqlite3.Connection:
     return connection
 
 
+# An engine's TensorRT-RTX runtime caches, newest first as the ORM path reads them
+# (service.serving.runtimecache.for_catalog_engine).
+RUNTIME_CACHE_SQL = (
+    "SELECT engine_sha256, gpu_sku, compute_capability, rtx_version, cuda_version, sha256, blake3, "
+    "chunk_blake3, size_bytes FROM runtime_caches WHERE engine_id = ? ORDER BY created_at DESC, id DESC"
+)
+
+
+class CacheRow:
+    """A `runtime_caches` row as the hit path reads it (`RUNTIME_CACHE_SQL`'s columns, in order)."""
+
+    __slots__ = (
+        "blake3",
+        "chunk_blake3",
+        "compute_capability",
+        "cuda_version",
+        "engine_sha256",
+        "gpu_sku",
+        "rtx_version",
+        "sha256",
+        "size_bytes",
+    )
+
+    def __init__(self, row: tuple[Any, ...]) -> None:
+        (
+            self.engine_sha256,
+            self.gpu_sku,
+            self.compute_capability,
+            self.rtx_version,
+            self.cuda_version,
+            self.sha256,
+            self.blake3,
+            self.chunk_blake3,
+            self.size_bytes,
+        ) = row
+
+
+def runtime_cache_rows(connection: sqlite3.Connection, engine_id: int) -> list[CacheRow]:
+    """Engine `engine_id`'s runtime caches, newest first, on the hit path's connection."""
+    return [CacheRow(row) for row in connection.execute(RUNTIME_CACHE_SQL, (engine_id,))]
+
+
 class _Found:
-    __slots__ = ("backend_version", "digest", "engine", "model_id", "model_name")
+    __slots__ = ("backend_version", "caches", "digest", "engine", "model_id", "model_name")
 
     def __init__(
-        self, digest: str, model_id: int, model_name: str, engine: dict[str, Any], backend_version: str
+        self,
+        digest: str,
+        model_id: int,
+        model_name: str,
+        engine: dict[str, Any],
+        backend_version: str,
+        caches: list[CacheRow],
     ) -> None:
         self.digest = digest
         self.model_id = model_id
         self.model_name = model_name
         self.engine = engine
         self.backend_version = backend_version
+        self.caches = caches  # the engine's runtime caches (TensorRT-RTX), newest first
 
 
 def _lookup(
@@ -170,7 +219,8 @@ def _lookup(
         engine = engines.engine_fields(SqliteExecutor(connection), engine_id, _ENGINE_COLUMNS)
         if model is None or model[1] != digest or engine is None:
             return None
-        return _Found(digest, model_id, str(model[0]), engine, backend_version)
+        caches = runtime_cache_rows(connection, engine_id)  # published for RTX engines only
+        return _Found(digest, model_id, str(model[0]), engine, backend_version, caches)
     finally:
         connection.execute("COMMIT")
 
@@ -312,6 +362,18 @@ def try_hit(
         connection.close()
 
 
+def _runtime_cache(where: CatalogFile, found: _Found, host: HostFingerprint) -> str | None:
+    """The runtime cache the full path would hand over for this engine and host (TensorRT-RTX)."""
+    if not found.caches:  # imported only where there are caches: a plain hit imports nothing for them
+        return None
+    from enginecache.core.runtimecache import has_runtime_caches, host_target
+    from enginecache.service.serving.runtimecache import for_hit
+
+    if not has_runtime_caches(str(found.engine["backend"])):
+        return None
+    return for_hit(str(where.home), found.caches, host_target(str(found.engine["sha256"]), host))
+
+
 def _load(
     connection: sqlite3.Connection,
     where: CatalogFile,
@@ -341,6 +403,7 @@ def _load(
             hold=hold,
             request=_signed_request(found, spec, host),
             on_tampered=lambda reason: _mark(connection, facts.id, reason, tampered=True),
+            runtime_cache=_runtime_cache(where, found, host),
         )
     except EngineRejectedError as err:
         if err.verdict == Verdict.ERROR.outcome:

@@ -1,5 +1,6 @@
 """The TensorRT-RTX runtime cache a serving load hands to the runtime: from a pulled folder (the
-manifest's `runtime_cache`) or from the catalog (`runtime_caches`, the ORM path of `load_or_build`).
+manifest's `runtime_cache`) or from the catalog (`runtime_caches`: the ORM path of `load_or_build`,
+and its stdlib hit path, which reads the rows in its own transaction: `for_hit`).
 
 Each answer is a file path or None, and None is always safe (the engine compiles its kernels as if
 no cache existed). A cache is handed over only where `core.runtimecache`'s rule allows it for this
@@ -65,6 +66,26 @@ def for_pulled(home: Path, manifest: dict[str, Any], *, host: CacheTarget | None
         _warn(entry.get("sha256"), reason)
         return None
     return _checked(home / str(entry["blob"]), str(entry["sha256"]), entry.get("blake3"))
+
+
+def for_hit(home: str, rows: list[Any], host: CacheTarget | None) -> str | None:
+    """The hit path's answer: the best of `rows` (an engine's `runtime_caches`, as
+    `service.serving.hitpath.CacheRow`s) the rule allows for
+    `host` (its `host_target`; None: no cache), brought into the store where it is not here (as an
+    engine blob is, within the store cache's budget) and checked; else None. The same rule and checks
+    as `for_catalog_engine`."""
+    chosen = select(rows, host) if host is not None and rows else None
+    if chosen is None:
+        return None
+    from enginecache.core.blobpaths import blob_file
+    from enginecache.core.diskbudget import fetch_within_budget
+
+    try:
+        fetch_within_budget(home, chosen.sha256, chunk_blake3=chosen.chunk_blake3 or None)
+    except EngineCacheError as err:
+        _warn(chosen.sha256, err)
+        return None
+    return _checked(Path(blob_file(home, chosen.sha256)), chosen.sha256, chosen.blake3)
 
 
 def for_catalog_engine(app: AppContext, engine: EngineRecord, *, host: CacheTarget | None = None) -> str | None:
