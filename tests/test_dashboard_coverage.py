@@ -31,6 +31,7 @@ from enginecache.service.access.roles import Role, set_role
 from enginecache.service.builds.plan import BuildRequest, build_engine
 from enginecache.service.builds.submit import submit_build
 from enginecache.service.context import AppContext
+from enginecache.service.engines.groups import not_older
 from enginecache.service.engines.records import engine_host_verdicts, get_engine, retire_engine
 from enginecache.service.fleet import coverage, hostcoverage
 from enginecache.service.jobs.routing import worker_capabilities
@@ -245,6 +246,8 @@ def test_staleness_follows_the_newest_version_the_fleet_reports(fleet: Seeded) -
     assert _matrix(at).loc[("convnet", "fp32"), SM86] == f"STALE · engine {fleet.engine_id}"
     assert f"the fleet runs {newer}" in plain(texts(at))
     assert coverage.version_key("1.10.0") > coverage.version_key("1.9.2") > coverage.version_key("1.9")
+    assert not_older("1.7.1", "1.7.1.116") and not_older("1.7.1.116", "1.7.1.116"), "a header proves 3 parts"
+    assert not not_older("1.7.0", "1.7.1.116") and not not_older("1.6", "1.7.1")
 
 
 def test_one_click_builds_the_missing_and_stale_cells_through_submit_build(fleet: Seeded) -> None:

@@ -35,6 +35,14 @@ def version_key(version: str) -> tuple[tuple[int, int | str], ...]:
     return tuple((0, int(p)) if p.isdigit() else (1, p) for p in re.findall(r"\d+|[A-Za-z]+", version))
 
 
+def not_older(version: str, than: str) -> bool:
+    """Whether library `version` is at least `than`, part by part, where a shorter `version` is
+    compared on the parts it has: an imported engine's header proves `1.7.1`, the fleet runs
+    `1.7.1.116`, and nothing says the engine is older."""
+    mine, theirs = version_key(version), version_key(than)
+    return mine >= theirs[: len(mine)]
+
+
 @dataclass(frozen=True)
 class EngineGroup:
     """Engines of one source model alike in what the compatibility rule decides on, and status."""

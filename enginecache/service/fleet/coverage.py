@@ -51,6 +51,7 @@ from enginecache.service.engines.groups import KnownHost as KnownHost  # re-expo
 from enginecache.service.engines.groups import engine_groups as engine_groups  # re-exported
 from enginecache.service.engines.groups import fleet_versions as fleet_versions  # re-exported
 from enginecache.service.engines.groups import known_hosts as known_hosts  # re-exported
+from enginecache.service.engines.groups import not_older
 from enginecache.service.engines.groups import version_key as version_key  # re-exported
 from enginecache.service.engines.provenance import BUILT_HERE, provenance_kind
 from enginecache.service.readmodels.hosts import HostRow, worker_hosts
@@ -302,9 +303,7 @@ def _cell(
 
     newest_version = fleet.get(column.backend)
     ready = sorted((g for g in groups if g.status == EngineStatus.READY), key=lambda g: -g.newest_id)
-    current = [
-        g for g in ready if newest_version is None or version_key(g.backend_version) >= version_key(newest_version)
-    ]
+    current = [g for g in ready if newest_version is None or not_older(g.backend_version, newest_version)]
     for group in current:
         if group not in verdicts:
             verdicts[group] = judge(group.ref())
