@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 import pytest
 import sqlalchemy as sa
-from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
+from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
 from enginecache.core.fingerprint import host_fingerprint
 from enginecache.core.hashing import HEAD_BYTES
@@ -127,6 +127,9 @@ def test_rtx_engine_is_incompatible_on_a_host_without_gpu(
 
 
 def _int32_bias_qdq(tmp_path: Path) -> Path:
+    """A model that passes planning and that TensorRT-RTX's parser refuses: ORT's symmetric int8 Q/DQ
+    with its INT32 bias reached through an Identity, so only the parser sees the INT32 its
+    DequantizeLinear reads (planning refuses an INT32 Q/DQ it can see: tests/test_quantized_advice.py)."""
     source = make_conv(tmp_path / "conv.onnx")
 
     class Reader(CalibrationDataReader):  # type: ignore[misc]
@@ -137,7 +140,23 @@ def _int32_bias_qdq(tmp_path: Path) -> Path:
             return next(self.items, None)
 
     target = tmp_path / "conv_int8_default.onnx"
-    quantize_static(str(source), str(target), Reader(), quant_format=QuantFormat.QDQ)  # ORT defaults: INT32 bias
+    quantize_static(
+        str(source),
+        str(target),
+        Reader(),
+        quant_format=QuantFormat.QDQ,
+        activation_type=QuantType.QInt8,
+        weight_type=QuantType.QInt8,
+        extra_options={"ActivationSymmetric": True, "WeightSymmetric": True},  # INT32 bias: ORT's default
+    )
+    model = onnx.load(str(target))
+    int32 = {t.name for t in model.graph.initializer if t.data_type == onnx.TensorProto.INT32}
+    for node in [n for n in model.graph.node if n.op_type == "DequantizeLinear" and n.input[0] in int32]:
+        for slot, name in enumerate(node.input):  # the INT32 it reads and its INT32 zero point
+            if name in int32:
+                model.graph.node.insert(0, onnx.helper.make_node("Identity", [name], [f"{name}_through"]))
+                node.input[slot] = f"{name}_through"
+    onnx.save(model, str(target))
     return target
 
 

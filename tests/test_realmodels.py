@@ -122,13 +122,13 @@ MEASURED: dict[str, dict[str, str]] = {
     },
     "silero_vad_v6_lstm": {"load ort int8": "FAIL: output(s) hn, cn outside int8 tolerances"},
     "ddddocr_old_int8": {
-        "rtx fp32": "refused: TensorRT-RTX could not parse ddddocr_old_int8.onnx: node",
-        "rtx fp16, rtx int8, ort int8": "refused: the model is already quantized: integer ops (21 ConvInteger, 22",
+        "rtx fp32, rtx fp16, rtx int8": "refused: TensorRT-RTX cannot build this already-quantized model as is",
+        "ort int8": "refused: the model is already quantized: integer ops (21 ConvInteger, 22",
         "load ort int8": "no engine",
     },
     "minilm_int8": {
-        "rtx fp32": "refused: Quantized constant (inner.embeddings.word_embeddings.weight_q) is only",
-        "rtx fp16, rtx int8, ort int8": "refused: the model is already quantized: 38 INT8/UINT8 weight tensors",
+        "rtx fp32, rtx fp16, rtx int8": "refused: TensorRT-RTX cannot build this already-quantized model as is",
+        "ort int8": "refused: the model is already quantized: 38 INT8/UINT8 weight tensors",
         "load ort int8": "no engine",
     },
 }

@@ -1,12 +1,18 @@
-"""Whether and how an ONNX model is already quantized, read from its proto without loading weights.
+"""Whether and how an ONNX model is already quantized, read from its proto without loading weights,
+and whether TensorRT can read that quantization (`tensorrt_unreadable`).
 
 A quantized model builds only as is (fp32): `core.precision` refuses to convert it, and
-`core.onnx_info` reports how it is quantized.
+`core.onnx_info` reports how it is quantized. Only some quantized models build as is with TensorRT:
+its parser takes Q/DQ nodes of signed symmetric types (what ModelOpt writes), not ONNX Runtime's
+QOperator or integer ops, int32 or asymmetric Q/DQ, or weights dequantized by Cast/Mul.
 """
 
 from __future__ import annotations
 
-from onnx import ModelProto, TensorProto
+from pathlib import Path
+
+import onnx
+from onnx import ModelProto, TensorProto, numpy_helper
 
 from enginecache.core.onnx_graph import all_graphs, all_nodes, op_key, tensor_size
 
@@ -110,3 +116,71 @@ def _dequantized_weights(model: ModelProto) -> int:
                 used.update(name for name in node.input if name in low_bit)
         total += len(used)
     return total
+
+
+# What TensorRT's ONNX parser takes as a Q/DQ node's quantized type (its zero point's type, or the
+# integer input a DequantizeLinear reads): "input has type Int32 but must have type FP8, FP4, Int4,
+# Int8, or UInt8" (TensorRT-RTX 1.x); and every zero point 0 ("Non-zero zero point is not supported").
+TENSORRT_READS = "TensorRT reads quantization only as Q/DQ nodes of INT8, FP8 or INT4 with zero points 0"
+_TENSORRT_QDQ_TYPES = frozenset(
+    {TensorProto.INT8, TensorProto.UINT8, TensorProto.INT4, TensorProto.FLOAT4E2M1, *_FLOAT8_TYPES}
+)
+
+
+def tensorrt_unreadable(model: ModelProto) -> str | None:
+    """Why TensorRT (and TensorRT-RTX) cannot build this already-quantized model as is, in words, or
+    None where its quantization is Q/DQ TensorRT reads (or the model is not quantized).
+
+    Refused: QOperator ops (`QLinear*`), integer ops (ConvInteger, MatMulInteger,
+    DynamicQuantizeLinear, ONNX Runtime's contrib quantized ops), int8 weights dequantized by
+    Cast/Mul, and Q/DQ nodes whose quantized type is not one TensorRT takes (int32 biases, 16-bit)
+    or whose zero point is not 0 (asymmetric). Read from the proto: zero points stored outside it
+    (external data) are judged by their type only."""
+    how = quantization(model)
+    if how is None:
+        return None
+    reasons = [part for part in how.split("; ") if not part.startswith("Q/DQ nodes")]
+    reasons += _unreadable_qdq(model)
+    if not reasons:
+        return None
+    return "; ".join(reasons) + f" ({TENSORRT_READS})"
+
+
+def tensorrt_unreadable_file(path: Path) -> str | None:
+    """`tensorrt_unreadable` of the model at `path`, read without its external data."""
+    return tensorrt_unreadable(onnx.load(str(path), load_external_data=False))
+
+
+def _unreadable_qdq(model: ModelProto) -> list[str]:
+    """The Q/DQ nodes TensorRT refuses, counted by why."""
+    wrong_type: dict[str, int] = {}
+    asymmetric = 0
+    for graph in all_graphs(model):
+        constants = {t.name: t for t in graph.initializer}
+        for node in graph.node:
+            if node.op_type == "Constant" and node.output:
+                for attr in node.attribute:
+                    if attr.name == "value":
+                        constants[node.output[0]] = attr.t
+        for node in graph.node:
+            if node.op_type not in _QDQ_OPS:
+                continue
+            zero = constants.get(node.input[2]) if len(node.input) > 2 and node.input[2] else None
+            read = constants.get(node.input[0]) if node.op_type == "DequantizeLinear" and node.input else None
+            quantized = zero if zero is not None else read
+            if quantized is not None and quantized.data_type not in _TENSORRT_QDQ_TYPES:
+                name = TensorProto.DataType.Name(quantized.data_type)
+                wrong_type[name] = wrong_type.get(name, 0) + 1
+            elif zero is not None and _nonzero(zero):
+                asymmetric += 1
+    found = [f"{n} Q/DQ node{'s' if n != 1 else ''} of {name}" for name, n in sorted(wrong_type.items())]
+    if asymmetric:
+        found.append(f"{asymmetric} Q/DQ node{'s' if asymmetric != 1 else ''} with a non-zero zero point (asymmetric)")
+    return found
+
+
+def _nonzero(tensor: TensorProto) -> bool:
+    """Whether a zero point stored in the proto holds any value but 0 (one stored outside it: unknown, False)."""
+    if tensor.data_location == TensorProto.EXTERNAL:
+        return False
+    return bool(numpy_helper.to_array(tensor).astype("float64").any())

@@ -52,6 +52,7 @@ from enginecache.errors import (
 )
 from enginecache.service.access import audit
 from enginecache.service.builds.precisionvariant import precision_variant
+from enginecache.service.builds.quantizedsource import refuse_unbuildable_quantized
 from enginecache.service.context import AppContext
 from enginecache.service.jobs.routing import WORKER_ALIVE_SECONDS, can_run, requirement_words
 from enginecache.service.models.register import get_model, model_inputs, model_path
@@ -104,6 +105,7 @@ def plan_build(app: AppContext, request: BuildRequest, *, host: HostFingerprint 
     backend = get_backend(request.backend)
     host = host or host_fingerprint()
     model = get_model(app, request.model)
+    refuse_unbuildable_quantized(app, model, backend)  # before the spec's advice: fp32 as is, where it builds
     precision = PrecisionSpec(
         request.precision,
         calibration=request.calibration,
