@@ -69,7 +69,13 @@ def render() -> None:
     if not events:
         st.info("No change recorded yet." if action is None and page == 1 else "No event on this page.")
         return
-    st.dataframe(pd.DataFrame([_row(e) for e in events]), hide_index=True, height="content", key="audit_table")
+    st.dataframe(
+        pd.DataFrame([_row(e) for e in events]),
+        hide_index=True,
+        height="content",
+        key="audit_table",
+        column_config={"change": st.column_config.TextColumn(width=260)},  # an alias move, whole
+    )
     _one_event(events)
 
 
