@@ -13,6 +13,7 @@ import sys
 from enginecache.core.processes import pid_alive
 from enginecache.db.models import JobStatus
 from enginecache.service.context import AppContext
+from enginecache.service.jobs.staging import staging_dir
 from tests.conftest import FakeClock, wait_for
 from tests.gckit import BOUND, HOUR, add_job_row, dead_pid, removed_paths, run_gc, set_age
 
@@ -50,6 +51,39 @@ def test_stale_temp_folders_go_and_live_ones_stay(app_ctx: AppContext) -> None:
     assert "RUNNING attempt 1" in kept[app.store.relative(folders["running_elsewhere"])]
     assert app.store.relative(folders["young"]) in kept
     assert all(folders[n].is_dir() for n in ("live_pid", "running_elsewhere", "young"))
+
+
+def test_a_jobs_staging_folder_stays_while_the_job_may_retry_and_goes_once_it_has_ended(app_ctx: AppContext) -> None:
+    """A build job's staged engine (service.jobs.staging) left by a worker that died: kept while the
+    job is QUEUED (a retry in its backoff) or RUNNING, however old; removed once the job is terminal or
+    gone and nothing in it changed for the temp age."""
+    app, clock = app_ctx, FakeClock()
+    tmp = app.store.tmp_dir
+    jobs = {
+        "queued": add_job_row(app, JobStatus.QUEUED, 1),
+        "running": add_job_row(app, JobStatus.RUNNING, 2),
+        "dead": add_job_row(app, JobStatus.DEAD, 3),
+        "succeeded": add_job_row(app, JobStatus.SUCCEEDED, 2),
+        "young_failed": add_job_row(app, JobStatus.FAILED, 1),
+    }
+    folders = {name: staging_dir(tmp, job_id) for name, job_id in jobs.items()}
+    folders["gone"] = staging_dir(tmp, 999_999)
+    for name, path in folders.items():
+        path.mkdir(parents=True)
+        (path / "engine.plan").write_bytes(b"e" * 100)
+        (path / "engine.json").write_text("{}")
+        if name != "young_failed":
+            set_age(path, 2 * HOUR)
+
+    report = run_gc(app, clock, apply=True)
+    gone = ("dead", "succeeded", "gone")
+    assert removed_paths(report, "temp") == {app.store.relative(folders[n]) for n in gone}
+    assert not any(folders[n].exists() for n in gone)
+    kept = {k.path: k.reason for k in report.kept}
+    for name in ("queued", "running"):
+        assert f"job {jobs[name]} is QUEUED or RUNNING" in kept[app.store.relative(folders[name])]
+        assert folders[name].is_dir()
+    assert "changed" in kept[app.store.relative(folders["young_failed"])]
 
 
 def test_pid_alive_tells_a_live_process_from_an_ended_one() -> None:

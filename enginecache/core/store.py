@@ -303,29 +303,44 @@ class ArtifactStore:
             digest = writer.hasher.result()
             if expect is not None and digest.sha256 != expect:
                 raise IntegrityCheckError(f"the bytes written as blob {expect} hash to {digest.sha256}: refused")
-            remote = self.remote if mirror else None
-            if remote is not None:
-                remote.put_blob(digest.sha256, temp, digest.size)  # before the name: both, or neither
-            final = self.blob_path(digest.sha256)
-            if not final.parent.is_dir():
-                final.parent.mkdir(parents=True, exist_ok=True)
-                fsync_dir(self.objects_dir)
-            with self.publish_lock():
-                try:
-                    os.link(temp, final)  # its mtime is the last write's, just now
-                    created = True
-                except FileExistsError:
-                    created = self._repair_if_damaged(temp, final, digest.sha256)
-                    if not created:
-                        os.utime(final)  # published again: young to gc, as a new blob is
-            fsync_dir(final.parent)
-            return BlobInfo(
-                digest.sha256, digest.blake3, digest.size, final, created, digest.head_blake3, digest.chunk_blake3
-            )
+            return self._name(temp, digest, mirror=mirror)
         except OSError as err:
             raise StoreError(f"could not write blob into {self.objects_dir}: {err}") from err
         finally:
             temp.unlink(missing_ok=True)
+
+    def publish_hashed(self, path: Path, digest: DigestResult) -> BlobInfo:
+        """Publish a file already on disk (fsynced) in this store's tmp/ (the same filesystem as
+        objects/), whose digests the caller has just computed from its bytes (a job's staged engine,
+        verified by its hash pass: service.builds.stagedengine): to the remote, then its name, by a
+        hard link, as `ingest_file` does with the copy it hashes, without copying it. The file keeps
+        its own name too; removing it later leaves the blob."""
+        try:
+            return self._name(path, digest, mirror=True)
+        except OSError as err:
+            raise StoreError(f"could not publish {path} into {self.objects_dir}: {err}") from err
+
+    def _name(self, temp: Path, digest: DigestResult, *, mirror: bool) -> BlobInfo:
+        """Give hashed, durable bytes at `temp` to the remote (where `mirror`) and then their name,
+        under `publish_lock`, never replacing a sound copy; the name's mtime is now (young to gc)."""
+        remote = self.remote if mirror else None
+        if remote is not None:
+            remote.put_blob(digest.sha256, temp, digest.size)  # before the name: both, or neither
+        final = self.blob_path(digest.sha256)
+        if not final.parent.is_dir():
+            final.parent.mkdir(parents=True, exist_ok=True)
+            fsync_dir(self.objects_dir)
+        with self.publish_lock():
+            try:
+                os.link(temp, final)
+                created = True
+            except FileExistsError:
+                created = self._repair_if_damaged(temp, final, digest.sha256)
+            os.utime(final)  # published (again) now: young to gc, whenever its bytes were written
+        fsync_dir(final.parent)
+        return BlobInfo(
+            digest.sha256, digest.blake3, digest.size, final, created, digest.head_blake3, digest.chunk_blake3
+        )
 
     def _repair_if_damaged(self, temp: Path, final: Path, sha256: str) -> bool:
         """Identical bytes are already stored: keep them, unless they no longer hash to their name

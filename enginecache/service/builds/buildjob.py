@@ -15,6 +15,13 @@ as its cause):
 - an exception from outside the tree is unexpected: retried like a transient one (the parent
   records its traceback).
 
+An attempt that fails after its engine was built (the remote store unreachable during the upload,
+the catalog down at the READY write, the attempt killed part way) does not cost the next attempt a
+build: the engine is kept in the job's staging folder with its digests once it is built and proven
+loadable (service.builds.stagedengine), and the next attempt hashes it again and publishes it without
+calling the backend (its log says so: "[staged] not built again: ..."). The folder is the job's; the
+worker removes it once the job ends, gc where a worker died (service.jobs.staging).
+
 Before anything is built, a model with external data has its offsets and lengths checked again
 (`core.onnx_info.check_external_data`, the model's proto only): a model registered before `model add`
 checked them may name bytes its files do not hold, which a converter or a backend would fail on
@@ -46,6 +53,7 @@ from enginecache.errors import (
     UnavailableError,
 )
 from enginecache.service.builds.plan import BuildResult, find_ready_engine, plan_build, run_build
+from enginecache.service.builds.stagedengine import EngineStaging
 from enginecache.service.builds.submit import request_from_payload
 from enginecache.service.context import AppContext
 from enginecache.service.jobs.kinds import EXIT_RECORDED, ChildSpec, JobRunner
@@ -212,6 +220,7 @@ def run_build_job(app: AppContext, spec: ChildSpec, *, before_publish: BeforePub
             job_attempt=spec.attempt,
             finalize=finalize,
             before_publish=fence,
+            staging=EngineStaging(spec.staging_dir, spec.job_id, spec.attempt) if spec.staging_dir else None,
         )
     except StaleLeaseError:
         raise

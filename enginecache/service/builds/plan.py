@@ -53,6 +53,7 @@ from enginecache.errors import (
 from enginecache.service.access import audit
 from enginecache.service.builds.precisionvariant import precision_variant
 from enginecache.service.builds.quantizedsource import refuse_unbuildable_quantized
+from enginecache.service.builds.stagedengine import BuiltEngine, EngineStaging
 from enginecache.service.context import AppContext
 from enginecache.service.jobs.routing import WORKER_ALIVE_SECONDS, can_run, requirement_words
 from enginecache.service.models.register import get_model, model_inputs, model_path
@@ -270,6 +271,7 @@ def run_build(
     job_attempt: int | None = None,
     finalize: Finalizer | None = None,
     before_publish: Callable[[], None] | None = None,
+    staging: EngineStaging | None = None,
 ) -> BuildResult:
     """Run a planned build: PENDING row, precision variant, backend build, blob, READY row.
 
@@ -277,6 +279,9 @@ def run_build(
     choosing (a queue job passes one that first checks its lease token); by default a plain write.
     `before_publish()` runs after the build and before the blob goes to the store (and its remote):
     a queue job checks its lease there, so a host whose job was taken over publishes nothing.
+    `staging` (a build job's, service.builds.stagedengine): the engine is kept there once built and
+    proven loadable, hashed once, and published from there; an engine an earlier attempt staged for
+    this cache key, found whole by its hash, is published without building (the backend is not called).
     """
     key = signing_key()  # a pool's key that cannot be used fails the build before anything is written
     record = create_pending_engine(app, plan, job_id=job_id, job_attempt=job_attempt)
@@ -284,25 +289,20 @@ def run_build(
     started = time.perf_counter()
     try:
         with app.store.temp_dir(prefix=f"build-{engine_id}-") as work:
-            variant, source, warnings = precision_variant(  # a verified private copy
-                app, plan.model, plan.precision, plan.recipe, plan.profile.opt_shapes(), work
-            )
-            spec = BuildSpec(
-                onnx_path=source,
-                targets=plan.targets,
-                profile=plan.profile,
-                precision=plan.precision.precision,
-                opt_level=plan.build_options["opt_level"],
-                workspace_bytes=plan.build_options["workspace_bytes"],
-            )
-            output = plan.backend.build(spec, work / "engine.plan", progress, log)
-            proof = _prove_loadable(plan, output.engine_path, engine_id)
-            if log is not None:
-                log(proof)
+            made = staging.take(plan.cache_key, log) if staging is not None else None
+            if made is None:
+                made = _build_here(app, plan, work, engine_id, started, progress, log)
+                if staging is not None:
+                    made = staging.keep(made, plan.cache_key)
+            elif log is not None:
+                log(_reuse_line(made, job_attempt))
             if before_publish is not None:
                 before_publish()
-            blob = app.store.ingest_file(output.engine_path)
-        seconds = time.perf_counter() - started
+            if made.digest is not None:
+                blob = app.store.publish_hashed(made.path, made.digest)
+            else:
+                blob = app.store.ingest_file(made.path)
+        seconds = made.build_seconds if made.reused else time.perf_counter() - started
     except StaleLeaseError as err:  # the fence: this host's job was taken over, nothing is published
         _mark_failed(app, engine_id, f"not published: {err}", "")
         raise
@@ -313,10 +313,13 @@ def run_build(
         _mark_failed(app, engine_id, f"interrupted: {type(err).__name__}: {err}", "")
         raise
     ready: list[EngineRecord] = []
+    builder_log = f"{made.log}\n{made.proof}" if made.log else made.proof
+    if made.reused:
+        builder_log = f"{builder_log}\n{_reuse_line(made, job_attempt)}"
 
     def mark_ready(session: Session) -> None:
         facts = {
-            "variant_model_id": variant.id if variant.id != plan.model.id else None,
+            "variant_model_id": made.variant_model_id if made.variant_model_id != plan.model.id else None,
             "sha256": blob.sha256,
             "blake3": blob.blake3,
             "header_blake3": blob.head_blake3 or None,
@@ -324,9 +327,9 @@ def run_build(
             "size_bytes": blob.size,
             "blob_path": app.store.relative(blob.path),
             "build_seconds": seconds,
-            "builder_log": f"{output.log}\n{proof}" if output.log else proof,
-            "io": [t.to_dict() for t in output.io],
-            "warnings": [*plan.notes, *warnings, *output.warnings],
+            "builder_log": builder_log,
+            "io": made.io,
+            "warnings": made.warnings,
             "finished_at": utcnow(),
         }
         if key is not None:
@@ -340,17 +343,65 @@ def run_build(
     try:
         (finalize or _plain_write(app))(engine_id, mark_ready)
     except BaseException as err:
-        _mark_failed(app, engine_id, f"not published: {type(err).__name__}: {err}", output.log)
+        _mark_failed(app, engine_id, f"not published: {type(err).__name__}: {err}", made.log)
         raise
     logger.info(
-        "engine %s READY: %s %s %s in %.2f s",
+        "engine %s READY: %s %s %s in %.2f s%s",
         engine_id,
         plan.backend.name,
         plan.precision.precision,
         ",".join(plan.targets),
         seconds,
+        " (staged by an earlier attempt)" if made.reused else "",
     )
     return BuildResult(ready[0], plan.model, cache_hit=False, notes=plan.notes)
+
+
+def _build_here(
+    app: AppContext,
+    plan: BuildPlan,
+    work: Path,
+    engine_id: int,
+    started: float,
+    progress: ProgressCallback | None,
+    log: LogCallback | None,
+) -> BuiltEngine:
+    """Convert the precision (a verified private copy), build with the backend into `work`, and prove
+    the engine loads: the engine made here, not yet hashed."""
+    variant, source, warnings = precision_variant(
+        app, plan.model, plan.precision, plan.recipe, plan.profile.opt_shapes(), work
+    )
+    spec = BuildSpec(
+        onnx_path=source,
+        targets=plan.targets,
+        profile=plan.profile,
+        precision=plan.precision.precision,
+        opt_level=plan.build_options["opt_level"],
+        workspace_bytes=plan.build_options["workspace_bytes"],
+    )
+    output = plan.backend.build(spec, work / "engine.plan", progress, log)
+    proof = _prove_loadable(plan, output.engine_path, engine_id)
+    if log is not None:
+        log(proof)
+    return BuiltEngine(
+        path=output.engine_path,
+        log=output.log,
+        proof=proof,
+        io=[t.to_dict() for t in output.io],
+        warnings=[*plan.notes, *warnings, *output.warnings],
+        variant_model_id=variant.id,
+        build_seconds=time.perf_counter() - started,
+    )
+
+
+def _reuse_line(made: BuiltEngine, attempt: int | None) -> str:
+    """The job log's and the builder log's account of an engine published without a build."""
+    job_id, built_in = made.built_by or (0, 0)
+    sha256 = made.digest.sha256 if made.digest is not None else "?"
+    return (
+        f"[staged] not built again: attempt {attempt} publishes the engine attempt {built_in} of job {job_id} "
+        f"built and staged (sha256 {sha256}, verified by its hash)"
+    )
 
 
 def _signed(plan: BuildPlan, blob: BlobInfo, key: SigningKey, job_id: int | None) -> dict[str, str]:

@@ -69,6 +69,9 @@ class ChildSpec:
     # The worker that supervises the attempt: a child that finds it gone right after asking to die
     # with its parent (the zygote may have exited between the fork and that request) exits.
     worker_pid: int | None = None
+    # The job's staging folder (`service.jobs.staging`): what this attempt leaves for the next one,
+    # owned by the job; the worker removes it once the job has ended.
+    staging_dir: Path | None = None
 
     def finish(
         self,

@@ -26,13 +26,14 @@ from sqlmodel import col, select
 
 from enginecache.core.fingerprint import HostFingerprint
 from enginecache.db import engines, queue
-from enginecache.db.models import EngineRecord, EngineStatus, JobRecord, JobStatus
+from enginecache.db.models import TERMINAL_JOB_STATUSES, EngineRecord, EngineStatus, JobRecord, JobStatus
 from enginecache.db.queue import Clock
 from enginecache.db.sqlexec import AlchemyExecutor
 from enginecache.errors import StaleLeaseError
 from enginecache.service.context import AppContext
 from enginecache.service.jobs.child import CHILD_ERROR_FILE, EXIT_LEASE_LOST, run_child
 from enginecache.service.jobs.kinds import EXIT_RECORDED, ChildSpec
+from enginecache.service.jobs.staging import remove_staging, staging_dir
 
 logger = logging.getLogger("enginecache.service.jobs.worker")  # the worker's log: its lines keep their logger name
 
@@ -123,6 +124,7 @@ class AttemptSupervisor:
             job_key=job.idempotency_key if job.kind == "build" else None,
             job_kinds=self.settings.job_kinds,
             worker_pid=os.getpid(),
+            staging_dir=staging_dir(self.app.store.tmp_dir, job_id),
         )
         process = self.children.Process(target=run_child, args=(spec,), name=f"job-{job_id}")
         process.start()
@@ -159,6 +161,24 @@ class AttemptSupervisor:
                 self._kill(process)
             shutil.rmtree(work_dir, ignore_errors=True)
             self._abandon_pending_engines(job_id, job.attempts, outcome or _describe_exit(process.exitcode))
+            self._drop_staging_once_ended(job_id, spec.staging_dir)
+
+    def _drop_staging_once_ended(self, job_id: int, folder: Path | None) -> None:
+        """The job's staging folder goes with the job: removed here once the job is terminal (this
+        attempt ended it, or someone did meanwhile); kept while another attempt may use it. A catalog
+        that cannot be read, or a folder that cannot be removed, leaves it to `enginecache gc`."""
+        if folder is None or not folder.exists():
+            return
+        try:
+            ended = queue.get_job(self.app.catalog, job_id).status in TERMINAL_JOB_STATUSES
+        except sa.exc.OperationalError as err:
+            logger.warning("job %s: staging folder %s left to gc: %s", job_id, folder, err.orig)
+            return
+        if ended:
+            try:
+                remove_staging(folder)
+            except OSError as err:
+                logger.warning("job %s: staging folder %s left to gc: %s", job_id, folder, err)
 
     def _seconds_left(self, job: JobRecord) -> float:
         """What remains of the attempt's timeout, counted from its claim (the lease's start)."""

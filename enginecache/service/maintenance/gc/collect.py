@@ -13,7 +13,9 @@ Removed (a dry run lists them; `apply=True` removes them):
 - temp entries under `tmp/` older than the temp age (default 1 hour: a live build may be using
   them; age is the newest mtime within): job folders `job-<id>-<attempt>-<pid>` unless that worker
   pid is alive here or the job is RUNNING that attempt (a worker elsewhere), build folders
-  `build-<engine>-*` unless that engine is still PENDING, staging folders and partial blobs;
+  `build-<engine>-*` unless that engine is still PENDING, a job's staging folder `job-<id>.staged`
+  (service.jobs.staging: a built engine kept for the job's next attempt) unless that job is QUEUED
+  or RUNNING, other staging folders and partial blobs;
 - resume states `tmp/<sha256>.pull` (core.rangedfetch: what a killed fetch or pull left to resume)
   that no fetch holds and in which nothing changed for the resume age (default 1 day);
 - what a killed backup or restore left (service.maintenance.gc.debris): a backup's partial folder

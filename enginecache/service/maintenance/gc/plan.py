@@ -3,7 +3,8 @@ catalog needs (service.maintenance.gc.references): which blobs under `objects/` 
 grace), which model bundles under `models/` and which entries under `tmp/` to remove (a ranged fetch's
 resume state by its own age, `GcPolicy.resume_age`). What would go
 but for its youth (a blob or bundle is published a moment before the row that names it) or a live
-owner (a job folder's worker alive here or its attempt RUNNING, a build folder's engine PENDING) is
+owner (a job folder's worker alive here or its attempt RUNNING, a job's staging folder's job QUEUED or
+RUNNING, a build folder's engine PENDING) is
 listed as kept instead."""
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 from enginecache.core import rangedfetch
 from enginecache.core.processes import pid_alive
 from enginecache.service.context import AppContext
+from enginecache.service.jobs.staging import staging_job_id
 from enginecache.service.maintenance import workdirs
 from enginecache.service.maintenance.gc.files import age_of, blob_files, entries, newest_mtime, tree_size
 from enginecache.service.maintenance.gc.references import References
@@ -117,6 +119,11 @@ def _live_owner(name: str, refs: References, dead: set[int]) -> str | None:
             return f"its worker (pid {pid}) is alive"
         if (job_id, attempt) in refs.running:
             return f"job {job_id} is RUNNING attempt {attempt} (on a worker elsewhere)"
+        return None
+    staged = staging_job_id(name)
+    if staged is not None:
+        if staged in refs.active:
+            return f"job {staged} is QUEUED or RUNNING (its next attempt publishes what is staged here)"
         return None
     build = _BUILD_DIR.match(name)
     if build is not None:

@@ -2,9 +2,9 @@
 job names (an engine's sha256 or blob_path; the payload of an active job or of one finished within
 the grace; each file of an engine bundle), the blobs only RETIRED engines past the grace name, the
 model bundles model rows name, the TensorRT-RTX runtime caches `runtime_caches` rows name (each kept
-as long as its row), the PENDING engines (whose build folders may be in use) and the attempts
-RUNNING; and, once a blob is removed, the one write that leaves its RETIRED rows without a path to
-nothing."""
+as long as its row), the PENDING engines (whose build folders may be in use), the attempts
+RUNNING and the jobs QUEUED or RUNNING (whose staging folders a next attempt may use); and, once a
+blob is removed, the one write that leaves its RETIRED rows without a path to nothing."""
 
 from __future__ import annotations
 
@@ -40,6 +40,7 @@ class References:
     bundles: frozenset[str]  # folder names under models/
     pending: frozenset[int]  # PENDING engine ids (their build folders may be in use)
     running: frozenset[tuple[int, int]]  # (job id, attempt) of each RUNNING job
+    active: frozenset[int] = frozenset()  # ids of the QUEUED and RUNNING jobs (their staging folders in use)
 
 
 def read_references(app: AppContext, now: datetime, policy: GcPolicy) -> References:
@@ -47,6 +48,7 @@ def read_references(app: AppContext, now: datetime, policy: GcPolicy) -> Referen
     retired: dict[str, list[int]] = {}
     pending: set[int] = set()
     running: set[tuple[int, int]] = set()
+    active: set[int] = set()
     bundles: set[str] = set()
     engines = sa.select(
         col(EngineRecord.id),
@@ -79,6 +81,8 @@ def read_references(app: AppContext, now: datetime, policy: GcPolicy) -> Referen
         for job_id, status, attempts, payload in session.execute(jobs):
             if status == JobStatus.RUNNING:
                 running.add((job_id, attempts))
+            if status in ACTIVE_JOB_STATUSES:
+                active.add(job_id)
             needed.update(payload_digests(payload))
         needed.update(session.execute(sa.select(col(RuntimeCacheRecord.sha256))).scalars())
         for digest, store_path in session.execute(models):
@@ -92,6 +96,7 @@ def read_references(app: AppContext, now: datetime, policy: GcPolicy) -> Referen
         bundles=frozenset(bundles),
         pending=frozenset(pending),
         running=frozenset(running),
+        active=frozenset(active),
     )
 
 
