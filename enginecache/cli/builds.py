@@ -42,19 +42,28 @@ def build(
             "--matrix", metavar="FILE", help="Build every cell of a matrix file (models x targets x precisions)."
         ),
     ] = None,
+    retry_failed: Annotated[
+        bool,
+        typer.Option(
+            "--retry-failed", help="With --matrix: build again the cells whose last build of the same key FAILED."
+        ),
+    ] = False,
     as_json: JsonOption = False,
 ) -> None:
     """Build (or find in the cache) one engine; without --queue, wait and show progress.
 
     With --matrix FILE (a CI prebuild, docs/fleet.md): every model x target x precision the file
-    names, then one summary line per cell; exit 1 when any cell failed."""
+    names, then one summary line per cell; exit 1 when any cell failed. A cell whose last build with
+    the same cache key FAILED is not built again ("failed earlier: job N, ...") unless --retry-failed."""
     if matrix is not None or model is None:
         if matrix is None:
             raise typer.BadParameter("give a MODEL (or --matrix FILE)")
         if model is not None:
             raise typer.BadParameter("give a MODEL or --matrix FILE, not both")
-        _build_matrix(ctx, matrix, as_json)
+        _build_matrix(ctx, matrix, as_json, retry_failed=retry_failed)
         return
+    if retry_failed:
+        raise typer.BadParameter("--retry-failed is for --matrix FILE (a single build always builds)")
     from enginecache.errors import BuildFailedError
     from enginecache.service.builds.plan import BuildRequest
     from enginecache.service.builds.submit import submit_build, waiting_reason
@@ -108,15 +117,19 @@ def _cell_line(r: dict[str, Any]) -> str:
     return printable(f"{cell} {r['outcome']:<7} {engine}" + (f": {r['error']}" if r["error"] else ""))
 
 
-def _build_matrix(ctx: typer.Context, path: Path, as_json: bool) -> None:
+def _build_matrix(ctx: typer.Context, path: Path, as_json: bool, *, retry_failed: bool) -> None:
     from enginecache.cli.common import EXIT_FAILED
     from enginecache.service.builds.matrix import load_matrix, run_matrix
 
     cells = load_matrix(path)
-    results = [r.to_dict() for r in run_matrix(app_context(ctx), cells)]
+    results = [r.to_dict() for r in run_matrix(app_context(ctx), cells, retry_failed=retry_failed)]
     failed = sum(1 for r in results if r["outcome"] == "failed")
+    earlier = sum(1 for r in results if r["failed_earlier"])
     summary = f"{len(results)} cell(s): {len(results) - failed} ready, {failed} failed"
-    emit({"cells": results, "failed": failed}, as_json, "\n".join([*map(_cell_line, results), summary]))
+    if earlier:
+        summary += f" ({earlier} failed earlier, not built again: --retry-failed to build them)"
+    data = {"cells": results, "failed": failed, "failed_earlier": earlier}
+    emit(data, as_json, "\n".join([*map(_cell_line, results), summary]))
     if failed:
         raise typer.Exit(EXIT_FAILED)
 

@@ -327,6 +327,18 @@ def get_job(catalog: Catalog, job_id: int) -> JobRecord:
     return job
 
 
+def latest_job_by_key(catalog: Catalog, kind: str, key: str) -> JobRecord | None:
+    """The newest job of `kind` submitted under idempotency key `key`, in any status; None for none."""
+    query = (
+        select(JobRecord)
+        .where(JobRecord.kind == kind, JobRecord.idempotency_key == key)
+        .order_by(col(JobRecord.id).desc())
+        .limit(1)
+    )
+    with catalog.read() as session:
+        return session.exec(query).first()
+
+
 def list_jobs(catalog: Catalog, *, status: str | None = None, limit: int = 200) -> list[JobRecord]:
     query = select(JobRecord).order_by(col(JobRecord.id).desc()).limit(limit)
     if status is not None:

@@ -22,6 +22,13 @@ same way. Every cell is submitted before any is waited for, so a pool of workers
 side; a cell a worker cannot take is run here by the one-shot worker (`service.builds.submitwait`). Bad
 input (an unknown key, a missing name, a precision that is not a list) is refused before anything is
 submitted, naming where in the file it is.
+
+A re-run does not build again what failed for good: a cell whose cache key (the same model bytes,
+backend and version, target, precision recipe, build options and OS) was last built by a job that
+ended FAILED (a deterministic failure: bad input, the backend's refusal) is not submitted; it fails
+at once with "failed earlier: job N, <its reason>; --retry-failed to build again", and the matrix
+fails as with any failed cell. A job that ended DEAD (out of attempts at transient failures) or
+CANCELLED is built again. `retry_failed` (`--retry-failed`) submits every cell.
 """
 
 from __future__ import annotations
@@ -34,8 +41,8 @@ from typing import Any
 
 from enginecache.db.models import JobRecord, JobStatus
 from enginecache.errors import BadInputError, EngineCacheError
-from enginecache.service.builds.plan import BuildRequest
-from enginecache.service.builds.submit import SubmitResult, submit_build
+from enginecache.service.builds.plan import BuildRequest, find_ready_engine, plan_build
+from enginecache.service.builds.submit import SubmitResult, failed_earlier, submit_build
 from enginecache.service.builds.submitwait import run_and_wait
 from enginecache.service.context import AppContext
 from enginecache.service.models.register import register_model
@@ -78,6 +85,7 @@ class CellResult:
     engine_id: int | None
     job_id: int | None
     error: str | None = None
+    failed_earlier: bool = False  # not submitted: its key's last build FAILED (`--retry-failed` builds it)
 
     def to_dict(self) -> dict[str, Any]:
         request = self.cell.request
@@ -90,6 +98,7 @@ class CellResult:
             "engine_id": self.engine_id,
             "job_id": self.job_id,
             "error": self.error,
+            "failed_earlier": self.failed_earlier,
         }
 
 
@@ -175,25 +184,52 @@ def _finished(cell: MatrixCell, submitted: SubmitResult, job: JobRecord | None) 
     return CellResult(cell, "failed", job.result_engine_id, job.id, f"job {job.id} {job.status}: {job.error}")
 
 
+def _failed_earlier(app: AppContext, cell: MatrixCell) -> CellResult | None:
+    """The cell's result without submitting it, where the last build of its cache key FAILED (a
+    deterministic failure, `service.builds.submit.failed_earlier`) and no READY engine has that key
+    since; None where it is to be submitted."""
+    plan = plan_build(app, cell.request)
+    if find_ready_engine(app, plan.cache_key) is not None:
+        return None
+    job = failed_earlier(app, plan.cache_key)
+    if job is None:
+        return None
+    lines = (job.error or "").strip().splitlines()
+    reason = lines[0] if lines else "no reason recorded"
+    error = f"failed earlier: job {job.id}, {reason}; --retry-failed to build again"
+    return CellResult(cell, "failed", job.result_engine_id, job.id, error, failed_earlier=True)
+
+
 def run_matrix(
-    app: AppContext, cells: list[MatrixCell], *, on_update: Callable[[JobRecord], None] | None = None
+    app: AppContext,
+    cells: list[MatrixCell],
+    *,
+    retry_failed: bool = False,
+    on_update: Callable[[JobRecord], None] | None = None,
 ) -> list[CellResult]:
     """Register the models the matrix names by path, submit every cell, then wait for each (module
-    docstring). A cell whose request is refused (bad input for that model) fails alone."""
+    docstring). A cell whose request is refused (bad input for that model) fails alone. A cell whose
+    cache key's last build FAILED is not submitted again unless `retry_failed`: it fails at once,
+    naming that job and its reason (`CellResult.failed_earlier`)."""
     for path in sorted({c.path for c in cells if c.path is not None}):
         names = sorted({c.model for c in cells if c.path == path})
         for name in names:
             register_model(app, path, name=name, new_version=True)  # new bytes: a new version
-    submitted: list[tuple[MatrixCell, SubmitResult | None, str | None]] = []
+    submitted: list[tuple[MatrixCell, SubmitResult | None, CellResult | None]] = []
     for cell in cells:
         try:
+            earlier = None if retry_failed else _failed_earlier(app, cell)
+            if earlier is not None:
+                submitted.append((cell, None, earlier))
+                continue
             submitted.append((cell, submit_build(app, cell.request), None))
         except BadInputError as err:
-            submitted.append((cell, None, str(err)))
+            submitted.append((cell, None, CellResult(cell, "failed", None, None, str(err))))
     results = []
-    for cell, result, refused in submitted:
+    for cell, result, settled in submitted:
         if result is None:
-            results.append(CellResult(cell, "failed", None, None, refused))
+            assert settled is not None
+            results.append(settled)
             continue
         job = None
         if not (result.cache_hit and result.engine is not None):

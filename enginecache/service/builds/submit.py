@@ -126,6 +126,16 @@ def submit_build(
     return SubmitResult(cache_hit=False, engine=None, job=result.job, joined=result.joined, notes=plan.notes)
 
 
+def failed_earlier(app: AppContext, cache_key: str) -> JobRecord | None:
+    """The build job that last tried this cache key, where it ended FAILED: a deterministic failure
+    (service.builds.buildjob), which the same key (the same model bytes, backend and its version,
+    target, precision recipe, build options and OS: core.cachekey) fails again the same way. None
+    where the newest such job ended otherwise (SUCCEEDED; DEAD, out of attempts at transient
+    failures; CANCELLED), is still active, or there is none: then a build is worth trying."""
+    job = queue.latest_job_by_key(app.catalog, "build", cache_key)
+    return job if job is not None and job.status == JobStatus.FAILED else None
+
+
 def _record_request(
     app: AppContext, plan: BuildPlan, outcome: str, started: float, *, engine_id: int | None = None
 ) -> None:
