@@ -21,7 +21,15 @@ from enginecache.core.blobpaths import blob_path
 from enginecache.core.enginebundle import BundleError, BundleFile, BundleManifest, parse_manifest
 from enginecache.db import engines
 from enginecache.db.models import EngineStatus, utcnow
-from enginecache.errors import BadInputError, EngineCacheError, ExportError, ImportRefusedError, IntegrityCheckError
+from enginecache.errors import (
+    BadInputError,
+    EngineCacheError,
+    ExportError,
+    ImportRefusedError,
+    IncompatibleEngineError,
+    IntegrityCheckError,
+)
+from enginecache.service.access import audit
 from enginecache.service.access.audit import current_actor
 from enginecache.service.builds.testload import run_test_load
 from enginecache.service.context import AppContext
@@ -33,6 +41,7 @@ from enginecache.service.engines.bundles import (
     verify_bundle,
 )
 from enginecache.service.engines.records import get_engine, verify_engines
+from enginecache.service.engines.runtimeproof import confirm_runtime_load
 from enginecache.service.fleet.exports import export_model, verify_tree
 from enginecache.service.fleet.profiles import Wanted
 from enginecache.service.fleet.pull import pull
@@ -448,6 +457,49 @@ def test_a_test_load_of_a_bundle_is_an_error_run_that_leaves_it_unproven(
     engine_id = import_engine_or_bundle(app, request(make_bundle(tmp_path / "llm", built))).engine_id
     run = run_test_load(app, engine_id, host=gpu_host("sm86"))
     assert run.verdict == "ERROR" and "engine bundle" in (run.reason or "")
+    assert get_engine(app, engine_id).status == EngineStatus.UNPROVEN
+
+
+def test_a_runtime_load_confirmed_on_a_stand_in_gpu_host_makes_a_pulled_bundle_ready(
+    app: AppContext, built: dict[str, Path], tmp_path: Path
+) -> None:
+    """`engine confirm-load`: TensorRT-LLM loads a bundle's folder, which enginecache cannot; the serving
+    host confirms it. The host is a recorded fingerprint of an SM86 GPU host (none here), the folder
+    the real pulled one; the proof is checked against the rule and the bytes before READY is recorded."""
+    source = make_bundle(tmp_path / "llm", built)
+    engine_id = import_engine_or_bundle(app, request(source)).engine_id
+    done = pull(app, "mlp", tmp_path / "pod", wanted=Wanted(engine_id=engine_id), host=gpu_host("sm86"))
+    folder = done.dest / done.manifest["bundle"]["dir"]
+
+    with pytest.raises(IncompatibleEngineError, match="cannot load on this host"):
+        confirm_runtime_load(app, engine_id, folder, host=gpu_host("sm89"))
+    damaged = tmp_path / "damaged"
+    damaged.mkdir()
+    for entry in ("config.json", "rank0.engine", "rank1.engine"):
+        (damaged / entry).write_bytes((folder / entry).read_bytes())
+    with pytest.raises(IntegrityCheckError, match="does not hold exactly"):
+        confirm_runtime_load(app, engine_id, damaged, host=gpu_host("sm86"))
+    assert get_engine(app, engine_id).status == EngineStatus.UNPROVEN, "nothing recorded by a refusal"
+
+    proof = confirm_runtime_load(app, engine_id, folder, host=gpu_host("sm86"), note="trtllm serve ready")
+    assert proof.changed and (proof.was, proof.status) == (EngineStatus.UNPROVEN, EngineStatus.READY)
+    engine = get_engine(app, engine_id)
+    proven = engine.provenance["proven"]
+    assert engine.status == EngineStatus.READY and proven["by"] == "runtime-load" and proven["host"] == "host-sm86"
+    assert proven["path"] == str(folder.resolve()) and proven["note"] == "trtllm serve ready"
+    assert audit.list_audit(app, action="engine.proven")[0].target == f"engine {engine_id}"
+    assert not confirm_runtime_load(app, engine_id, folder, host=gpu_host("sm86")).changed
+    assert export_model(app, "mlp", tmp_path / "triton", fmt="triton").manifest["engine"] == engine_id
+
+
+def test_engine_confirm_load_on_this_cpu_host_is_refused_with_one_json_document(
+    app: AppContext, built: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    engine_id = import_engine_or_bundle(app, request(make_bundle(tmp_path / "llm", built))).engine_id
+    folder = bundle_path(app, get_engine(app, engine_id))
+    args = ("--home", str(app.home), "engine", "confirm-load", str(engine_id), str(folder), "--json")
+    done = run_cli(capsys, *args)
+    assert done.code == 1 and "cannot load on this host" in done.json()["error"]
     assert get_engine(app, engine_id).status == EngineStatus.UNPROVEN
 
 

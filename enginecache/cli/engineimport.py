@@ -69,6 +69,29 @@ def engine_import(
     emit(result.to_dict(), as_json, _text(result.to_dict()))
 
 
+def engine_confirm_load(
+    ctx: typer.Context,
+    engine_id: Annotated[int, typer.Argument(metavar="ENGINE_ID", help="The UNPROVEN engine a runtime loaded.")],
+    path: Annotated[
+        Path,
+        typer.Argument(metavar="PATH", help="What the runtime loaded: the bundle's folder, or the engine file."),
+    ],
+    note: Annotated[str | None, typer.Option("--note", help="Free text kept with the proof (the server).")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Record that a runtime on this host loaded an imported engine (TensorRT-LLM loading a bundle's
+    folder, which test-load cannot): it becomes READY.
+
+    Refused (nothing recorded) where the backend's rule says this host cannot load the engine
+    (exit 1), or where PATH is not exactly the engine's bytes (exit 1); an engine that is not
+    UNPROVEN or READY exits 2. Run it on the serving host once the server is ready."""
+    from enginecache.service.engines.runtimeproof import confirm_runtime_load
+
+    proof = confirm_runtime_load(app_context(ctx), engine_id, path, note=note or "")
+    verb = f"is now {proof.status} (was {proof.was})" if proof.changed else f"is {proof.status} already"
+    emit(proof.to_dict(), as_json, f"engine {engine_id} {verb}: loaded on {proof.host} ({proof.host_target})")
+
+
 def _text(data: dict[str, Any]) -> str:
     from enginecache.service.readmodels.display import printable
 

@@ -23,7 +23,7 @@ from enginecache.cli.common import (
     stream_rows,
     when,
 )
-from enginecache.cli.engineimport import engine_import
+from enginecache.cli.engineimport import engine_confirm_load, engine_import
 
 # `engine list`: the columns' names, then a row per engine in the same widths (`_engine_line`).
 ENGINE_HEADER = f"{'ID':>4}  {'MODEL':<24} {'VER':<4} {'BACKEND':<7} {'PREC':<5} {'TARGETS':<28} {'STATUS':<8} SHA256"
@@ -258,6 +258,7 @@ def register(app: typer.Typer) -> None:
             "list": engine_list,
             "show": engine_show,
             "import": engine_import,
+            "confirm-load": engine_confirm_load,
             "retire": engine_retire,
             "delete": engine_delete,
         },
