@@ -84,7 +84,7 @@ def test_a_running_build_shows_its_progress_in_the_job_list_the_matrix_and_cover
     assert f"job {job.id}" in bar and "RUNNING · Building engine" in bar
     assert not at.button(key=f"build_cancel_{job.id}").disabled
     matrix = frame(at, "target").set_index("target")
-    assert matrix.loc["TensorRT-RTX sm89", "fp16"] == f"running (job {job.id}, 40%)"
+    assert matrix.loc["TensorRT-RTX sm89", "fp16"] == f"running (job {job.id}, Building engine · 40%)"  # as its card
     assert at.button(key="build_submit").disabled, "the only cell is building: nothing to submit"
 
     cov = AppTest.from_string(

@@ -88,11 +88,15 @@ def script_run_actor() -> Actor | None:
     return session_actor()
 
 
-def view_render(module: str) -> Callable[[], None]:
-    """The view's `render`, its module imported on the first call."""
+def view_render(module: str, title: str = "") -> Callable[[], None]:
+    """The view's `render`, its module imported on the first call, under a spinner ("Loading
+    Build…", shown once the view has taken Streamlit's spinner delay, half a second) until the
+    view has drawn: the first render of a view imports its module and reads the catalog, seconds
+    on a cold server, which was a blank page."""
 
     def render() -> None:
-        importlib.import_module(f"{VIEWS_PACKAGE}.{module}").render()
+        with st.spinner(f"Loading {title or module}…"):
+            importlib.import_module(f"{VIEWS_PACKAGE}.{module}").render()
 
     render.__module__ = f"{VIEWS_PACKAGE}.{module}"
     return render
@@ -178,12 +182,17 @@ def view_pages(shown: list[tuple[str, str, str, str]]) -> tuple[st.Page, list[st
     own, and `/overview` opens it. The root page draws the same view and is left out of the
     navigation (`visibility="hidden"`), which lists each view once."""
     pages = [
-        st.Page(guarded(view_render(module)), title=title, url_path=path, icon=icon)
+        st.Page(guarded(view_render(module, title)), title=title, url_path=path, icon=icon)
         for module, title, path, icon in shown
     ]
     module, title, _, icon = shown[0]
     home = st.Page(
-        guarded(view_render(module)), title=title, url_path=HOME_PATH, icon=icon, default=True, visibility="hidden"
+        guarded(view_render(module, title)),
+        title=title,
+        url_path=HOME_PATH,
+        icon=icon,
+        default=True,
+        visibility="hidden",
     )
     return home, pages
 

@@ -29,6 +29,7 @@ from enginecache.service.builds.views import QUANTIZED, BackendChoice, backend_c
 from enginecache.service.context import AppContext
 from enginecache.service.readmodels.display import markdown_literal
 from enginecache.service.readmodels.hosts import HostRow
+from enginecache.service.readmodels.jobprogress import job_progress
 from enginecache.service.readmodels.jobs import active_job_count, active_jobs_by_key, failed_builds_by_key
 from enginecache.service.readmodels.models import default_precisions
 from enginecache.service.readmodels.statuses import JobStatus
@@ -152,8 +153,8 @@ def plan_cells(
             cells.append(Cell(target, precision, "cached", f"cached (engine {ready.id})", key, ready.id))
         elif key in active:
             job = active[key]
-            if job.status == JobStatus.RUNNING:
-                text = f"running (job {job.id}, {job.progress:.0%})"
+            if job.status == JobStatus.RUNNING:  # the words its job card shows
+                text = f"running (job {job.id}, {job_progress(job).words})"
             else:
                 text = f"queued (job {job.id})"
             state = "running" if job.status == JobStatus.RUNNING else "queued"

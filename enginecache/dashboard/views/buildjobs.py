@@ -2,7 +2,9 @@
 status and kind, newest first; a live section (`dashboard.live`) while any job is QUEUED or RUNNING.
 
 Each card says what the job does by name (`build convnet · TensorRT-RTX fp16 sm89`), its state
-as it is now: a running job's progress and phase with Cancel; a queued job no live worker can run
+as it is now and how long it has taken (`service.readmodels.jobprogress`, which the matrix reads
+too): a running job's progress and phase with Cancel (a bar once its worker reported progress,
+"starting" without one before); a queued job no live worker can run
 as a warning naming what is missing, with Cancel; a finished one without a progress bar or its
 last phase (a SUCCEEDED build links to its engine, a FAILED one gives its reason in one line
 naming the model, the whole error behind Details). Names come from
@@ -16,6 +18,7 @@ from enginecache.dashboard import data, errortext
 from enginecache.dashboard.live import link, live_section
 from enginecache.service.builds.submit import cancel_job
 from enginecache.service.readmodels.display import markdown_literal
+from enginecache.service.readmodels.jobprogress import job_progress
 from enginecache.service.readmodels.jobs import JobView, active_job_count, recent_jobs
 from enginecache.service.readmodels.statuses import JobStatus
 
@@ -68,17 +71,17 @@ def _cancel(job_id: int) -> bool:
 def _job_card(view: JobView) -> None:
     job = view.job
     title = markdown_literal(job_title(view))
+    shown = job_progress(job)  # the words and fraction the matrix shows too
     with st.container(border=True, key=f"build_job_{job.id}"):
         head, button = st.columns([5, 1])
-        if job.status == JobStatus.RUNNING:
-            phase = f" · {markdown_literal(job.phase)}" if job.phase else ""
-            head.progress(max(0.0, min(1.0, job.progress)), text=f"{title} · RUNNING{phase}")
+        if job.status == JobStatus.RUNNING and shown.fraction is not None:
+            head.progress(shown.fraction, text=f"{title} · RUNNING · {markdown_literal(shown.words)}")
+        elif job.status == JobStatus.RUNNING:  # nothing reported yet: no empty bar
+            head.markdown(f"{title} · **RUNNING** · {markdown_literal(shown.words)}")
         elif job.status == JobStatus.QUEUED:
             head.markdown(f"{title} · **QUEUED**")
             if view.needs is not None:
                 st.warning(markdown_literal(f"Waiting: {view.needs}."), icon=":material/warning:")
-            else:
-                st.caption("waiting for a worker to claim it")
         elif job.status == JobStatus.SUCCEEDED:
             head.markdown(f"{title} · **SUCCEEDED**")
             if job.result_engine_id is not None:
@@ -86,6 +89,9 @@ def _job_card(view: JobView) -> None:
                 button.markdown(engine if job.kind == "test_load" else f"{engine} built")
         else:
             head.markdown(f"{title} · **{job.status}**")
+        if shown.duration:
+            waiting = " · waiting for a worker to claim it" if job.status == JobStatus.QUEUED and not view.needs else ""
+            st.caption(markdown_literal(shown.duration) + waiting)
         if view.active:
             asked = job.cancel_requested
             clicked = button.button(

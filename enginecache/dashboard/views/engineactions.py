@@ -39,6 +39,7 @@ from enginecache.service.engines.detail import EngineDetail
 from enginecache.service.engines.records import verify_engines
 from enginecache.service.engines.views import download_name
 from enginecache.service.readmodels.display import markdown_literal
+from enginecache.service.readmodels.jobprogress import job_progress
 from enginecache.service.readmodels.jobs import JobView
 from enginecache.service.readmodels.statuses import EngineStatus, JobStatus
 
@@ -241,11 +242,13 @@ def _test_load_jobs(test_loads: list[JobView]) -> None:
                 markdown_literal(f"Test-load job {job.id} is queued, but no live worker can run it: {view.needs}."),
                 icon=":material/warning:",
             )
-        elif job.status == JobStatus.RUNNING:
-            phase = f" · {job.phase}" if job.phase else ""
-            cols[0].progress(
-                max(0.0, min(1.0, job.progress)), text=markdown_literal(f"test-load job {job.id} RUNNING{phase}")
-            )
+        elif job.status == JobStatus.RUNNING:  # as the Build view's job card shows it
+            shown = job_progress(job)
+            line = markdown_literal(f"test-load job {job.id} RUNNING · {shown.words} · {shown.duration}")
+            if shown.fraction is not None:
+                cols[0].progress(shown.fraction, text=line)
+            else:
+                cols[0].info(line)
         else:
             cols[0].info(f"Test-load job {job.id} is queued: a live worker that can load this engine will run it.")
         clicked = cols[1].button(
