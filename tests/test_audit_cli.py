@@ -58,6 +58,7 @@ def test_cli_audit_json_prints_one_document_newest_first(catalog_ctx: AppContext
     assert text.exit_code == 0
     lines = text.stdout.splitlines()
     assert len(lines) == 3 and "alice@example.com" in lines[1] and "engine.retire" in lines[1]
+    assert lines[1].endswith("engine 2  status: READY -> RETIRED") and lines[2].endswith("model 1  name: mlp")
     assert "\x1b" not in text.stdout and "eve\\x1b[2J" in lines[0], "control characters are shown escaped"
     assert runner.invoke(cli, ["audit", "--help"]).exit_code == 0
 

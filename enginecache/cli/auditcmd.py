@@ -3,7 +3,6 @@ verify`, which checks its hash chain and its append-only triggers."""
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any
 
 import typer
@@ -23,9 +22,10 @@ DEFAULT_AUDIT_LIMIT = 100  # as service.access.audit.DEFAULT_LIMIT (not imported
 
 
 def _event_line(r: dict[str, Any]) -> str:
+    from enginecache.service.access.auditdiff import readable_details
     from enginecache.service.readmodels.display import printable
 
-    details = json.dumps(r["details"], sort_keys=True, default=str) if r["details"] else ""
+    details = "; ".join(readable_details(r["action"], r["details"]).lines())  # old -> new first, as the view
     fields = (r["at"][:19].replace("T", " "), r["actor"], r["origin"], r["action"], r["target"], details)
     return printable(f"{r['id']:>6}  " + "  ".join(str(f) for f in fields))
 
@@ -41,7 +41,8 @@ def audit(
 ) -> None:
     """The audit log: every change, who made it, when and from where; newest first.
 
-    Each line: id, time (UTC), actor, origin, action, target and details. With --json, one JSON array.
+    Each line: id, time (UTC), actor, origin, action, target and details (what changed as
+    `field: old -> new`, then `field: value`). With --json, one JSON array.
     `enginecache audit verify` checks that the log is whole.
     """
     if ctx.invoked_subcommand is not None:
