@@ -268,9 +268,10 @@ class WaitingReasons:
     def reason(self, status: str, requirements: Mapping[str, Any]) -> str | None:
         if status != QUEUED:
             return None
-        from enginecache.service.jobs.routing import can_run, describe_requirements
+        from enginecache.service.jobs.routing import can_run, describe_requirements, takes_queued_jobs
 
-        if any(can_run(requirements, capabilities) for capabilities in self._live()):
+        live = self._live()  # another command's one-shot worker claims only its own job: it never counts
+        if any(takes_queued_jobs(c) and can_run(requirements, c) for c in live):
             return None
         return f"waiting for {describe_requirements(requirements)}"
 
