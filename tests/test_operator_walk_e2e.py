@@ -59,7 +59,7 @@ def _ready_ort_engine(app: AppContext, model_id: int) -> int:
         with app.catalog.read() as session:
             engines = session.exec(select(EngineRecord).where(EngineRecord.model_id == model_id)).all()
         assert not [e for e in engines if e.status == EngineStatus.FAILED], [(e.id, e.error) for e in engines]
-        ready = [e.id for e in engines if e.status == EngineStatus.READY and e.backend == "ort"]
+        ready = [e.id for e in engines if (e.status, e.backend) == (EngineStatus.READY, "ort")]
         if ready:
             return int(ready[0] or 0)
         time.sleep(POLL_SECONDS)
