@@ -122,7 +122,7 @@ def test_two_models_mixed_precisions_coverage_retire_and_test_load_in_chromium(
 
         # Build: the detector at fp32 + fp16 + int8 in one submit (calibration for the int8 cell only)
         open_view("/build")
-        _choose(page, "Model", "detector")
+        _choose(page, "Model", "detector v1")
         expect(page.get_by_role("button", name="Submit 1 build(s)")).to_be_enabled()
         _choose(page, "Precisions", "fp16", "int8")
         page.locator("input[type=file]").first.set_input_files(str(calibration))

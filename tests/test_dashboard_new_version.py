@@ -66,3 +66,16 @@ def test_a_typed_taken_name_offers_the_box_and_a_free_name_does_not(catalog: App
     at.button(key="models_upload_submit").click().run()
     assert not at.exception and not at.error
     assert [m.filename for m in versions(catalog, "mlp")] == ["mlp.onnx", "other.onnx"]
+
+
+def test_the_build_and_models_selectors_name_each_version(catalog: AppContext, tmp_path: Path) -> None:
+    """Two versions under one label were one option to a selector: choosing v2 acted on v1."""
+    register_model(catalog, make_mlp(tmp_path / "v2" / "mlp.onnx", seed=2), name="mlp", new_version=True)
+    held = versions(catalog, "mlp")
+    build = view("build").run()
+    box = build.selectbox(key="build_model")
+    assert sorted(box.options) == ["mlp v1", "mlp v2"]
+    box.set_value(held[1].id).run()
+    assert not build.exception and build.selectbox(key="build_model").value == held[1].id
+    models = view("models").run()
+    assert sorted(models.selectbox(key="models_detail").options) == ["mlp v1", "mlp v2"]

@@ -221,7 +221,7 @@ def _new_builds(app: AppContext, key: data.CatalogKey) -> None:
     if not sources:
         st.info("No models yet: add one under Models first.")
         return
-    labels = {r.id: r.name for r in sources}
+    labels = {r.id: r.label for r in sources}  # `name v2`: each version its own option
     model_id = int(st.selectbox("Model", list(labels), format_func=lambda i: labels[i], key="build_model"))
 
     hosts = data.worker_hosts(key)

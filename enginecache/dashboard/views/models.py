@@ -219,11 +219,7 @@ def render() -> None:
         },
     )
     ids = [r.id for r in rows]
-    # One label per model: two versions of a name under one label were one option to the selector.
-    labels = {
-        r.id: f"{r.name} v{r.version}" if r.parent_id is None else f"{r.name} (variant of {r.parent_name})"
-        for r in rows
-    }
+    labels = {r.id: r.label for r in rows}  # two versions of a name under one label were one option
     from_url("models_detail", "model", url_int, ids)
     wanted = st.session_state.get("models_selected_id")
     first_source = next((r.id for r in rows if r.parent_id is None), ids[0])

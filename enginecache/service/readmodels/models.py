@@ -103,6 +103,14 @@ class ModelRow:
     parent_name: str | None = None  # a variant: its source model's name
     version: int | None = None  # a source: its version among the source models of its name (1 = oldest)
 
+    @property
+    def label(self) -> str:
+        """How a selector names it: `name v2` for a source (two versions never read alike), `name
+        (variant of source)` for a variant."""
+        if self.parent_id is not None:
+            return f"{self.name} (variant of {self.parent_name})"
+        return f"{self.name} v{self.version}" if self.version is not None else self.name
+
 
 def model_search(text: str | None) -> list[Any]:
     """WHERE clauses for a search: a model whose name contains `text` (any case), or whose digest
