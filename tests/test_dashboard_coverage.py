@@ -389,3 +389,19 @@ def test_the_coverage_queries_run_on_each_catalog(catalog_ctx: AppContext, tmp_p
     assert (cell.state, cell.engine_id) == (coverage.READY, built.id)
     [found] = hostcoverage.hosts_coverage(app, coverage.worker_hosts(app)).values()
     assert [e.engine_id for e in found.loadable] == [built.id] and not found.lacking
+
+
+@pytest.mark.usefixtures("no_modelopt")
+def test_one_click_leaves_out_the_cells_this_install_cannot_make_and_says_why(fleet: Seeded) -> None:
+    """Without ModelOpt no backend here makes bf16: its MISSING cells are not submitted (each would be
+    refused when planned), and the caption names the extra; the fp32 cells still are."""
+    at = _rtx_view("backend=rtx", "precision=fp32,bf16", "targets=all").run()
+    button = at.button(key="coverage_build")
+    assert any(str(c).startswith("MISSING") for c in _matrix(at).loc[("convnet", "bf16")])
+    missing_fp32 = [c for c in _matrix(at).loc[("convnet", "fp32")] if str(c).startswith("MISSING")]
+    assert button.label == f"Build {len(missing_fp32)} missing or stale cell(s)"
+    captions = "\n".join(plain(c.value) for c in at.caption)
+    assert "left out: this install cannot make them (bf16 for" in captions and "ModelOpt" in captions
+    button.click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert {j.payload["precision"] for j in queued_jobs(fleet.app)} == {"fp32"}

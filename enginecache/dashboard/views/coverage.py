@@ -16,6 +16,7 @@ across every model) that a viewer may ask too and that deserves a link of its ow
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from enginecache.dashboard.live import link, live_section
 from enginecache.dashboard.urlstate import from_url, to_url
 from enginecache.dashboard.views.build import calibration_file
 from enginecache.service.builds.plan import BuildRequest
+from enginecache.service.builds.precisionchoices import cannot_make
 from enginecache.service.builds.submit import submit_build
 from enginecache.service.builds.views import PRECISIONS, QUANTIZED, backend_choices, backend_label
 from enginecache.service.engines.provenance import BUILT_HERE, PROVENANCE_KINDS
@@ -227,11 +229,23 @@ def _details(matrix: cov.Coverage) -> None:
         st.markdown("\n".join(lines))
 
 
-def buildable_cells(matrix: cov.Coverage, calibration: bool) -> tuple[list[cov.Cell], list[cov.Cell]]:
-    """(the missing and stale cells a click submits, those left out: int8/fp8 without calibration)."""
+@dataclass(frozen=True)
+class Buildable:
+    """What "Build missing or stale" would do: the cells it submits, the int8/fp8 cells it leaves out
+    for want of calibration data, and those this install cannot make (cell, why: the extra to install)."""
+
+    cells: list[cov.Cell]
+    need_calibration: list[cov.Cell]
+    cannot_make: list[tuple[cov.Cell, str]]
+
+
+def buildable_cells(matrix: cov.Coverage, calibration: bool) -> Buildable:
+    """The missing and stale cells a click submits, and those it leaves out (`Buildable`)."""
     wanted = [c for c in matrix.cells if c.state in cov.BUILDABLE]
-    needs = [c for c in wanted if c.precision in QUANTIZED and not calibration]
-    return [c for c in wanted if c not in needs], needs
+    unable = [(c, why) for c in wanted if (why := cannot_make(c.precision, c.column.backend)) is not None]
+    left = [c for c in wanted if c not in {cell for cell, _why in unable}]
+    needs = [c for c in left if c.precision in QUANTIZED and not calibration]
+    return Buildable([c for c in left if c not in needs], needs, unable)
 
 
 def submit_cells(cells: Sequence[cov.Cell], names: dict[int, str], calibration: Path | None) -> list[tuple[bool, str]]:
@@ -261,13 +275,14 @@ def submit_cells(cells: Sequence[cov.Cell], names: dict[int, str], calibration: 
 
 def _build_button(matrix: cov.Coverage) -> None:
     calibration_upload = None
-    if any(c.state in cov.BUILDABLE and c.precision in QUANTIZED for c in matrix.cells):
+    if any(c.precision in QUANTIZED for c in buildable_cells(matrix, calibration=True).cells):
         calibration_upload = st.file_uploader(
             "Calibration data (.npz, one array per model input) for the missing or stale int8/fp8 cells",
             type=["npz"],
             key="coverage_calibration",
         )
-    cells, skipped = buildable_cells(matrix, calibration_upload is not None)
+    plan = buildable_cells(matrix, calibration_upload is not None)
+    cells, skipped = plan.cells, plan.need_calibration
     may_build = data.may("build")
     clicked = st.button(
         f"Build {len(cells)} missing or stale cell(s)",
@@ -276,6 +291,12 @@ def _build_button(matrix: cov.Coverage) -> None:
         disabled=not cells or not may_build,
         help="One build per cell, with the model's default profile and builder options (Build has the rest)",
     )
+    if plan.cannot_make:
+        cell, why = plan.cannot_make[0]
+        st.caption(
+            f"{len(plan.cannot_make)} missing cell(s) are left out: this install cannot make them "
+            f"({cell.precision} for {cell.column.label}: {why})."
+        )
     if not may_build:
         st.caption(BUILD_ROLE_CAPTION)
     elif skipped:

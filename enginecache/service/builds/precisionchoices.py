@@ -31,3 +31,9 @@ def precision_choices(backends: Sequence[str] = ()) -> list[PrecisionChoice]:
         reasons = [missing_tool(precision, family) for family in families]
         choices.append(PrecisionChoice(precision, None if None in reasons else reasons[0]))
     return choices
+
+
+def cannot_make(precision: str, backend: str) -> str | None:
+    """Why this install cannot make `precision` for `backend` (the extra to install), None where it can:
+    the answer planning refuses a build by, for one cell of a matrix."""
+    return missing_tool(precision, get_backend(backend).precision_family)
