@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from enginecache.cli import jobs as cli_jobs
 from enginecache.db import queue
 from enginecache.db.models import ACTIVE_JOB_STATUSES, JobStatus
 from enginecache.service.context import AppContext
+from enginecache.service.readmodels import jobprogress
 from tests.clirunner import run_cli
 
 
@@ -106,6 +106,7 @@ def test_job_show_names_a_phase_only_for_an_unfinished_job(
             assert phase_lines == [], f"a {status} job shows a stale phase:\n{shown.out}"
 
 
-def test_the_cli_names_the_unfinished_statuses_as_the_catalog_does() -> None:
-    """The CLI keeps its own copy of the active statuses (it imports no SQLModel tables for `jobs`)."""
-    assert tuple(cli_jobs.PHASED_STATUSES) == tuple(str(s) for s in ACTIVE_JOB_STATUSES)
+def test_the_phase_wording_names_the_unfinished_statuses_as_the_catalog_does() -> None:
+    """`service.readmodels.jobprogress` keeps its own names of the active statuses (the CLI's `jobs`
+    imports no SQLModel tables to word a phase)."""
+    assert tuple(str(s) for s in ACTIVE_JOB_STATUSES) == (jobprogress.QUEUED, jobprogress.RUNNING)

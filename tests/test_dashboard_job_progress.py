@@ -18,7 +18,8 @@ from enginecache.dashboard import app as dashboard_app
 from enginecache.db.models import JobRecord, JobStatus, utcnow
 from enginecache.service.builds.plan import BuildRequest
 from enginecache.service.builds.submit import submit_build
-from enginecache.service.readmodels.jobprogress import job_progress, seconds_text
+from enginecache.service.readmodels.jobprogress import job_progress, phase_words, seconds_text
+from tests.clirunner import run_cli
 from tests.dashboardkit import Seeded, frame, plain, view
 
 T0 = utcnow()
@@ -142,3 +143,17 @@ def test_a_view_draws_under_a_loading_spinner(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr(dashboard_app.importlib, "import_module", lambda _name: fake)
     dashboard_app.view_render("build", "Build")()
     assert events == ["spinner Loading Build…", "view drawn", "spinner gone"]
+
+
+def test_the_cli_words_a_claimed_job_as_every_view_does(seeded: Seeded, capsys: pytest.CaptureFixture[str]) -> None:
+    """`enginecache jobs` and `job show` printed the queue's "claimed" for a job its worker had not
+    reported on yet; they read `jobprogress.phase_words` now, as the cards and the matrix do."""
+    job_id = _running(seeded, "claimed", 0.0)
+    home = ("--home", str(seeded.app.home))
+    listed = run_cli(capsys, *home, "jobs")
+    line = next(row for row in listed.out.splitlines() if row.strip().startswith(str(job_id)))
+    assert line.rstrip().endswith("starting") and "claimed" not in listed.out
+    shown = run_cli(capsys, *home, "job", "show", str(job_id))
+    assert "phase: starting" in shown.out and "claimed" not in shown.out
+    assert phase_words("RUNNING", "Building engine") == "Building engine"
+    assert phase_words("READY", "Building engine") is None and phase_words("QUEUED", None) is None

@@ -318,13 +318,14 @@ def job_progress_printer(as_json: bool) -> Callable[[JobProgress], None] | None:
     if as_json or not sys.stderr.isatty():
         return None
     from enginecache.service.readmodels.display import terminal_text
+    from enginecache.service.readmodels.jobprogress import phase_words
     from enginecache.service.readmodels.statuses import TERMINAL_JOB_STATUSES
 
     def show(job: JobProgress) -> None:
         width = 30
         filled = int(job.progress * width)
         bar = "#" * filled + "-" * (width - filled)
-        line = terminal_text(f"[{bar}] {job.progress:4.0%} {job.status} {job.phase or ''}")
+        line = terminal_text(f"[{bar}] {job.progress:4.0%} {job.status} {phase_words(job.status, job.phase) or ''}")
         typer.echo(f"\r{line}"[:120].ljust(120), err=True, nl=False)
         if job.status in TERMINAL_JOB_STATUSES:
             typer.echo("", err=True)

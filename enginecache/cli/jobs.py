@@ -21,9 +21,6 @@ from enginecache.cli.common import (
 )
 
 DEFAULT_JOBS_LIMIT = 200
-# service.readmodels.statuses.ACTIVE_JOB_STATUSES, without importing the SQLModel tables: a job's recorded phase is
-# where it is only while it is in one of these; a finished job keeps its last one (--json has it).
-PHASED_STATUSES = ("QUEUED", "RUNNING")
 
 
 def worker(
@@ -54,8 +51,10 @@ def worker(
 
 
 def _current_phase(r: dict[str, Any]) -> str | None:
-    """The job's phase while it is unfinished; None for a finished one (its last phase is stale)."""
-    return r.get("phase") if r.get("status") in PHASED_STATUSES else None
+    """The job's phase as every view words it (`service.readmodels.jobprogress.phase_words`)."""
+    from enginecache.service.readmodels.jobprogress import phase_words
+
+    return phase_words(str(r.get("status")), r.get("phase"))
 
 
 def _job_line(r: dict[str, Any]) -> str:

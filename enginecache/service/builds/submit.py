@@ -29,6 +29,7 @@ from enginecache.service.builds.whocan import workers_that_can
 from enginecache.service.context import AppContext
 from enginecache.service.engines.events import record_event
 from enginecache.service.jobs.routing import build_requirements, describe_requirements
+from enginecache.service.readmodels.jobprogress import phase_words
 from enginecache.service.readmodels.listing import job_dict
 
 TERMINAL = TERMINAL_JOB_STATUSES
@@ -241,9 +242,7 @@ def _describe_wait(app: AppContext, job: JobRecord) -> str:
     """What an unfinished job is waiting for: 'QUEUED, waiting for a worker with ...', or 'RUNNING
     on worker w1 (attempt 1/3, 40%, phase build)'."""
     if job.status == JobStatus.RUNNING:
-        detail = f"attempt {job.attempts}/{job.max_attempts}, {job.progress:.0%}" + (
-            f", phase {job.phase}" if job.phase else ""
-        )
+        detail = f"attempt {job.attempts}/{job.max_attempts}, {job.progress:.0%}, {phase_words(job.status, job.phase)}"
         return f"{job.status} on worker {job.lease_owner or '?'} ({detail})"
     reason = waiting_reason(app, job)
     if reason is not None:

@@ -49,6 +49,15 @@ class ProgressView:
     duration: str  # "queued for 4.0 s", "running for 12 s", "took 7.3 s (queued 0.4 s)"
 
 
+def phase_words(status: str, phase: str | None) -> str | None:
+    """The phase a view shows for a job: none once it is finished (its last phase is stale) or while
+    QUEUED without one, "starting" for a RUNNING job no worker has reported on yet (never the
+    queue's "claimed"), else the phase its worker reported."""
+    if status == RUNNING and (not phase or phase == CLAIMED):
+        return "starting"
+    return phase if status in (QUEUED, RUNNING) else None
+
+
 def job_progress(job: JobTimes, now: datetime | None = None) -> ProgressView:
     """How far `job` is, in words and as a fraction, and how long it has taken, at `now` (default: now)."""
     now = now or datetime.now(UTC)
@@ -58,12 +67,12 @@ def job_progress(job: JobTimes, now: datetime | None = None) -> ProgressView:
     if status == RUNNING:
         started = job.started_at or job.created_at
         duration = f"running for {seconds_text(_since(started, now))}"
-        phase = job.phase if job.phase and job.phase != CLAIMED else None
+        phase = phase_words(status, job.phase)
         fraction = max(0.0, min(1.0, float(job.progress)))
         if fraction <= 0.0:
-            return ProgressView(None, phase or "starting", duration)
+            return ProgressView(None, str(phase), duration)
         percent = f"{fraction:.0%}"
-        return ProgressView(fraction, f"{phase} · {percent}" if phase else percent, duration)
+        return ProgressView(fraction, f"{phase} · {percent}" if phase != "starting" else percent, duration)
     if job.started_at is not None and job.finished_at is not None:
         took = f"took {seconds_text(_since(job.started_at, job.finished_at))}"
         waited = _since(job.created_at, job.started_at)
