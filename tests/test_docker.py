@@ -60,7 +60,9 @@ def test_gpu_variant_builds_on_nvidia_tensorrt_with_the_gpu_extra() -> None:
     ins = _instructions("Dockerfile.gpu")
     args = [arg for op, arg in ins if op == "ARG"]
     assert any("nvcr.io/nvidia/tensorrt:" in arg for arg in args)
-    assert any(op == "RUN" and "[gpu]" in arg and "--system-site-packages" in arg for op, arg in ins)
+    assert any(
+        op == "RUN" and "['optional-dependencies']['gpu']" in arg and "--system-site-packages" in arg for op, arg in ins
+    )
     users = [arg for op, arg in ins if op == "USER"]
     assert users and users[-1].split(":")[0] not in ("root", "0")
     assert any(op == "CMD" and '"worker"' in arg for op, arg in ins)
@@ -69,3 +71,17 @@ def test_gpu_variant_builds_on_nvidia_tensorrt_with_the_gpu_extra() -> None:
 def test_the_image_copies_every_package_the_product_imports() -> None:
     copied = {arg.split()[0] for op, arg in _instructions("Dockerfile") if op == "COPY"}
     assert "enginecache" in copied, "Dockerfile does not COPY enginecache/ (the one package)"
+
+
+@pytest.mark.parametrize("name", DOCKERFILES)
+def test_dependencies_install_before_the_code_is_copied(name: str) -> None:
+    """The dependency layer reads only pyproject.toml, so a change to the code (or the README)
+    rebuilds the package's own layer in seconds and reuses the dependencies (tests/test_image.py
+    builds both files on every run and relies on it)."""
+    ins = _instructions(name)
+    copies = [i for i, (op, _) in enumerate(ins) if op == "COPY"]
+    deps = [i for i, (op, arg) in enumerate(ins) if op == "RUN" and "-r /tmp/requirements.txt" in arg]
+    code = [i for i, (op, arg) in enumerate(ins) if op == "COPY" and arg.split()[0] in ("enginecache", "README.md")]
+    assert deps and code and max(i for i in copies if i < deps[0]) < deps[0] < min(code)
+    assert [ins[i][1].split()[0] for i in copies if i < deps[0]] == ["pyproject.toml"]
+    assert any(op == "RUN" and "--no-deps ." in arg for op, arg in ins[min(code) :])

@@ -33,6 +33,24 @@ def test_another_address_without_a_login_is_refused_unless_insecure_is_explicit(
     assert warned.address == address and warned.note.startswith("WARNING") and "NO LOGIN" in warned.note
 
 
+def test_with_a_login_and_no_address_serve_listens_on_its_login_address() -> None:
+    """The Docker image sets ENGINECACHE_LOGIN_ADDRESS=0.0.0.0: a container with a login mounted is
+    reachable through its published port, and its dashboard must enforce the login."""
+    exposure = decide_exposure(None, login=True, insecure_no_auth=False, login_address="0.0.0.0")
+    assert exposure.address == "0.0.0.0" and exposure.login_required
+    asked = decide_exposure("127.0.0.1", login=True, insecure_no_auth=False, login_address="0.0.0.0")
+    assert asked.address == "127.0.0.1", "an address asked for wins"
+    assert decide_exposure(None, login=True, insecure_no_auth=False).address == LOOPBACK
+
+
+def test_without_a_login_the_login_address_opens_nothing_and_the_note_says_how() -> None:
+    exposure = decide_exposure(None, login=False, insecure_no_auth=False, login_address="0.0.0.0")
+    assert exposure.address == LOOPBACK and not exposure.login_required
+    assert "ENGINECACHE_ADDRESS" in exposure.note and "--insecure-no-auth" in exposure.note
+    with pytest.raises(ServeError, match=r"refusing to listen on 0\.0\.0\.0 without a login"):
+        decide_exposure("0.0.0.0", login=False, insecure_no_auth=False, login_address="0.0.0.0")
+
+
 def test_with_a_login_any_address_is_allowed_and_the_dashboard_must_enforce_it() -> None:
     exposure = decide_exposure("0.0.0.0", login=True, insecure_no_auth=False)
     assert exposure.address == "0.0.0.0" and exposure.login_required
@@ -122,7 +140,30 @@ def test_serve_on_another_address_without_a_login_exits_2_before_starting_anythi
     assert not home.exists(), "nothing was started or written"
 
 
-def test_the_docker_image_serves_on_loopback_unless_told_otherwise() -> None:
+@pytest.mark.timeout(120)
+def test_serve_reads_its_address_from_the_environment(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ENGINECACHE_ADDRESS is `--address` (what a container's operator sets with `-e`): with no login
+    it is refused before anything starts, as the flag is."""
+    from tests.clirunner import run_cli
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("ENGINECACHE_ADDRESS", "0.0.0.0")
+    home = tmp_path / "home"
+    refused = run_cli(capsys, "--home", str(home), "serve", "--port", "1")
+    assert refused.code == EXIT_BAD_INPUT
+    assert "refusing to listen on 0.0.0.0 without a login" in refused.err
+    assert not home.exists(), "nothing was started or written"
+
+
+def test_the_docker_image_opens_its_port_only_with_a_login_or_when_told() -> None:
+    """The image's default: 0.0.0.0 where a login is configured (ENGINECACHE_LOGIN_ADDRESS), else
+    loopback; nothing in it opens the port with no login (tests/test_image.py runs it)."""
     dockerfile = (Path(__file__).resolve().parents[1] / "Dockerfile").read_text()
     (command,) = [line for line in dockerfile.splitlines() if line.startswith("CMD ")]
     assert '"serve"' in command and "0.0.0.0" not in command and "--insecure-no-auth" not in command
+    instructions = [line for line in dockerfile.splitlines() if line and not line.startswith("#")]
+    assert any("ENGINECACHE_LOGIN_ADDRESS=0.0.0.0" in line for line in instructions)
+    assert not any("ENGINECACHE_ADDRESS=" in line or "ENGINECACHE_INSECURE_NO_AUTH" in line for line in instructions)

@@ -29,15 +29,30 @@ def register(app: typer.Typer) -> None:
             str | None,
             typer.Option(
                 "--address",
+                envvar="ENGINECACHE_ADDRESS",
                 # no square brackets: the rich help reads them as markup and drops them
-                help="Address to listen on (default 127.0.0.1; another address needs a login configured "
-                "in the auth section of .streamlit/secrets.toml, or --insecure-no-auth).",
+                help="Address to listen on (default 127.0.0.1, or --login-address where a login is configured; "
+                "another address needs a login configured in the auth section of .streamlit/secrets.toml, "
+                "or --insecure-no-auth).",
             ),
         ] = None,
         insecure_no_auth: Annotated[
             bool,
-            typer.Option("--insecure-no-auth", help="Listen on a non-loopback address with no login (warned about)."),
+            typer.Option(
+                "--insecure-no-auth",
+                envvar="ENGINECACHE_INSECURE_NO_AUTH",
+                help="Listen on a non-loopback address with no login (warned about).",
+            ),
         ] = False,
+        login_address: Annotated[
+            str | None,
+            typer.Option(
+                "--login-address",
+                envvar="ENGINECACHE_LOGIN_ADDRESS",
+                help="Address to listen on when a login is configured and no --address is given "
+                "(the Docker image sets 0.0.0.0); with no login it is ignored.",
+            ),
+        ] = None,
         max_upload_mb: Annotated[
             int, typer.Option("--max-upload-mb", help="Largest file the dashboard accepts, in MB.")
         ] = DEFAULT_MAX_UPLOAD_MB,
@@ -56,7 +71,9 @@ def register(app: typer.Typer) -> None:
         from enginecache.service.access.serve import ServeSpec, run_serve
 
         login = streamlit_login_configured(os.environ)
-        exposure = decide_exposure(address, login=login.configured, insecure_no_auth=insecure_no_auth)
+        exposure = decide_exposure(
+            address, login=login.configured, insecure_no_auth=insecure_no_auth, login_address=login_address
+        )
         note_line(exposure.note)
         app_ctx = app_context(ctx)
         app_ctx.catalog  # noqa: B018 - migrate once here, before two processes open the catalog

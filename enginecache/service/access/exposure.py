@@ -5,6 +5,10 @@ the port can browse, build, retire and download engines, so `serve` listens on 1
 says so. Any other address needs a login, or an explicit `--insecure-no-auth`, which is warned
 about every time (behind a reverse proxy that does its own authentication, for instance).
 
+With a login configured and no address asked for, `serve` listens on its login address where one
+is set (`--login-address`, ENGINECACHE_LOGIN_ADDRESS: the Docker image sets 0.0.0.0, so a container
+with a login mounted is reachable through its published port) and on 127.0.0.1 otherwise.
+
 Whether a login is configured is Streamlit's answer, not a reading of our own: a child process in
 the dashboard's folder and environment resolves Streamlit's config and loads the secrets it names
 (`streamlit_login_configured`). The running dashboard confirms it on every page: started to require
@@ -108,15 +112,22 @@ class Exposure:
     login_required: bool = False  # the dashboard must refuse to serve without a login
 
 
-def decide_exposure(requested: str | None, *, login: bool, insecure_no_auth: bool) -> Exposure:
-    """The address to listen on and what to say about it; ServeError where an address other than
-    loopback is asked for with no login and no `--insecure-no-auth`."""
-    address = requested or LOOPBACK
+def decide_exposure(
+    requested: str | None, *, login: bool, insecure_no_auth: bool, login_address: str | None = None
+) -> Exposure:
+    """The address to listen on and what to say about it: `requested`, else `login_address` where a
+    login is configured, else 127.0.0.1. ServeError where an address other than loopback is asked for
+    with no login and no `--insecure-no-auth`; `login_address` never opens an address by itself."""
     if login:
+        address = requested or login_address or LOOPBACK
         return Exposure(address, f"login required (Streamlit OIDC); listening on {address}", not is_loopback(address))
+    address = requested or LOOPBACK
     if is_loopback(address):
         return Exposure(
-            address, f"no login is configured: listening on {address} only (configure [auth] to serve others)"
+            address,
+            f"no login is configured: listening on {address} only (to serve others, configure [auth] in "
+            "Streamlit's secrets.toml, or behind a proxy that authenticates pass --address 0.0.0.0 "
+            "--insecure-no-auth: ENGINECACHE_ADDRESS and ENGINECACHE_INSECURE_NO_AUTH=1)",
         )
     if not insecure_no_auth:
         raise ServeError(
