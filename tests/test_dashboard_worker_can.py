@@ -19,7 +19,7 @@ from enginecache.service.builds.plan import BuildRequest, build_engine
 from enginecache.service.builds.whocan import blocked_test_load
 from enginecache.service.engines.records import get_engine
 from enginecache.service.jobs.routing import can_run, load_requirements
-from tests.dashboardkit import Seeded, engine_view, plain, queued_jobs
+from tests.dashboardkit import Seeded, engine_view, frame, plain, queued_jobs, view
 
 
 @pytest.fixture
@@ -80,3 +80,20 @@ def test_the_answer_is_the_claim_rule(seeded: Seeded, ort_engine: int) -> None:
         assert (blocked_test_load(seeded.app, engine_id) is None) == claims
         answers.append(claims)
     assert answers == [False, True], "one engine each way, so the comparison can fail"
+
+
+def test_a_build_cell_no_live_worker_can_build_says_what_its_job_will_wait_for(seeded: Seeded) -> None:
+    """Builds stay submittable (a GPU worker may join, as a Pending pod waits for a node), but the
+    matrix says the job will wait and for what, instead of a plain "new build"."""
+    at = view("build").run()
+    at.multiselect(key="build_targets").set_value(["TensorRT-RTX sm89"]).run()
+    assert frame(at, "target", "fp32").set_index("target").loc["TensorRT-RTX sm89", "fp32"] == "new build"
+    with seeded.app.catalog.write() as session:
+        for worker in session.exec(select(WorkerRecord)).all():
+            worker.heartbeat_at = utcnow() - timedelta(days=30)  # far past any liveness window
+            session.add(worker)
+    at = view("build").run()
+    at.multiselect(key="build_targets").set_value(["TensorRT-RTX sm89"]).run()
+    cell = frame(at, "target", "fp32").set_index("target").loc["TensorRT-RTX sm89", "fp32"]
+    assert cell.startswith("new build, waits: no live worker can build it now: it needs a worker with TensorRT-RTX")
+    assert not at.button(key="build_submit").disabled

@@ -24,8 +24,9 @@ from enginecache.dashboard.live import link, live_section
 from enginecache.dashboard.views.buildjobs import jobs_section
 from enginecache.service.builds.plan import BuildRequest, find_ready_engine, plan_build
 from enginecache.service.builds.precisionchoices import precision_choices
-from enginecache.service.builds.submit import submit_build
+from enginecache.service.builds.submit import plan_requirements, submit_build
 from enginecache.service.builds.views import QUANTIZED, BackendChoice, backend_choices, default_profile
+from enginecache.service.builds.whocan import blocked_build
 from enginecache.service.context import AppContext
 from enginecache.service.readmodels.display import markdown_literal
 from enginecache.service.readmodels.hosts import HostRow
@@ -129,6 +130,7 @@ def plan_cells(
     active job it joins, a retry of a build that failed before (with its reason), a new build, or
     an error that says why it cannot be submitted."""
     planned: list[tuple[Target, str, str | None, str]] = []
+    waits: dict[str, str | None] = {}  # cache key -> why its job would wait QUEUED (no live worker can build it)
     for target in targets:
         for precision in precisions:
             try:  # first: a precision this backend cannot be given here says so, not "needs calibration"
@@ -140,6 +142,7 @@ def plan_cells(
                 planned.append((target, precision, None, f"needs calibration data (.npz) for {precision}"))
                 continue
             planned.append((target, precision, plan.cache_key, ""))
+            waits[plan.cache_key] = blocked_build(app, plan_requirements(plan))
     keys = [key for _, _, key, _ in planned if key]
     active = active_jobs_by_key(app, keys)
     failed = failed_builds_by_key(app, keys)
@@ -164,7 +167,8 @@ def plan_cells(
             text = f"retry: failed before (engine {before.engine_id}): {before.error}"
             cells.append(Cell(target, precision, "retry", text, key, before.engine_id))
         else:
-            cells.append(Cell(target, precision, "new", "new build", key))
+            wait = waits.get(key)
+            cells.append(Cell(target, precision, "new", f"new build, waits: {wait}" if wait else "new build", key))
     return cells
 
 

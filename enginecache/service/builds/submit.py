@@ -79,6 +79,12 @@ def request_from_payload(payload: dict[str, Any]) -> BuildRequest:
     )
 
 
+def plan_requirements(plan: BuildPlan) -> dict[str, Any]:
+    """What a worker must have to run the build job of `plan` (`routing.build_requirements`): what
+    `submit_build` gives the job, and what the dashboard asks `whocan.blocked_build` about."""
+    return build_requirements(plan.backend.name, plan.target_info, plan.backend_version, plan.ingredients["os"])
+
+
 def submit_build(
     app: AppContext, request: BuildRequest, *, max_attempts: int = 3, timeout_seconds: float = 3600.0
 ) -> SubmitResult:
@@ -101,9 +107,7 @@ def submit_build(
         app.catalog,
         kind="build",
         payload=request_payload(request, plan.model.id or 0),
-        requirements=build_requirements(
-            plan.backend.name, plan.target_info, plan.backend_version, plan.ingredients["os"]
-        ),
+        requirements=plan_requirements(plan),
         idempotency_key=plan.cache_key,
         max_attempts=max_attempts,
         timeout_seconds=timeout_seconds,

@@ -45,3 +45,13 @@ def blocked_test_load(app: AppContext, engine_id: int, *, clock: Clock = utcnow)
     if workers_that_can(app, needs, clock=clock):
         return None
     return f"no live worker can load it: it needs {describe_requirements(needs)}"
+
+
+def blocked_build(app: AppContext, requirements: Mapping[str, Any], *, clock: Clock = utcnow) -> str | None:
+    """Why a build job with these requirements (`routing.build_requirements` of its plan, the ones
+    `submit_build` gives it) would wait QUEUED now ('no live worker can build it now: it needs ...'),
+    or None when a live worker would claim it. Submitting it is still allowed: it waits for such a
+    worker, as a Pending pod waits for a node."""
+    if workers_that_can(app, requirements, clock=clock):
+        return None
+    return f"no live worker can build it now: it needs {describe_requirements(requirements)}"
