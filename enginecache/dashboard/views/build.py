@@ -26,7 +26,7 @@ from enginecache.service.builds.plan import BuildRequest, find_ready_engine, pla
 from enginecache.service.builds.precisionchoices import precision_choices
 from enginecache.service.builds.submit import plan_requirements, submit_build
 from enginecache.service.builds.views import QUANTIZED, BackendChoice, backend_choices, default_profile
-from enginecache.service.builds.whocan import blocked_build
+from enginecache.service.builds.whocan import blocked_build, live_workers
 from enginecache.service.context import AppContext
 from enginecache.service.readmodels.display import markdown_literal
 from enginecache.service.readmodels.hosts import HostRow
@@ -131,6 +131,7 @@ def plan_cells(
     an error that says why it cannot be submitted."""
     planned: list[tuple[Target, str, str | None, str]] = []
     waits: dict[str, str | None] = {}  # cache key -> why its job would wait QUEUED (no live worker can build it)
+    live = live_workers(app)  # read once for every cell
     for target in targets:
         for precision in precisions:
             try:  # first: a precision this backend cannot be given here says so, not "needs calibration"
@@ -142,7 +143,7 @@ def plan_cells(
                 planned.append((target, precision, None, f"needs calibration data (.npz) for {precision}"))
                 continue
             planned.append((target, precision, plan.cache_key, ""))
-            waits[plan.cache_key] = blocked_build(app, plan_requirements(plan))
+            waits[plan.cache_key] = blocked_build(app, plan_requirements(plan), live=live)
     keys = [key for _, _, key, _ in planned if key]
     active = active_jobs_by_key(app, keys)
     failed = failed_builds_by_key(app, keys)

@@ -11,7 +11,7 @@ gives its job, so "no live worker can load it" here is exactly a job that would 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from enginecache.db import queue
@@ -29,11 +29,18 @@ def live_workers(app: AppContext, *, clock: Clock = utcnow) -> list[WorkerRecord
     return queue.list_workers(app.catalog, alive_since=alive_since(clock()))
 
 
-def workers_that_can(app: AppContext, requirements: Mapping[str, Any], *, clock: Clock = utcnow) -> list[WorkerRecord]:
-    """Live workers that take queued jobs generally and would claim a job with these requirements."""
+def workers_that_can(
+    app: AppContext,
+    requirements: Mapping[str, Any],
+    *,
+    clock: Clock = utcnow,
+    live: Sequence[WorkerRecord] | None = None,
+) -> list[WorkerRecord]:
+    """Live workers that take queued jobs generally and would claim a job with these requirements.
+    `live`: the `live_workers` already read (a view asking about many cells reads them once)."""
     return [
         w
-        for w in live_workers(app, clock=clock)
+        for w in (live_workers(app, clock=clock) if live is None else live)
         if takes_queued_jobs(w.capabilities) and can_run(requirements, w.capabilities)
     ]
 
@@ -47,11 +54,17 @@ def blocked_test_load(app: AppContext, engine_id: int, *, clock: Clock = utcnow)
     return f"no live worker can load it: it needs {describe_requirements(needs)}"
 
 
-def blocked_build(app: AppContext, requirements: Mapping[str, Any], *, clock: Clock = utcnow) -> str | None:
+def blocked_build(
+    app: AppContext,
+    requirements: Mapping[str, Any],
+    *,
+    clock: Clock = utcnow,
+    live: Sequence[WorkerRecord] | None = None,
+) -> str | None:
     """Why a build job with these requirements (`routing.build_requirements` of its plan, the ones
     `submit_build` gives it) would wait QUEUED now ('no live worker can build it now: it needs ...'),
     or None when a live worker would claim it. Submitting it is still allowed: it waits for such a
-    worker, as a Pending pod waits for a node."""
-    if workers_that_can(app, requirements, clock=clock):
+    worker, as a Pending pod waits for a node. `live` as for `workers_that_can`."""
+    if workers_that_can(app, requirements, clock=clock, live=live):
         return None
     return f"no live worker can build it now: it needs {describe_requirements(requirements)}"
