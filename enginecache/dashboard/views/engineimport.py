@@ -39,7 +39,7 @@ from enginecache.dashboard import data
 from enginecache.dashboard.archives import ARCHIVE_SUFFIXES, extract_archive, is_archive
 from enginecache.dashboard.staging import UploadedFile
 from enginecache.dashboard.urlstate import to_url
-from enginecache.errors import BadInputError, EngineCacheError
+from enginecache.errors import EngineCacheError
 from enginecache.service.access import roles as access
 from enginecache.service.builds.views import PRECISIONS, backend_choices
 from enginecache.service.context import AppContext
@@ -184,18 +184,10 @@ def bundle_folder(extracted: Path) -> Path:
 
 
 def importable_engine_path(text: str, roots: Sequence[Path]) -> Path:
-    """The real path of `text` where it is a file or folder inside one of `roots`, else
-    BadInputError with one message for every case (missing, outside, a symlink out), so the answer
-    tells nothing about the file system beyond the roots."""
-    refused = BadInputError(f"{text!r}: {NOT_IMPORTABLE} ({os.pathsep.join(str(r) for r in roots)})")
-    if not text or "\x00" in text or not os.path.isabs(text):
-        raise refused
-    real = Path(os.path.realpath(text))
-    if not any(real.is_relative_to(root) for root in roots):
-        raise refused
-    if not (real.is_file() or real.is_dir()):
-        raise refused
-    return real
+    """`views.models.path_under_roots` (the one check of a server path) for a file or a folder."""
+    from enginecache.dashboard.views.models import path_under_roots  # imported where used: it loads plotly
+
+    return path_under_roots(text, roots, lambda path: path.is_file() or path.is_dir(), refusal=NOT_IMPORTABLE)
 
 
 def import_server_path(app: AppContext, request: ImportRequest, text: str, roots: Sequence[Path]) -> ImportResult:

@@ -97,19 +97,24 @@ def import_roots() -> tuple[Path, ...]:
     return tuple(Path(os.path.realpath(e)) for e in entries if e and os.path.isabs(e))
 
 
-def importable_path(text: str, roots: Sequence[Path]) -> Path:
-    """The real path of `text` where it is a regular `.onnx` file inside one of `roots`, else
-    BadInputError with one message for every case (missing, outside, a symlink out, a folder), so
-    the answer tells nothing about the file system beyond the roots."""
-    refused = BadInputError(f"{text!r}: {NOT_IMPORTABLE} ({os.pathsep.join(str(r) for r in roots)})")
+def path_under_roots(
+    text: str, roots: Sequence[Path], accept: Callable[[Path], bool], *, refusal: str = NOT_IMPORTABLE
+) -> Path:
+    """The real path of absolute `text` where it lies inside one of `roots` and `accept`s, else
+    BadInputError saying `refusal` for every case (missing, outside, a symlink out, not accepted),
+    so the answer tells nothing about the file system beyond the roots."""
+    refused = BadInputError(f"{text!r}: {refusal} ({os.pathsep.join(str(r) for r in roots)})")
     if not text or "\x00" in text or not os.path.isabs(text):
         raise refused
     real = Path(os.path.realpath(text))
-    if not any(real.is_relative_to(root) for root in roots):
-        raise refused
-    if real.suffix.lower() != ".onnx" or not real.is_file():
+    if not any(real.is_relative_to(root) for root in roots) or not accept(real):
         raise refused
     return real
+
+
+def importable_path(text: str, roots: Sequence[Path]) -> Path:
+    """`path_under_roots` for a regular `.onnx` file."""
+    return path_under_roots(text, roots, lambda path: path.suffix.lower() == ".onnx" and path.is_file())
 
 
 def register_server_path(app: AppContext, text: str, *, name: str | None, roots: Sequence[Path]) -> RegisterResult:

@@ -20,8 +20,8 @@ CLAIMED = "claimed"  # the phase db.queue.claim writes: no progress reported yet
 QUEUED, RUNNING = "QUEUED", "RUNNING"
 
 
-class JobTimes(Protocol):
-    """What this module reads of a job (a `readmodels.jobs.JobRow` or a `JobRecord`)."""
+class JobProgress(Protocol):
+    """A job as a progress display reads it (`service.builds.submitwait.run_and_wait`'s `on_update`)."""
 
     @property
     def status(self) -> str: ...
@@ -31,6 +31,10 @@ class JobTimes(Protocol):
 
     @property
     def progress(self) -> float: ...
+
+
+class JobTimes(JobProgress, Protocol):
+    """What `job_progress` reads of a job (a `readmodels.jobs.JobRow` or a `JobRecord`)."""
 
     @property
     def created_at(self) -> datetime: ...
