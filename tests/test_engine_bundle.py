@@ -19,6 +19,7 @@ import pytest
 
 from enginecache.core.blobpaths import blob_path
 from enginecache.core.enginebundle import BundleError, BundleFile, BundleManifest, parse_manifest
+from enginecache.core.objectstore import blob_key
 from enginecache.db import engines
 from enginecache.db.models import EngineStatus, utcnow
 from enginecache.errors import (
@@ -41,6 +42,7 @@ from enginecache.service.engines.bundles import (
     verify_bundle,
 )
 from enginecache.service.engines.records import get_engine, verify_engines
+from enginecache.service.engines.remoteverify import verify_remote
 from enginecache.service.engines.runtimeproof import confirm_runtime_load
 from enginecache.service.fleet.exports import export_model, verify_tree
 from enginecache.service.fleet.profiles import Wanted
@@ -53,7 +55,7 @@ from enginecache.service.serving.runtime import load_or_build
 from tests.clirunner import run_cli
 from tests.conftest import files_under
 from tests.modelfactory import make_mlp
-from tests.s3kit import running_server, use_env
+from tests.s3kit import BUCKET, running_server, use_env
 from tests.test_engine_import import engine_rows, gpu_host, request, rtx_plan
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -531,3 +533,21 @@ def test_a_bundle_is_pulled_from_the_object_store_onto_a_home_with_no_store_fold
     assert files_under(tmp_path / "serving-home" / "objects") == [], "nothing came from a store folder"
     assert done.copied_bytes >= sum(p.stat().st_size for p in source.rglob("*") if p.is_file())
     assert same_files(done.dest / done.manifest["bundle"]["dir"], source)
+
+
+def test_verify_remote_checks_every_file_of_a_bundle_in_the_object_store(
+    app: AppContext, built: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The manifest object alone proves nothing of the files: a tampered tokenizer object is found and
+    named by its path in the bundle."""
+    with running_server() as server:
+        prefix = f"bundle-{uuid.uuid4().hex[:12]}"
+        use_env(monkeypatch, server.env(prefix))
+        engine_id = import_engine_or_bundle(app, request(make_bundle(tmp_path / "llm", built))).engine_id
+        [clean] = verify_remote(app, [engine_id])
+        assert clean.ok, clean.message
+        tokenizer = verify_bundle(app, get_engine(app, engine_id)).file("tokenizer/tokenizer.json")
+        server.s3().put_object(Bucket=BUCKET, Key=f"{prefix}/{blob_key(tokenizer.sha256)}", Body=b"{}" + TOKENIZER[2:])
+        [bad] = verify_remote(app, [engine_id])
+    assert not bad.ok and "tokenizer/tokenizer.json" in bad.message
+    assert "tokenizer/tokenizer.json" in (get_engine(app, engine_id).remote_problem or "")

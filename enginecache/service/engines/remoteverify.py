@@ -1,7 +1,8 @@
 """`enginecache verify --remote`: each engine's copy in the remote store re-hashed where it is kept.
 
 The object is read by ranged GETs and checked chunk by chunk where the row records chunk digests, by
-its whole sha256 where not (core.remotecheck). The catalog records when (`remote_verified_at`) and
+its whole sha256 where not (core.remotecheck); an engine bundle's manifest object, then each of its
+files' objects against the manifest. The catalog records when (`remote_verified_at`) and
 what was found (`remote_problem`: None, or the reason naming the key and the chunk), audited
 `engine.remote_bad` when found bad and `engine.remote_ok` when found whole again.
 
@@ -23,6 +24,7 @@ from enginecache.db.models import EngineRecord, EngineStatus, utcnow
 from enginecache.errors import BadInputError, IntegrityCheckError
 from enginecache.service.access import audit
 from enginecache.service.context import AppContext
+from enginecache.service.engines.bundles import bundle_manifest_anywhere, is_bundle
 from enginecache.service.engines.records import VerifyResult, get_engine, list_engines
 
 logger = logging.getLogger(__name__)
@@ -53,6 +55,12 @@ def verify_remote(app: AppContext, engine_ids: list[int] | None = None) -> list[
             check_stored_blob(
                 remote, name=name, sha256=engine.sha256, size=engine.size_bytes, chunk_blake3=engine.chunk_blake3
             )
+            if is_bundle(engine):  # its manifest is whole: each file's object too
+                for entry in bundle_manifest_anywhere(app, engine).files:
+                    where = f"{entry.path} ({blob_relative(entry.sha256)} in {remote.describe()})"
+                    check_stored_blob(
+                        remote, name=where, sha256=entry.sha256, size=entry.size, chunk_blake3=entry.chunk_blake3
+                    )
         except IntegrityCheckError as err:
             problem = str(err)
             logger.warning("engine %s's remote copy is bad: %s", engine_id, problem)
