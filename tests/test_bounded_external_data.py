@@ -161,5 +161,5 @@ def test_a_store_that_cannot_be_written_is_retried_not_failed(app_ctx: AppContex
         subprocess.run(["umount", str(objects)], check=True)
     done = queue.get_job(app_ctx.catalog, job.id or 0)
     assert done.status == JobStatus.DEAD and done.attempts == 2, (done.status, done.attempts, done.error)
-    assert "could not write blob" in (done.error or "") and "Read-only file system" in (done.error or ""), done.error
+    assert "could not publish" in (done.error or "") and "Read-only file system" in (done.error or ""), done.error
     assert [row.status for row in engine_rows(app_ctx)] == ["FAILED", "FAILED"]

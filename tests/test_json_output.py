@@ -113,6 +113,11 @@ RECIPES: dict[str, tuple[list[str], list[str], str]] = {
         ["engine", "import", "{tmp}/missing.plan", "--model", "{model}", "--backend", "rtx", "--precision", "fp32"],
         "bad_input",
     ),
+    "engine confirm-load": (  # a READY engine: nothing to prove, said so
+        ["engine", "confirm-load", "{engine_id}", "{model_path}"],
+        ["engine", "confirm-load", "999999", "{model_path}"],
+        "not_found",
+    ),
     "engine retire": (["engine", "retire", "{spare_engine_id}"], ["engine", "retire", "999999"], "not_found"),
     "engine delete": (["engine", "delete", "{spare_engine_id}"], ["engine", "delete", "999999"], "not_found"),
     "job show": (["job", "show", "{job_id}"], ["job", "show", "999999"], "not_found"),
