@@ -71,9 +71,11 @@ def wait_for_charts(page: Page) -> None:
 
 
 def register_upload(page: Page, model: Path) -> None:
-    """On the Models view: upload `model` and register it, until it is shown registered under its stem."""
-    page.locator("input[type=file]").first.set_input_files(str(model))
+    """On the Models view: upload `model` and register it, until it is shown registered under its stem.
+    The form is drawn first (its button disabled without a file), so the file goes to this run's uploader."""
     register = page.get_by_role("button", name="Register upload")
+    expect(register).to_be_visible()
+    page.locator("input[type=file]").first.set_input_files(str(model))
     expect(register).to_be_enabled()
     register.click()
     expect(page.get_by_text(f"Registered: {model.stem}")).to_be_visible()

@@ -239,7 +239,8 @@ def render() -> None:
 def _add_section(app: AppContext, *, server_path: bool) -> None:
     """Upload (operators and admins) and, for admins, "Path on the server"."""
     limit = upload_limit_mb()
-    with st.expander("Add a model", expanded=True):
+    with st.container(border=True):  # always open, so no browser-side state can hide the form
+        st.markdown("**Add a model**")
         tabs = st.tabs(["Upload", SERVER_PATH_TAB] if server_path else ["Upload"])
         with tabs[0]:
             st.caption(
