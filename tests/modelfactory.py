@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -223,11 +224,21 @@ def make_int8_cast_mul(path: Path, *, features: int = 32, hidden: int = 16) -> P
     return _save_float_graph(path, "int8_cast_mul", nodes, ["batch", features], ["batch", hidden], [q, scale])
 
 
-def quantize_with_ort(source: Path, target: Path, *, mode: str = "qdq") -> Path:
+def quantize_with_ort(
+    source: Path, target: Path, *, mode: str = "qdq", symmetric: bool = False, quantize_bias: bool = True
+) -> Path:
     """Quantize `source` (one float input `input`, dims past the first static) with
     onnxruntime.quantization: `qdq` (static, QDQ format), `qoperator` (static, QLinear* ops) or
-    `dynamic` (MatMulInteger/ConvInteger with DynamicQuantizeLinear)."""
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_dynamic, quantize_static
+    `dynamic` (MatMulInteger/ConvInteger with DynamicQuantizeLinear). `symmetric`: static int8
+    activations and weights, both symmetric (what TensorRT reads), the bias INT32 unless
+    `quantize_bias` is False (then it stays float)."""
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_dynamic,
+        quantize_static,
+    )
 
     if mode == "dynamic":
         quantize_dynamic(str(source), str(target))
@@ -244,7 +255,11 @@ def quantize_with_ort(source: Path, target: Path, *, mode: str = "qdq") -> Path:
             return next(self.items, None)
 
     quant_format = QuantFormat.QDQ if mode == "qdq" else QuantFormat.QOperator
-    quantize_static(str(source), str(target), Reader(), quant_format=quant_format)
+    int8: dict[str, Any] = {}
+    if symmetric:
+        options = {"ActivationSymmetric": True, "WeightSymmetric": True, "QuantizeBias": quantize_bias}
+        int8 = {"activation_type": QuantType.QInt8, "weight_type": QuantType.QInt8, "extra_options": options}
+    quantize_static(str(source), str(target), Reader(), quant_format=quant_format, **int8)
     return target
 
 

@@ -10,7 +10,6 @@ import numpy as np
 import onnx
 import pytest
 import sqlalchemy as sa
-from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
 from enginecache.core.fingerprint import host_fingerprint
 from enginecache.core.hashing import HEAD_BYTES
@@ -22,7 +21,7 @@ from enginecache.service.engines.records import check_engine, verify_engines
 from enginecache.service.models.register import register_model
 from tests.clirunner import run_cli
 from tests.conftest import corrupt_blob, files_under
-from tests.modelfactory import make_conv, make_mlp
+from tests.modelfactory import make_conv, make_mlp, quantize_with_ort
 
 
 def _engines(app: AppContext) -> list[EngineRecord]:
@@ -131,24 +130,7 @@ def _int32_bias_qdq(tmp_path: Path) -> Path:
     with its INT32 bias reached through an Identity, so only the parser sees the INT32 its
     DequantizeLinear reads (planning refuses an INT32 Q/DQ it can see: tests/test_quantized_advice.py)."""
     source = make_conv(tmp_path / "conv.onnx")
-
-    class Reader(CalibrationDataReader):  # type: ignore[misc]
-        def __init__(self) -> None:
-            self.items = iter([{"input": np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype(np.float32)}])
-
-        def get_next(self) -> dict[str, np.ndarray] | None:
-            return next(self.items, None)
-
-    target = tmp_path / "conv_int8_default.onnx"
-    quantize_static(
-        str(source),
-        str(target),
-        Reader(),
-        quant_format=QuantFormat.QDQ,
-        activation_type=QuantType.QInt8,
-        weight_type=QuantType.QInt8,
-        extra_options={"ActivationSymmetric": True, "WeightSymmetric": True},  # INT32 bias: ORT's default
-    )
+    target = quantize_with_ort(source, tmp_path / "conv_int8_default.onnx", symmetric=True)  # INT32 bias: ORT's default
     model = onnx.load(str(target))
     int32 = {t.name for t in model.graph.initializer if t.data_type == onnx.TensorProto.INT32}
     for node in [n for n in model.graph.node if n.op_type == "DequantizeLinear" and n.input[0] in int32]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from enginecache.core.onnx_quantized import tensorrt_unreadable_file
@@ -25,37 +24,13 @@ from tests.modelfactory import make_conv, make_int8_cast_mul, quantize_with_ort
 KINDS = ("qdq", "qoperator", "dynamic", "weights", "symmetric")
 
 
-def _symmetric_qdq(source: Path, target: Path) -> Path:
-    """Q/DQ as TensorRT reads it, written by onnxruntime.quantization: int8, symmetric, float bias."""
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
-
-    feeds = iter(
-        [{"input": np.random.default_rng(i).standard_normal((1, 3, 32, 32)).astype(np.float32)} for i in range(2)]
-    )
-
-    class Reader(CalibrationDataReader):  # type: ignore[misc]
-        def get_next(self) -> dict[str, np.ndarray] | None:
-            return next(feeds, None)
-
-    options = {"ActivationSymmetric": True, "WeightSymmetric": True, "QuantizeBias": False}
-    quantize_static(
-        str(source),
-        str(target),
-        Reader(),
-        quant_format=QuantFormat.QDQ,
-        activation_type=QuantType.QInt8,
-        weight_type=QuantType.QInt8,
-        extra_options=options,
-    )
-    return target
-
-
 def _quantized(kind: str, folder: Path) -> Path:
     source = make_conv(folder / "conv.onnx")
     if kind == "weights":
         return make_int8_cast_mul(folder / "w8.onnx")
     if kind == "symmetric":
-        return _symmetric_qdq(source, folder / "conv_sym.onnx")
+        # Q/DQ as TensorRT reads it: int8, symmetric, float bias
+        return quantize_with_ort(source, folder / "conv_sym.onnx", symmetric=True, quantize_bias=False)
     return quantize_with_ort(source, folder / f"conv_{kind}.onnx", mode=kind)
 
 
