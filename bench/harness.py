@@ -227,6 +227,16 @@ class Figure:
         data["samples_b"] = [asdict(s) for s in self.samples_b]
         return data
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Figure:
+        """The figure `to_dict` wrote, samples included."""
+        fields = {k: v for k, v in data.items() if k not in ("samples_a", "samples_b")}
+        return cls(
+            **fields,
+            samples_a=[Sample(**s) for s in data["samples_a"]],
+            samples_b=[Sample(**s) for s in data["samples_b"]],
+        )
+
 
 # What `compare_many` times against its one floor B: (command A, figure name, goal ratio or None, notes).
 Candidate = tuple[Command, str, float | None, str]
@@ -360,7 +370,8 @@ class Report:
         """Describe a section for docs/performance.md: `about` goes above its table, `notes`
         (markdown: how it works, what limits it) below. `charts` are specs bench/run_all.py draws
         from the section's figures: {"file": "x.svg", "kind": "cost" | "ratio", "title": ...,
-        "x": a numeric param, "x_label": ..., "series": [command names] (cost charts)}."""
+        "x": a numeric param, "x_label": ..., "series": [command names] and "y_scale": "log" (default) or
+        "linear" (cost charts)}."""
         self.sections[title] = {"about": about, "notes": notes, "charts": [dict(c) for c in charts]}
 
     def compare(self, a: Command, b: Command, **kwargs: Any) -> Figure:

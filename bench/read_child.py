@@ -172,7 +172,11 @@ def main() -> None:
             data = stream.read()
     elif mode == "blake3_chunks":
         sys.path.insert(0, ROOT)
+        from enginecache.core import verifiedread
         from enginecache.core.verifiedread import read_verified
+
+        if "BENCH_HASH_PIECE_BYTES" in os.environ:  # bench/gpu/host_read.py --variants: another piece size
+            verifiedread.HASH_PIECE_BYTES = int(os.environ["BENCH_HASH_PIECE_BYTES"])
 
         whole, _, chunks = digest.partition("/")
         data = read_verified(path, blake3_digest=whole, chunk_blake3=chunks or None, as_bytes=True)

@@ -113,11 +113,15 @@ def draw_charts(report: Report, out_dir: Path) -> dict[str, list[str]]:
                     med = [sorted(v)[len(v) // 2] * 1e3 for _, v in pts]
                     lo = [m - min(v) * 1e3 for m, (_, v) in zip(med, pts, strict=True)]
                     hi = [max(v) * 1e3 - m for m, (_, v) in zip(med, pts, strict=True)]
-                    style = {"linewidth": 2.4, "color": "black"} if "floor" in series else {"linewidth": 1.4}
+                    style: dict[str, Any] = {"linewidth": 1.4}
+                    if "floor" in series:  # floors in black, the second one dashed
+                        floors = [s for s in spec["series"] if "floor" in s]
+                        style = {"linewidth": 2.4, "color": "black", "linestyle": "-" if series == floors[0] else "--"}
                     ax.errorbar(xs, med, yerr=[lo, hi], marker="o", markersize=4, capsize=3, label=series, **style)
                     xs_all.update(xs)
-                ax.set_yscale("log")
-                ax.set_ylabel("milliseconds, spawn to buffer ready (log)")
+                scale = spec.get("y_scale", "log")  # "linear" where the sizes span less than a decade
+                ax.set_yscale(scale)
+                ax.set_ylabel("milliseconds, spawn to buffer ready" + (" (log)" if scale == "log" else ""))
             else:  # ratio per figure family (the figure name without its x label)
                 families: dict[str, list[tuple[float, Figure]]] = {}
                 for f in figures:
