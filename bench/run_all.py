@@ -189,7 +189,7 @@ def _figure_row(f: Figure) -> str:
 
 
 def _shown(path: Path) -> str:
-    return str(path.relative_to(ROOT)) if path.resolve().is_relative_to(ROOT) else str(path)
+    return str(path.resolve().relative_to(ROOT)) if path.resolve().is_relative_to(ROOT) else str(path)
 
 
 def _gib(n: int | None) -> str:
