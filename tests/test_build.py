@@ -13,6 +13,7 @@ import sqlalchemy as sa
 
 from enginecache.core.fingerprint import host_fingerprint
 from enginecache.core.hashing import HEAD_BYTES
+from enginecache.core.store import ArtifactStore
 from enginecache.db.models import EngineRecord, EngineStatus
 from enginecache.errors import BuildFailedError
 from enginecache.service.builds.plan import BuildRequest, build_engine
@@ -275,3 +276,23 @@ def test_converted_variant_is_stored_with_lineage(app_ctx: AppContext, tmp_path:
     assert variant.recipe["name"] == "int8"
     stored = onnx.load(str(app_ctx.home / variant.store_path))
     assert any(n.op_type == "QuantizeLinear" for n in stored.graph.node)
+
+
+def test_an_in_process_build_publishes_its_engine_by_link_without_copying_it(
+    app_ctx: AppContext, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A build outside a job (load_or_build's on a miss) hashes the engine in its work folder and links
+    it into the store, as a job's staged engine is: a multi-GB engine is not written twice."""
+    register_model(app_ctx, make_mlp(tmp_path / "mlp.onnx"), name="mlp")
+
+    def no_copy(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError("the built engine was copied into the store")
+
+    monkeypatch.setattr(ArtifactStore, "_publish", no_copy)
+    engine = build_engine(app_ctx, BuildRequest(model="mlp", backend="ort")).engine
+    assert engine.status == EngineStatus.READY
+    blob = app_ctx.home / (engine.blob_path or "")
+    assert hashlib.sha256(blob.read_bytes()).hexdigest() == engine.sha256
+    assert blake3.blake3(blob.read_bytes()).hexdigest() == engine.blake3
+    assert blob.stat().st_nlink == 1, "the work folder's name for it went with the folder"
+    assert _store_files(app_ctx)["tmp"] == [], "nothing is left in the store's scratch folder"

@@ -122,6 +122,15 @@ def hash_file(path: StrPath, *, chunk_bytes: int = CHUNK_BYTES) -> DigestResult:
         return hash_stream(stream, chunk_bytes=chunk_bytes)
 
 
+def hash_durable(path: StrPath) -> DigestResult:
+    """Put the file at `path` on disk (fsync), then hash it (`hash_file`): the digests of bytes a
+    publish by hard link (`ArtifactStore.publish_hashed`) may name without copying them. The file must
+    be private to the caller (nobody else writes it), as a build's output in its work folder is."""
+    with open(path, "rb", buffering=0) as stream:
+        os.fsync(stream.fileno())
+        return hash_stream(stream)
+
+
 def copy_hashed(source: Path, dest: Path, *, chunk_bytes: int = CHUNK_BYTES, durable: bool = False) -> DigestResult:
     """Copy `source` to `dest` (a new file: an existing one raises FileExistsError; a missing source
     raises FileNotFoundError before `dest` is made) in one pass that hashes the bytes it writes: the

@@ -34,6 +34,7 @@ from enginecache.core.backends.registry import get_backend
 from enginecache.core.cachekey import KEY_SCHEMA, compute_cache_key
 from enginecache.core.calibration import load_calibration, read_model_inputs
 from enginecache.core.fingerprint import HostFingerprint, host_fingerprint
+from enginecache.core.hashing import hash_durable
 from enginecache.core.precision import PrecisionSpec, plan_recipe
 from enginecache.core.profiles import ProfileResult, parse_profile_args, resolve_profile
 from enginecache.core.signing import SigningKey, engine_statement, signing_key, statement_text
@@ -298,10 +299,10 @@ def run_build(
                 log(_reuse_line(made, job_attempt))
             if before_publish is not None:
                 before_publish()
-            if made.digest is not None:
-                blob = app.store.publish_hashed(made.path, made.digest)
-            else:
-                blob = app.store.ingest_file(made.path)
+            # The engine lies in this build's own work folder (or its job's staging folder), on the
+            # store's filesystem: hashed where it lies and published by hard link, never copied.
+            digest = made.digest if made.digest is not None else hash_durable(made.path)
+            blob = app.store.publish_hashed(made.path, digest)
         seconds = made.build_seconds if made.reused else time.perf_counter() - started
     except StaleLeaseError as err:  # the fence: this host's job was taken over, nothing is published
         _mark_failed(app, engine_id, f"not published: {err}", "")

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from enginecache.core.hashing import DigestResult, hash_file
+from enginecache.core.hashing import DigestResult, hash_durable, hash_file
 from enginecache.core.store import fsync_dir
 from enginecache.errors import StoreError
 from enginecache.service.jobs.staging import remove_staging
@@ -76,9 +76,7 @@ class EngineStaging:
         self.folder.mkdir(parents=True)
         engine = self.folder / ENGINE_NAME
         os.replace(built.path, engine)
-        with open(engine, "rb") as stream:
-            os.fsync(stream.fileno())
-        digest = hash_file(engine)
+        digest = hash_durable(engine)
         staged = replace(built, path=engine, digest=digest, built_by=(self.job_id, self.attempt))
         record = {
             "version": RECORD_VERSION,
