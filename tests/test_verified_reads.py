@@ -1,12 +1,15 @@
-"""What a runtime is handed is what was verified, in the same pass: a build and a test-load's
-accuracy reference read a private copy of the model bundle hashed while it was copied (a change to the
-store after the check cannot reach them), and a load hands a runtime no byte of an engine, not even
-its header, before the whole blob matched its digest. The hit path's CORRUPT verdict is audited as
-the full path's is."""
+"""What a runtime is handed is what was verified, in the same pass: a build reads the stored model
+files through hard links, hashed under read leases it checks once the backend is done (a write
+meanwhile fails it, naming the file), or, where no lease can be had, a private copy hashed while it
+was copied, as a test-load's accuracy reference does (a change to the store after the check cannot
+reach it); a load hands a runtime no byte of an engine, not even its header, before the whole blob
+matched its digest. The hit path's CORRUPT verdict is audited as the full path's is."""
 
 from __future__ import annotations
 
 import hashlib
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -17,12 +20,13 @@ from enginecache.core.backends.base import BuildSpec
 from enginecache.core.backends.ort.backend import ORT_BACKEND
 from enginecache.core.blobpaths import blob_path, model_file
 from enginecache.db.models import EngineStatus, ModelStatus
-from enginecache.errors import EngineRejectedError
+from enginecache.errors import BuildFailedError, EngineRejectedError
 from enginecache.service.access import audit
 from enginecache.service.builds.plan import BuildRequest, build_engine
 from enginecache.service.builds.testload import run_test_load
 from enginecache.service.context import AppContext
-from enginecache.service.engines.records import get_engine
+from enginecache.service.engines.records import get_engine, list_engines
+from enginecache.service.models import verify as modelverify
 from enginecache.service.models.register import get_model, register_model
 from enginecache.service.serving import hitpath
 from enginecache.service.serving.loadpath import load_or_build_full
@@ -35,10 +39,84 @@ def _digests(folder: Path) -> dict[str, str]:
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir()) if p.is_file()}
 
 
+def _no_leases(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As on a store this process does not own, or on NFS: no read lease can be had."""
+    monkeypatch.setattr(modelverify, "take_read_lease", lambda _path: None)
+
+
+def _lease_breaking(path: Path) -> bool:
+    """Whether a writer is breaking a lease on the file at `path` now (/proc/locks names its inode)."""
+    inode = f":{path.stat().st_ino} "
+    return any("LEASE  BREAKING" in line and inode in line for line in Path("/proc/locks").read_text().splitlines())
+
+
+def _register(app: AppContext, tmp_path: Path, maker: Any) -> Path:
+    """Register `maker`'s model as "m"; its stored model file."""
+    source = maker(tmp_path / "src" / "model.onnx") if maker is make_mlp else maker(tmp_path / "src")
+    model = register_model(app, source, name="m").model
+    return model_file(app.home, model.digest, model.filename)
+
+
 @pytest.mark.parametrize("maker", [make_mlp, make_external_data_model], ids=["single-file", "external-data"])
-def test_a_build_reads_the_verified_copy_even_when_the_store_changes_after_the_check(
+def test_a_build_reads_the_stored_files_linked_into_its_work_folder_not_a_copy(
     app_ctx: AppContext, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, maker: Any
 ) -> None:
+    stored = _register(app_ctx, tmp_path, maker)
+    genuine = _digests(stored.parent)
+    inodes = {p.name: p.stat().st_ino for p in stored.parent.iterdir()}
+    real_build = ORT_BACKEND.build
+    seen: list[tuple[Path, dict[str, int]]] = []
+
+    def build_reading_links(spec: BuildSpec, *args: Any, **kwargs: Any) -> Any:
+        seen.append((spec.onnx_path, {p.name: p.stat().st_ino for p in spec.onnx_path.parent.iterdir()}))
+        return real_build(spec, *args, **kwargs)
+
+    monkeypatch.setattr(ORT_BACKEND, "build", build_reading_links)
+    built = build_engine(app_ctx, BuildRequest(model="m", backend="ort")).engine
+    [(read_from, read_inodes)] = seen
+    assert stored.parent not in read_from.parents, "the backend reads the build's work folder"
+    assert read_inodes == inodes, "the stored files themselves, linked there: no copy of the model"
+    assert built.status == EngineStatus.READY and _digests(stored.parent) == genuine
+    assert not read_from.exists() and stored.is_file(), "the links went with the work folder, the store kept its files"
+
+
+@pytest.mark.parametrize("maker", [make_mlp, make_external_data_model], ids=["single-file", "external-data"])
+def test_a_stored_file_opened_for_writing_during_a_build_fails_it_naming_the_file(
+    app_ctx: AppContext, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, maker: Any
+) -> None:
+    stored = _register(app_ctx, tmp_path, maker)
+    target = sorted(stored.parent.iterdir())[-1]  # the model file, or its external data
+    real_build = ORT_BACKEND.build
+    writers: list[subprocess.Popen[bytes]] = []
+
+    def write_then_build(spec: BuildSpec, *args: Any, **kwargs: Any) -> Any:
+        # Another process opens a stored file for writing while the build holds its lease: the open
+        # waits for the lease (the backend reads the hashed bytes meanwhile), and the lease is broken.
+        target.chmod(0o644)
+        code = f"open({str(target)!r}, 'r+b').write(b'tampered')"
+        writers.append(subprocess.Popen([sys.executable, "-c", code]))
+        deadline = time.monotonic() + 30
+        while not _lease_breaking(target):
+            assert time.monotonic() < deadline, "the writer never reached the lease"
+            assert writers[0].poll() is None, "the writer got through without breaking a lease"
+            time.sleep(0.01)
+        return real_build(spec, *args, **kwargs)
+
+    monkeypatch.setattr(ORT_BACKEND, "build", write_then_build)
+    with pytest.raises(BuildFailedError) as failed:
+        build_engine(app_ctx, BuildRequest(model="m", backend="ort"))
+    assert writers[0].wait(timeout=30) == 0, "the writer goes on once the build gives its leases back"
+    message = str(failed.value)
+    assert "was opened for writing while it was being read" in message and target.name in message
+    [engine] = list_engines(app_ctx)
+    assert engine.status == EngineStatus.FAILED and engine.blob_path is None, "nothing was published"
+
+
+@pytest.mark.parametrize("maker", [make_mlp, make_external_data_model], ids=["single-file", "external-data"])
+def test_without_a_lease_a_build_reads_a_verified_copy_even_when_the_store_changes_after_the_check(
+    app_ctx: AppContext, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, maker: Any
+) -> None:
+    _no_leases(monkeypatch)
     source = maker(tmp_path / "src" / "model.onnx") if maker is make_mlp else maker(tmp_path / "src")
     model = register_model(app_ctx, source, name="m").model
     stored = model_file(app_ctx.home, model.digest, model.filename)
@@ -64,9 +142,10 @@ def test_a_build_reads_the_verified_copy_even_when_the_store_changes_after_the_c
     assert not read_from.exists(), "the build's work folder (its copy) is removed with the build"
 
 
-def test_a_mlp_built_after_tampering_is_built_from_the_registered_bytes(
+def test_without_a_lease_a_mlp_built_after_tampering_is_built_from_the_registered_bytes(
     app_ctx: AppContext, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    _no_leases(monkeypatch)
     model = register_model(app_ctx, make_mlp(tmp_path / "mlp.onnx"), name="mlp").model
     stored = model_file(app_ctx.home, model.digest, model.filename)
     decoy = make_conv(tmp_path / "conv.onnx").read_bytes()

@@ -7,12 +7,14 @@ running converts the precision (the converted ONNX is stored as a model of its o
 its source), builds with the backend into a scratch file, publishes the blob, then flips the
 engine row PENDING -> READY. A failure leaves only a FAILED row with the backend's message.
 
-A converter or a backend never reads the store: the model bundle (`models/<digest>/`, the path the
-digest implies) is copied into the build's own work folder in the pass that hashes it
-(`service.models.verify.stage_bundle`), and the converter or backend reads that copy, so what is built
-from is exactly the bytes that hashed to the digest. A bundle that no longer hashes to its digest
-marks the model CORRUPT and fails the build, naming the model and digest. (The cost: one copy of the
-model per build, a few seconds per GB beside builds of minutes.)
+A converter or a backend reads the model bundle (`models/<digest>/`, the path the digest implies)
+only as `service.models.verify.stage_bundle` puts it in the build's own work folder: each stored
+file hard-linked there and hashed under a read lease the build holds until the backend has read it,
+so what is built from is exactly the bytes that hashed to the digest, without a copy of a multi-GB
+model per build. A file opened for writing meanwhile breaks its lease and fails the build, naming
+it; where no lease or link can be had (another owner or filesystem) the file is copied in the pass
+that hashes it. A bundle that no longer hashes to its digest marks the model CORRUPT and fails the
+build, naming the model and digest.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -369,18 +372,21 @@ def _build_here(
 ) -> BuiltEngine:
     """Convert the precision (a verified private copy), build with the backend into `work`, and prove
     the engine loads: the engine made here, not yet hashed."""
-    variant, source, warnings = precision_variant(
-        app, plan.model, plan.precision, plan.recipe, plan.profile.opt_shapes(), work
-    )
-    spec = BuildSpec(
-        onnx_path=source,
-        targets=plan.targets,
-        profile=plan.profile,
-        precision=plan.precision.precision,
-        opt_level=plan.build_options["opt_level"],
-        workspace_bytes=plan.build_options["workspace_bytes"],
-    )
-    output = plan.backend.build(spec, work / "engine.plan", progress, log)
+    # The staged model bundles are the stored files, linked and read under read leases (no multi-GB
+    # copy): checked when the block ends, once the converter and the backend have read them.
+    with ExitStack() as leases:
+        variant, source, warnings = precision_variant(
+            app, plan.model, plan.precision, plan.recipe, plan.profile.opt_shapes(), work, leases=leases
+        )
+        spec = BuildSpec(
+            onnx_path=source,
+            targets=plan.targets,
+            profile=plan.profile,
+            precision=plan.precision.precision,
+            opt_level=plan.build_options["opt_level"],
+            workspace_bytes=plan.build_options["workspace_bytes"],
+        )
+        output = plan.backend.build(spec, work / "engine.plan", progress, log)
     proof = _prove_loadable(plan, output.engine_path, engine_id)
     if log is not None:
         log(proof)

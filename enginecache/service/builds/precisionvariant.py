@@ -2,14 +2,15 @@
 
 The variant (fp16, bf16, int8 or fp8 ONNX) is converted once per source and recipe and stored as a
 model of its own, linked to its source (`parent_id`) and found again by `recipe_key`; every later
-build of that precision reuses it. What the backend reads is a verified private copy of the bundle
-(`service.models.verify.stage_bundle`). Called by `service.builds.plan.run_build`.
+build of that precision reuses it. What the converter and the backend read is the bundle as
+`service.models.verify.stage_bundle` stages it, verified. Called by `service.builds.plan.run_build`.
 """
 
 from __future__ import annotations
 
 import logging
 import shutil
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -38,18 +39,21 @@ def precision_variant(
     recipe: dict[str, Any],
     input_shapes: dict[str, tuple[int, ...]],
     work: Path,
+    *,
+    leases: ExitStack | None = None,
 ) -> tuple[ModelRecord, Path, tuple[str, ...]]:
     """The model to build from and a verified private copy of its bundle under `work`
     (`stage_bundle`): the source for fp32 or for a precision its graph already computes in
     (`core.precision.native.computes_in`), else its stored converted variant. A source that does not
     hash to its digest is marked CORRUPT and fails the build (IntegrityCheckError); a CORRUPT variant is
     converted again from the (verified) source: the same bytes repair it in place (`register_model`),
-    other bytes become a new variant of the recipe."""
+    other bytes become a new variant of the recipe. `leases`: `stage_bundle`'s, for every bundle
+    staged here (linked under read leases the caller checks once its readers are done)."""
     if not precision.precision or precision.precision == "fp32":
-        return model, stage_bundle(app, model, work / "source"), ()
+        return model, stage_bundle(app, model, work / "source", leases=leases), ()
     if computes_in(model_path(app, model), precision.precision):  # the graph alone; the build reads it verified
         note = f"{model.name} already computes in {precision.precision}: built as exported, no conversion"
-        return model, stage_bundle(app, model, work / "source"), (note,)
+        return model, stage_bundle(app, model, work / "source", leases=leases), (note,)
     key = recipe_key(model.digest, recipe)
     query = select(ModelRecord).where(ModelRecord.recipe_key == key)
     ok_first = (col(ModelRecord.status) != ModelStatus.OK, col(ModelRecord.id))  # then the oldest
@@ -58,7 +62,7 @@ def precision_variant(
     notes: tuple[str, ...] = ()
     if existing is not None:
         try:
-            staged = stage_bundle(app, existing, work / "variant")
+            staged = stage_bundle(app, existing, work / "variant", leases=leases)
         except IntegrityCheckError as err:
             logger.warning("converting %s again: its stored variant is corrupt (%s)", model.name, err)
             notes = (f"stored {precision.precision} variant (model {existing.id}) was CORRUPT: converted again",)
@@ -66,7 +70,7 @@ def precision_variant(
         else:
             return existing, staged, tuple(str(w) for w in existing.recipe.get("warnings", []))
     converted = convert_precision(
-        stage_bundle(app, model, work / "source"),  # the converter reads the source's verified bytes
+        stage_bundle(app, model, work / "source", leases=leases),  # the converter reads the source's verified bytes
         precision,
         work / "convert",
         input_shapes=input_shapes,
@@ -80,5 +84,7 @@ def precision_variant(
         recipe=recorded,
         recipe_key=key,
     )
-    staged = stage_bundle(app, registered.model, work / "variant")  # the stored copy, as the backend reads it
+    staged = stage_bundle(
+        app, registered.model, work / "variant", leases=leases
+    )  # the stored copy, as the backend reads it
     return registered.model, staged, (*notes, *converted.warnings)

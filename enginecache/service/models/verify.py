@@ -7,10 +7,12 @@ build would read are the bytes that were registered. Three callers:
 
 - `enginecache verify` (`verify_models`): every source model and converted variant; a mismatch or a
   missing file marks the model CORRUPT, a bundle that hashes right again sets it back to OK;
-- a build (`service.builds.plan`) and a test-load's accuracy reference (`service.builds.testload`) read a private
-  copy made by `stage_bundle`, which hashes each file in the pass that copies it and refuses a mismatch
-  with the model and digest named: the bytes a converter, a backend or ONNX Runtime reads are the
-  bytes that were verified (a change to the store after the check cannot reach them);
+- a build (`service.builds.plan`) and a test-load's accuracy reference (`service.builds.testload`) read
+  the bundle as `stage_bundle` puts it in their work folder, hashed in the same pass, a mismatch refused
+  with the model and digest named: the bytes a converter, a backend or ONNX Runtime reads are the bytes
+  that were verified. A test-load reads a copy (a change to the store after the check cannot reach it);
+  a build reads the stored files themselves through hard links, under read leases it checks once the
+  backend is done (a change breaks a lease and fails the build), so a multi-GB model is not copied;
 - `register_model` of bytes already registered (`restore_bundle`): a damaged or missing stored bundle is
   rewritten from the given file (staged on the store's filesystem and hashed there first, then each
   file renamed into place) and the model set back to OK.
@@ -22,6 +24,7 @@ import logging
 import os
 import shutil
 from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,7 +33,8 @@ from sqlmodel import col, select
 
 from enginecache.core.blobpaths import model_dir, model_file
 from enginecache.core.chunkdigests import check_file_chunks
-from enginecache.core.hashing import DigestResult, copy_hashed
+from enginecache.core.filelease import ReadLease, take_read_lease
+from enginecache.core.hashing import DigestResult, copy_hashed, hash_file
 from enginecache.core.onnx_info import model_digest
 from enginecache.core.store import fsync_dir
 from enginecache.db.models import ModelRecord, ModelStatus
@@ -146,21 +150,66 @@ def ensure_bundle_here(app: AppContext, model: ModelRecord) -> None:
         fetch_bundle(app.store, model.digest, files)
 
 
-def stage_bundle(app: AppContext, model: ModelRecord, folder: Path) -> Path:
-    """Copy the stored bundle into `folder` (new, private to the caller, who removes it) in the pass
-    that hashes it, and return the copy's model file: what a converter, a backend or a reference
-    session then reads is exactly the bytes that hashed to the digest, whatever happens to the store
-    meanwhile. A mismatch is `check_bundle`'s (model CORRUPT, IntegrityCheckError)."""
+def stage_bundle(app: AppContext, model: ModelRecord, folder: Path, *, leases: ExitStack | None = None) -> Path:
+    """Put the stored bundle in `folder` (new, private to the caller, who removes it) in the pass that
+    hashes it, and return the staged model file: what a converter, a backend or a reference session
+    then reads is exactly the bytes that hashed to the digest. A mismatch is `check_bundle`'s (model
+    CORRUPT, IntegrityCheckError).
+
+    Without `leases` each file is copied while it is hashed, so whatever happens to the store
+    meanwhile cannot reach the reader. With `leases` (the caller's stack, closed once every reader of
+    the bundle is done) each file is instead hard-linked into `folder` and hashed where it lies under
+    a read lease (core.filelease), kept on `leases`: no multi-GB copy. Closing the stack raises
+    IntegrityCheckError, naming the file, where someone opened one for writing (or truncated it)
+    while it was held: what was read may then not be what was hashed. A file no lease or link can be
+    had for (another owner, another filesystem, a writer holding it open) is copied, as without
+    `leases`."""
     ensure_bundle_here(app, model)
     folder.mkdir(parents=True)
+    with ExitStack() as held:
+        taken: list[tuple[str, ReadLease]] = []
 
-    def copy(file: Path, relpath: str) -> DigestResult:
-        dest = folder / relpath
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        return copy_hashed(file, dest)
+        def stage(file: Path, relpath: str) -> DigestResult:
+            dest = folder / relpath
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            lease = _leased_link(file, dest) if leases is not None else None
+            if lease is None:
+                return copy_hashed(file, dest)
+            held.callback(lease.close)
+            taken.append((relpath, lease))
+            return hash_file(lease.path)
 
-    check_bundle(app, model, copy)
+        check_bundle(app, model, stage)
+        if leases is not None and taken:
+            kept = held.pop_all()  # a bundle that failed its check gives its leases back at once
+            leases.callback(_give_back, _label(model), taken, kept)
     return folder / model.filename
+
+
+def _leased_link(file: Path, dest: Path) -> ReadLease | None:
+    """`dest`, a new hard link to the stored `file`, with a read lease taken through it; None (and no
+    `dest`) where either cannot be had here."""
+    try:
+        os.link(file, dest)
+    except FileNotFoundError:
+        raise
+    except OSError:  # EXDEV (another filesystem), EPERM (protected_hardlinks), ...: copy it instead
+        return None
+    lease = take_read_lease(str(dest))
+    if lease is None:
+        dest.unlink()
+    return lease
+
+
+def _give_back(label: str, taken: list[tuple[str, ReadLease]], release: ExitStack) -> None:
+    """Release a staged bundle's leases; IntegrityCheckError where one broke while it was held."""
+    with release:
+        broken = [relpath for relpath, lease in taken if not lease.intact()]
+    if broken:
+        raise IntegrityCheckError(
+            f"{label}: its stored {', '.join(broken)} was opened for writing while it was being read, so what "
+            "was read may not be what was hashed; nothing made from it is kept (run it again)"
+        )
 
 
 @dataclass(frozen=True)
