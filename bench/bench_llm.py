@@ -39,8 +39,9 @@ MODEL = "llama"
 # fp32: the 1B model's would be 3.8 GB, past what the format holds, so ORT builds the 0.1B one.
 ORT_PRESET = "0.1b"
 ORT_LIMIT = (
-    "\n\nOurs includes the CLI's start, the model's verified staging copy, the catalog and the store's publish "
-    "(hashing the engine); the floors write the engine and nothing else. ONNX Runtime builds the 0.1B model: its "
+    "\n\nOurs includes the CLI's start, the job's queue and worker, hashing the model where it is stored (under "
+    "read leases: no copy), the catalog, and hashing the engine where it was built before linking it into the "
+    "store; the floors write the engine and nothing else. ONNX Runtime builds the 0.1B model: its "
     "engine is an ORT-format flatbuffer, which holds at most 2 GiB, and its CPU optimizer stores fp16 weights as "
     "fp32 (the 1B model's engine would be 3.8 GB; ORT refuses to write it)."
 )
