@@ -8,13 +8,14 @@ its source), builds with the backend into a scratch file, publishes the blob, th
 engine row PENDING -> READY. A failure leaves only a FAILED row with the backend's message.
 
 A converter or a backend reads the model bundle (`models/<digest>/`, the path the digest implies)
-only as `service.models.verify.stage_bundle` puts it in the build's own work folder: each stored
-file hard-linked there and hashed under a read lease the build holds until the backend has read it,
-so what is built from is exactly the bytes that hashed to the digest, without a copy of a multi-GB
-model per build. A file opened for writing meanwhile breaks its lease and fails the build, naming
-it; where no lease or link can be had (another owner or filesystem) the file is copied in the pass
-that hashes it. A bundle that no longer hashes to its digest marks the model CORRUPT and fails the
-build, naming the model and digest.
+only as `service.models.verify.stage_bundle` puts it in the build's own work folder, so what is built
+from is exactly the bytes that hashed to the digest. For the backend each stored file is hard-linked
+there and hashed under a read lease the build holds until the backend has read it: no copy of a
+multi-GB model per build, and a file opened for writing meanwhile breaks its lease and fails the
+build, naming it. A converter reads a copy made in the pass that hashes it (it loads the model with
+onnx, which refuses external data of several hard links), as does a backend where no lease or link
+can be had (another owner or filesystem). A bundle that no longer hashes to its digest marks the
+model CORRUPT and fails the build, naming the model and digest.
 """
 
 from __future__ import annotations

@@ -70,7 +70,8 @@ def precision_variant(
         else:
             return existing, staged, tuple(str(w) for w in existing.recipe.get("warnings", []))
     converted = convert_precision(
-        stage_bundle(app, model, work / "source", leases=leases),  # the converter reads the source's verified bytes
+        # a verified copy: converters load it with onnx, which refuses external data of several hard links
+        stage_bundle(app, model, work / "source"),
         precision,
         work / "convert",
         input_shapes=input_shapes,

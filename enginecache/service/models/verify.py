@@ -11,8 +11,9 @@ build would read are the bytes that were registered. Three callers:
   the bundle as `stage_bundle` puts it in their work folder, hashed in the same pass, a mismatch refused
   with the model and digest named: the bytes a converter, a backend or ONNX Runtime reads are the bytes
   that were verified. A test-load reads a copy (a change to the store after the check cannot reach it);
-  a build reads the stored files themselves through hard links, under read leases it checks once the
-  backend is done (a change breaks a lease and fails the build), so a multi-GB model is not copied;
+  a build's backend reads the stored files themselves through hard links, under read leases checked
+  once it is done (a change breaks a lease and fails the build), so a multi-GB model is not copied
+  (a converter, which loads the model with onnx, reads a copy: onnx refuses hard-linked external data);
 - `register_model` of bytes already registered (`restore_bundle`): a damaged or missing stored bundle is
   rewritten from the given file (staged on the store's filesystem and hashed there first, then each
   file renamed into place) and the model set back to OK.
