@@ -130,6 +130,7 @@ def test_register_build_test_load_new_version_promote_and_roll_back_in_chromium(
 
         # v2: the same file name with other bytes, registered as the name's new version from Models
         open_view("/models")
+        expect(page.get_by_role("button", name="Register upload")).to_be_visible()  # this run's form is drawn
         page.locator("input[type=file]").first.set_input_files(str(v2_file))
         browserkit.wait_for_app_run(page)
         page.get_by_text(f"Register as a new version of {NAME} (v2)").click()

@@ -19,6 +19,7 @@ import pytest
 from enginecache.core.backends.base import BuildSpec
 from enginecache.core.backends.ort.backend import ORT_BACKEND
 from enginecache.core.blobpaths import blob_path, model_file
+from enginecache.core.filelease import take_read_lease
 from enginecache.db.models import EngineStatus, ModelStatus
 from enginecache.errors import BuildFailedError, EngineRejectedError
 from enginecache.service.access import audit
@@ -44,6 +45,17 @@ def _no_leases(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(modelverify, "take_read_lease", lambda _path: None)
 
 
+@pytest.fixture
+def leases_here(tmp_path: Path) -> None:
+    """Skip where this host gives no read lease (NFS, a sandbox without /proc): builds copy there."""
+    probe = tmp_path / "lease-probe"
+    probe.write_bytes(b"probe")
+    lease = take_read_lease(str(probe))
+    if lease is None or not Path("/proc/locks").is_file():
+        pytest.skip("no read lease can be had on this host's temporary folder: builds copy the model here")
+    lease.close()
+
+
 def _lease_breaking(path: Path) -> bool:
     """Whether a writer is breaking a lease on the file at `path` now (/proc/locks names its inode)."""
     inode = f":{path.stat().st_ino} "
@@ -59,7 +71,7 @@ def _register(app: AppContext, tmp_path: Path, maker: Any) -> Path:
 
 @pytest.mark.parametrize("maker", [make_mlp, make_external_data_model], ids=["single-file", "external-data"])
 def test_a_build_reads_the_stored_files_linked_into_its_work_folder_not_a_copy(
-    app_ctx: AppContext, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, maker: Any
+    app_ctx: AppContext, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, maker: Any, leases_here: None
 ) -> None:
     stored = _register(app_ctx, tmp_path, maker)
     genuine = _digests(stored.parent)
@@ -80,9 +92,48 @@ def test_a_build_reads_the_stored_files_linked_into_its_work_folder_not_a_copy(
     assert not read_from.exists() and stored.is_file(), "the links went with the work folder, the store kept its files"
 
 
+def _break_lease(target: Path, writers: list[subprocess.Popen[bytes]]) -> None:
+    """Another process opens the stored `target` for writing while a build holds its lease: the open
+    waits for the lease (the backend reads the hashed bytes meanwhile), and the lease is broken."""
+    target.chmod(0o644)
+    code = f"open({str(target)!r}, 'r+b').write(b'tampered')"
+    writers.append(subprocess.Popen([sys.executable, "-c", code]))
+    deadline = time.monotonic() + 30
+    while not _lease_breaking(target):
+        assert time.monotonic() < deadline, "the writer never reached the lease"
+        assert writers[-1].poll() is None, "the writer got through without breaking a lease"
+        time.sleep(0.01)
+
+
+def test_a_broken_lease_leaves_a_failing_backend_its_own_error(
+    app_ctx: AppContext, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, leases_here: None
+) -> None:
+    """The lease check names a write only where nothing else failed: a backend's own failure stays
+    the build's error (and its FAILED row's), the broken lease logged beside it."""
+    stored = _register(app_ctx, tmp_path, make_mlp)
+    writers: list[subprocess.Popen[bytes]] = []
+
+    def write_then_fail(spec: BuildSpec, *args: Any, **kwargs: Any) -> Any:
+        _break_lease(stored, writers)
+        raise BuildFailedError("the backend's own failure")
+
+    monkeypatch.setattr(ORT_BACKEND, "build", write_then_fail)
+    try:
+        with pytest.raises(BuildFailedError) as failed:
+            build_engine(app_ctx, BuildRequest(model="m", backend="ort"))
+    finally:
+        for writer in writers:
+            writer.kill()
+            writer.wait()
+    assert "the backend's own failure" in str(failed.value)
+    assert "opened for writing" not in str(failed.value)
+    [engine] = list_engines(app_ctx)
+    assert engine.status == EngineStatus.FAILED and "the backend's own failure" in (engine.error or "")
+
+
 @pytest.mark.parametrize("maker", [make_mlp, make_external_data_model], ids=["single-file", "external-data"])
 def test_a_stored_file_opened_for_writing_during_a_build_fails_it_naming_the_file(
-    app_ctx: AppContext, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, maker: Any
+    app_ctx: AppContext, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, maker: Any, leases_here: None
 ) -> None:
     stored = _register(app_ctx, tmp_path, maker)
     target = sorted(stored.parent.iterdir())[-1]  # the model file, or its external data
@@ -90,22 +141,18 @@ def test_a_stored_file_opened_for_writing_during_a_build_fails_it_naming_the_fil
     writers: list[subprocess.Popen[bytes]] = []
 
     def write_then_build(spec: BuildSpec, *args: Any, **kwargs: Any) -> Any:
-        # Another process opens a stored file for writing while the build holds its lease: the open
-        # waits for the lease (the backend reads the hashed bytes meanwhile), and the lease is broken.
-        target.chmod(0o644)
-        code = f"open({str(target)!r}, 'r+b').write(b'tampered')"
-        writers.append(subprocess.Popen([sys.executable, "-c", code]))
-        deadline = time.monotonic() + 30
-        while not _lease_breaking(target):
-            assert time.monotonic() < deadline, "the writer never reached the lease"
-            assert writers[0].poll() is None, "the writer got through without breaking a lease"
-            time.sleep(0.01)
+        _break_lease(target, writers)
         return real_build(spec, *args, **kwargs)
 
     monkeypatch.setattr(ORT_BACKEND, "build", write_then_build)
-    with pytest.raises(BuildFailedError) as failed:
-        build_engine(app_ctx, BuildRequest(model="m", backend="ort"))
-    assert writers[0].wait(timeout=30) == 0, "the writer goes on once the build gives its leases back"
+    try:
+        with pytest.raises(BuildFailedError) as failed:
+            build_engine(app_ctx, BuildRequest(model="m", backend="ort"))
+        assert writers[0].wait(timeout=30) == 0, "the writer goes on once the build gives its leases back"
+    finally:
+        for writer in writers:
+            writer.kill()
+            writer.wait()
     message = str(failed.value)
     assert "was opened for writing while it was being read" in message and target.name in message
     [engine] = list_engines(app_ctx)

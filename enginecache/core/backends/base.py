@@ -58,7 +58,10 @@ LogCallback = Callable[[str], None]
 
 @dataclass(frozen=True)
 class BuildSpec:
-    """What to build: a (possibly precision-converted) ONNX model for targets with profiles."""
+    """What to build: a (possibly precision-converted) ONNX model for targets with profiles.
+
+    `onnx_path` and the external data files beside it are read-only to a backend: they may be the
+    stored model's own files, linked into the build's folder (`service.models.verify.stage_bundle`)."""
 
     onnx_path: Path
     targets: tuple[str, ...]

@@ -66,8 +66,9 @@ PROGRESS_INTERVAL_SECONDS = 0.5
 LOG_TAIL_LINES = 30
 # OSErrors that say the host's disks are full or failing, not that the input is wrong.
 HOST_DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO})
-# Room a build needs beside its model's size for the engine's own writes, when a failure is judged
-# by the space left (`disk_too_full`): less than the model and this much free is a full disk.
+# When a failure is judged by the space left (`disk_too_full`): a build writes an engine about its
+# model's size (the model itself is linked, not copied, except for a converter), so less room than
+# the model's size and this much is a full disk.
 DISK_MARGIN_BYTES = 16 * 2**20
 # What hashing a stored bundle raises where one of its files is gone (it is not what was registered).
 _GONE = (ExternalDataError, FileNotFoundError, IsADirectoryError, NotADirectoryError)

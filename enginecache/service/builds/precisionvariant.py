@@ -66,7 +66,7 @@ def precision_variant(
         except IntegrityCheckError as err:
             logger.warning("converting %s again: its stored variant is corrupt (%s)", model.name, err)
             notes = (f"stored {precision.precision} variant (model {existing.id}) was CORRUPT: converted again",)
-            shutil.rmtree(work / "variant")
+            shutil.rmtree(work / "variant", ignore_errors=True)  # absent where the fetch failed first
         else:
             return existing, staged, tuple(str(w) for w in existing.recipe.get("warnings", []))
     converted = convert_precision(

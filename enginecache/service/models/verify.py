@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import stat
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -50,6 +51,9 @@ _MISSING = (FileNotFoundError, IsADirectoryError, NotADirectoryError)
 
 # Hashes one file of a bundle (path, relpath as the digest names it): `core.onnx_info.model_digest`'s `read`.
 DigestReader = Callable[[Path, str], DigestResult]
+# An ExitStack exit callback: (exception type, exception, traceback) -> whether it suppresses it.
+ExitCallback = Callable[[type[BaseException] | None, BaseException | None, Any], bool]
+_WRITE_BITS = stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH
 
 
 def bundle_files(model: ModelRecord) -> tuple[str, ...]:
@@ -183,34 +187,50 @@ def stage_bundle(app: AppContext, model: ModelRecord, folder: Path, *, leases: E
         check_bundle(app, model, stage)
         if leases is not None and taken:
             kept = held.pop_all()  # a bundle that failed its check gives its leases back at once
-            leases.callback(_give_back, _label(model), taken, kept)
+            leases.push(_lease_check(_label(model), taken, kept))
     return folder / model.filename
 
 
 def _leased_link(file: Path, dest: Path) -> ReadLease | None:
     """`dest`, a new hard link to the stored `file`, with a read lease taken through it; None (and no
-    `dest`) where either cannot be had here."""
+    `dest`) where either cannot be had here. The stored file loses its write permission bits first
+    (a content-addressed file is never rewritten): a reader that tried to write beside its input
+    through the link is refused instead of reaching the store."""
     try:
         os.link(file, dest)
     except FileNotFoundError:
         raise
     except OSError:  # EXDEV (another filesystem), EPERM (protected_hardlinks), ...: copy it instead
         return None
-    lease = take_read_lease(str(dest))
+    try:
+        os.chmod(dest, stat.S_IMODE(os.stat(dest).st_mode) & ~_WRITE_BITS)
+        lease = take_read_lease(str(dest))
+    except OSError:
+        dest.unlink()
+        raise
     if lease is None:
         dest.unlink()
     return lease
 
 
-def _give_back(label: str, taken: list[tuple[str, ReadLease]], release: ExitStack) -> None:
-    """Release a staged bundle's leases; IntegrityCheckError where one broke while it was held."""
-    with release:
-        broken = [relpath for relpath, lease in taken if not lease.intact()]
-    if broken:
-        raise IntegrityCheckError(
-            f"{label}: its stored {', '.join(broken)} was opened for writing while it was being read, so what "
-            "was read may not be what was hashed; nothing made from it is kept (run it again)"
-        )
+def _lease_check(label: str, taken: list[tuple[str, ReadLease]], release: ExitStack) -> ExitCallback:
+    """The exit callback that releases a staged bundle's leases: it raises IntegrityCheckError where
+    one broke while it was held, unless the block is already leaving with an error of its own (which
+    stays the error; the broken lease is logged)."""
+
+    def check(exc_type: type[BaseException] | None, *_exc: object) -> bool:
+        with release:
+            broken = [relpath for relpath, lease in taken if not lease.intact()]
+        if broken and exc_type is None:
+            raise IntegrityCheckError(
+                f"{label}: its stored {', '.join(broken)} was opened for writing while it was being read, so "
+                "what was read may not be what was hashed; nothing made from it is kept (build it again)"
+            )
+        if broken:
+            logger.warning("%s: the read lease on %s broke while the build was failing", label, ", ".join(broken))
+        return False
+
+    return check
 
 
 @dataclass(frozen=True)
