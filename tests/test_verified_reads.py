@@ -164,9 +164,7 @@ def test_without_a_lease_a_build_reads_a_verified_copy_even_when_the_store_chang
     app_ctx: AppContext, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, maker: Any
 ) -> None:
     _no_leases(monkeypatch)
-    source = maker(tmp_path / "src" / "model.onnx") if maker is make_mlp else maker(tmp_path / "src")
-    model = register_model(app_ctx, source, name="m").model
-    stored = model_file(app_ctx.home, model.digest, model.filename)
+    stored = _register(app_ctx, tmp_path, maker)
     genuine = _digests(stored.parent)
     decoy = make_conv(tmp_path / "decoy" / "conv.onnx").read_bytes()
     seen: list[tuple[Path, dict[str, str]]] = []

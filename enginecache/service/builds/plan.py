@@ -373,8 +373,8 @@ def _build_here(
 ) -> BuiltEngine:
     """Convert the precision (a verified private copy), build with the backend into `work`, and prove
     the engine loads: the engine made here, not yet hashed."""
-    # The staged model bundles are the stored files, linked and read under read leases (no multi-GB
-    # copy): checked when the block ends, once the converter and the backend have read them.
+    # The bundle the backend reads is the stored files, linked and read under read leases (no
+    # multi-GB copy): checked when the block ends, once the backend has read them.
     with ExitStack() as leases:
         variant, source, warnings = precision_variant(
             app, plan.model, plan.precision, plan.recipe, plan.profile.opt_shapes(), work, leases=leases

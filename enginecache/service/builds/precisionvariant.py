@@ -85,7 +85,6 @@ def precision_variant(
         recipe=recorded,
         recipe_key=key,
     )
-    staged = stage_bundle(
-        app, registered.model, work / "variant", leases=leases
-    )  # the stored copy, as the backend reads it
+    # the stored variant, as the backend reads it
+    staged = stage_bundle(app, registered.model, work / "variant", leases=leases)
     return registered.model, staged, (*notes, *converted.warnings)

@@ -193,9 +193,10 @@ def stage_bundle(app: AppContext, model: ModelRecord, folder: Path, *, leases: E
 
 def _leased_link(file: Path, dest: Path) -> ReadLease | None:
     """`dest`, a new hard link to the stored `file`, with a read lease taken through it; None (and no
-    `dest`) where either cannot be had here. The stored file loses its write permission bits first
-    (a content-addressed file is never rewritten): a reader that tried to write beside its input
-    through the link is refused instead of reaching the store."""
+    `dest`) where either cannot be had here (a lease is granted only to the file's owner). The
+    stored file then loses its write permission bits (a content-addressed file is never rewritten):
+    a reader that tried to write beside its input through the link is refused instead of reaching
+    the store."""
     try:
         os.link(file, dest)
     except FileNotFoundError:
@@ -203,13 +204,19 @@ def _leased_link(file: Path, dest: Path) -> ReadLease | None:
     except OSError:  # EXDEV (another filesystem), EPERM (protected_hardlinks), ...: copy it instead
         return None
     try:
-        os.chmod(dest, stat.S_IMODE(os.stat(dest).st_mode) & ~_WRITE_BITS)
         lease = take_read_lease(str(dest))
     except OSError:
         dest.unlink()
         raise
     if lease is None:
         dest.unlink()
+        return None
+    try:
+        os.chmod(lease.fd, stat.S_IMODE(os.fstat(lease.fd).st_mode) & ~_WRITE_BITS)
+    except OSError:
+        lease.close()
+        dest.unlink()
+        raise
     return lease
 
 
