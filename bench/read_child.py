@@ -4,7 +4,9 @@
 
 It prints `BENCH_READY <time.perf_counter()>` once the bytes are in memory (and verified, for
 our modes), then exits. Only the modes that need enginecache import it, so a floor pays for
-nothing it does not use. Modes:
+nothing it does not use. With BENCH_READ_PASS set it then reads every byte once more on one
+thread, the way a runtime deserializing the buffer does, and prints that pass's time (`read_pass`).
+Modes:
 
 - floor: `readinto` in 8 MiB chunks into a buffer allocated the fastest way plain Python has
   (an anonymous private mmap with MADV_HUGEPAGE, so faulting it in costs 2 MiB pages, not 4 KiB
@@ -19,7 +21,10 @@ nothing it does not use. Modes:
 - blake3, blake3_bytes, sha256: `enginecache.core.verifiedread.read_verified` (bytes with
   `as_bytes=True`), DIGEST being the expected BLAKE3 or sha256 hex digest; blake3_chunks: the same
   with the chunk digests a catalog row records (DIGEST is `<blake3>/<chunk_blake3>`), each chunk
-  checked as it lands: what a cache hit does.
+  checked as it lands: what a cache hit does where no read lease can be had.
+- mapped_chunks: what a load does for a runtime that deserializes from memory (TensorRT) where the
+  store file can be leased: a read lease (`core.filelease`), then `map_verified`, the file mapped
+  read-only and each chunk hashed from the mapping on every core (DIGEST as for blake3_chunks).
 - ort_byhand, ort_ours, ort_before: an ORT-format engine to an `onnxruntime.InferenceSession`
   (the options `OrtEngineSession` uses) from `f.read()`, from `read_verified(as_bytes=True)`
   (the copy path, where no read lease can be had), and from `read_verified()` copied to `bytes`
@@ -182,6 +187,19 @@ def main() -> None:
         data = read_verified(path, blake3_digest=whole, chunk_blake3=chunks or None, as_bytes=True)
         if len(data) != size:
             raise SystemExit("wrong size")
+    elif mode == "mapped_chunks":
+        sys.path.insert(0, ROOT)
+        from enginecache.core.filelease import take_read_lease
+        from enginecache.core.verifiedread import map_verified
+
+        whole, _, chunks = digest.partition("/")
+        lease = take_read_lease(path)
+        if lease is None:
+            raise SystemExit(f"{path}: no read lease on this filesystem")
+        view = map_verified(lease, name=path, blake3_digest=whole, chunk_blake3=chunks or None)
+        if len(view) != size:
+            raise SystemExit("wrong size")
+        data = (lease, view)  # the view is the runtime's while the lease stands
     elif mode in ("blake3", "blake3_bytes", "sha256"):
         sys.path.insert(0, ROOT)
         from pathlib import Path
@@ -199,7 +217,24 @@ def main() -> None:
     else:
         raise SystemExit(f"unknown mode {mode}")
     print("BENCH_READY", time.perf_counter(), flush=True)
+    if os.environ.get("BENCH_READ_PASS"):
+        read_pass(data)
     del data
+
+
+def read_pass(data: object) -> None:
+    """After BENCH_READY (not timed by the harness): one pass over every byte of the buffer on one
+    thread, the way a runtime deserializing it reads it, timed here and printed as BENCH_JSON
+    `read_pass_s`: a mapping whose pages are not in place would cost more here than a buffer's."""
+    import json
+
+    import numpy as np
+
+    view = data[1] if isinstance(data, tuple) else data
+    words = np.frombuffer(view, dtype=np.uint8)
+    started = time.perf_counter()
+    words.max()
+    print("BENCH_JSON " + json.dumps({"read_pass_s": time.perf_counter() - started}), flush=True)
 
 
 if __name__ == "__main__":

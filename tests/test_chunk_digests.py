@@ -8,8 +8,9 @@ constant patched); one test uses a 2 GiB blob with the real chunk size.
 
 from __future__ import annotations
 
+import mmap
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import blake3
@@ -20,9 +21,10 @@ from sqlmodel import select
 from enginecache.core import chunkdigests, hashing, verifiedread
 from enginecache.core.blobpaths import blob_path
 from enginecache.core.chunkdigests import ChunkDigests, ChunkHasher, decode
+from enginecache.core.filelease import take_read_lease
 from enginecache.core.hashing import StreamHasher, hash_file, verify_file
 from enginecache.core.store import ArtifactStore
-from enginecache.core.verifiedread import read_verified, read_verified_into
+from enginecache.core.verifiedread import map_verified, read_verified, read_verified_into
 from enginecache.db.models import EngineRecord, EngineStatus
 from enginecache.errors import EngineRejectedError, IntegrityCheckError
 from enginecache.service.context import AppContext
@@ -41,6 +43,32 @@ GiB = 1024 * MiB
 def expected_chunks(data: bytes, chunk_bytes: int) -> str:
     digests = [blake3.blake3(data[i : i + chunk_bytes]).hexdigest() for i in range(0, len(data), chunk_bytes)]
     return f"{chunk_bytes}:{''.join(digests)}"
+
+
+def _mapped(path: Path, **expected: str) -> bytes:
+    """`map_verified` of the file under a read lease (what a load does for a runtime that
+    deserializes from memory, TensorRT), as bytes."""
+    lease = take_read_lease(str(path))
+    if lease is None:
+        pytest.skip("no read lease on this host's temporary folder: a load reads a verified copy here")
+    with lease:
+        view = map_verified(lease, name=path, **expected)
+        try:
+            assert view.readonly, "a runtime could write the checked bytes"
+            assert isinstance(view.obj, mmap.mmap) or not view.nbytes, "not a mapping of the file"
+            return bytes(view)
+        finally:
+            view.release()
+
+
+def _copied(path: Path, **expected: str) -> bytes:
+    """`read_verified`: the file read into a new buffer while it is hashed (where no lease can be had)."""
+    return read_verified(path, as_bytes=True, **expected)
+
+
+# The two ways a load checks a blob's bytes before a runtime sees them.
+READS = [pytest.param(_copied, id="copy"), pytest.param(_mapped, id="leased-mapping")]
+Read = Callable[..., bytes]
 
 
 @pytest.fixture
@@ -105,8 +133,23 @@ def test_a_read_checks_every_chunk_and_returns_the_bytes(tmp_path: Path, small_c
     assert target[: len(data)] == data
 
 
+@pytest.mark.parametrize("size", [0, 1, 64 * KiB, 10 * 64 * KiB + 17])
+def test_a_leased_mapping_is_the_file_checked_chunk_by_chunk(tmp_path: Path, small_chunks: int, size: int) -> None:
+    data = np.random.default_rng(2).bytes(size)
+    (tmp_path / "blob").write_bytes(data)
+    b3 = blake3.blake3(data).hexdigest()
+    chunked = {"chunk_blake3": expected_chunks(data, small_chunks)} if size > small_chunks else {}
+    assert _mapped(tmp_path / "blob", blake3_digest=b3, **chunked) == data
+    import hashlib
+
+    assert _mapped(tmp_path / "blob", sha256=hashlib.sha256(data).hexdigest()) == data
+
+
+@pytest.mark.parametrize("read", READS)
 @pytest.mark.parametrize("index", [0, 4, 10])
-def test_a_flipped_byte_is_named_by_its_chunk_and_range(tmp_path: Path, small_chunks: int, index: int) -> None:
+def test_a_flipped_byte_is_named_by_its_chunk_and_range(
+    tmp_path: Path, small_chunks: int, index: int, read: Read
+) -> None:
     data = bytearray(np.random.default_rng(3).bytes(10 * small_chunks + 17))
     chunks = expected_chunks(bytes(data), small_chunks)
     b3 = blake3.blake3(bytes(data)).hexdigest()
@@ -116,39 +159,44 @@ def test_a_flipped_byte_is_named_by_its_chunk_and_range(tmp_path: Path, small_ch
     (tmp_path / "blob").write_bytes(data)
     named = rf"chunk {index} \(bytes {start}-{end}\)"
     with pytest.raises(IntegrityCheckError, match=named):
-        read_verified(tmp_path / "blob", blake3_digest=b3, chunk_blake3=chunks)
+        read(tmp_path / "blob", blake3_digest=b3, chunk_blake3=chunks)
     with pytest.raises(IntegrityCheckError, match=named):
         verify_file(tmp_path / "blob", blake3_digest=b3, chunk_blake3=chunks)
     with pytest.raises(IntegrityCheckError, match=r"blake3 .* does not match"):  # no list: the whole digest says
-        read_verified(tmp_path / "blob", blake3_digest=b3)
+        read(tmp_path / "blob", blake3_digest=b3)
 
 
-def test_the_lowest_bad_chunk_is_named_whichever_thread_found_it_first(tmp_path: Path, small_chunks: int) -> None:
+@pytest.mark.parametrize("read", READS)
+def test_the_lowest_bad_chunk_is_named_whichever_thread_found_it_first(
+    tmp_path: Path, small_chunks: int, read: Read
+) -> None:
     data = bytearray(np.random.default_rng(4).bytes(8 * small_chunks))
     chunks = expected_chunks(bytes(data), small_chunks)
     data[2 * small_chunks] ^= 1
     data[7 * small_chunks] ^= 1
     (tmp_path / "blob").write_bytes(data)
     with pytest.raises(IntegrityCheckError, match=r"chunk 2 \("):
-        read_verified(tmp_path / "blob", blake3_digest="0" * 64, chunk_blake3=chunks)
+        read(tmp_path / "blob", blake3_digest="0" * 64, chunk_blake3=chunks)
 
 
-def test_a_list_that_does_not_cover_the_file_is_refused(tmp_path: Path, small_chunks: int) -> None:
+@pytest.mark.parametrize("read", READS)
+def test_a_list_that_does_not_cover_the_file_is_refused(tmp_path: Path, small_chunks: int, read: Read) -> None:
     data = np.random.default_rng(5).bytes(4 * small_chunks)
     chunks = expected_chunks(data, small_chunks)
     (tmp_path / "blob").write_bytes(data + b"tail")  # one chunk more than recorded
     with pytest.raises(IntegrityCheckError, match="cannot cover"):
-        read_verified(tmp_path / "blob", blake3_digest=blake3.blake3(data).hexdigest(), chunk_blake3=chunks)
+        read(tmp_path / "blob", blake3_digest=blake3.blake3(data).hexdigest(), chunk_blake3=chunks)
 
 
-def test_a_sha256_only_row_ignores_a_chunk_list(tmp_path: Path, small_chunks: int) -> None:
+@pytest.mark.parametrize("read", READS)
+def test_a_sha256_only_row_ignores_a_chunk_list(tmp_path: Path, small_chunks: int, read: Read) -> None:
     """Chunks are recorded beside a BLAKE3 identity: a row with sha256 alone checks its sha256."""
     import hashlib
 
     data = np.random.default_rng(6).bytes(4 * small_chunks)
     (tmp_path / "blob").write_bytes(data)
     sha = hashlib.sha256(data).hexdigest()
-    assert read_verified(tmp_path / "blob", sha256=sha, chunk_blake3="65536:" + "0" * 256) == data
+    assert read(tmp_path / "blob", sha256=sha, chunk_blake3="65536:" + "0" * 256) == data
 
 
 @pytest.fixture(scope="module")
@@ -184,8 +232,11 @@ def flip(path: Path, offset: int) -> None:
         os.close(fd)
 
 
+@pytest.mark.parametrize("read", READS)
 @pytest.mark.parametrize("offset", [17, 1 * GiB + 5, 2 * GiB - 1])
-def test_a_flipped_byte_in_a_2_gib_blob_is_named_by_its_chunk(two_gib_blob: tuple[Path, str, str], offset: int) -> None:
+def test_a_flipped_byte_in_a_2_gib_blob_is_named_by_its_chunk(
+    two_gib_blob: tuple[Path, str, str], offset: int, read: Read
+) -> None:
     path, b3, chunks = two_gib_blob
     chunk = chunkdigests.CHUNK_DIGEST_BYTES
     index = offset // chunk
@@ -194,7 +245,7 @@ def test_a_flipped_byte_in_a_2_gib_blob_is_named_by_its_chunk(two_gib_blob: tupl
         with pytest.raises(
             IntegrityCheckError, match=rf"chunk {index} \(bytes {index * chunk}-{(index + 1) * chunk - 1}\)"
         ):
-            read_verified(path, blake3_digest=b3, chunk_blake3=chunks, as_bytes=True)
+            read(path, blake3_digest=b3, chunk_blake3=chunks)
     finally:
         flip(path, offset)
 

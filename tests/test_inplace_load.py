@@ -1,15 +1,25 @@
-"""An ORT engine is loaded from its store file in place (service.serving.engineload `_load_in_place`): hashed
-where it lies under a read lease, then read by ONNX Runtime itself, so a serving process holds no
-copy of ours (the memory of a load by hand). Both load paths (the cache hit and the full path).
+"""An engine is loaded from its store file in place (service.serving.engineload `_load_in_place`), under a
+read lease, with no verified copy of ours. Both load paths (the cache hit and the full path), and both
+kinds of runtime:
 
-What must hold: no verified copy is made; a changed byte is still CORRUPT before the session is
-handed out; a writer arriving during the load sends it down the copying path, which decides; where
-the kernel gives no lease, the copying path runs as before. The writer is a real open for writing
-(O_NONBLOCK: refused at once while the lease stands), made from inside the backend's load."""
+- one that reads files itself (ONNX Runtime, `reads_files`): the file is hashed where it lies, then
+  ORT opens it (the memory of a load by hand);
+- one that deserializes from memory (TensorRT): the file is mapped read-only, hashed from the mapping
+  on every core, and the runtime gets that mapping. No TensorRT engine runs on this machine, so the
+  `takes-a-buffer-standing-in-for-tensorrt` cases load the same ORT engine with ORT's backend told it
+  does not read files: ORT's `load` then deserializes from the buffer it is handed, as TensorRT's
+  `deserialize_cuda_engine` would.
+
+What must hold: no verified copy is made; a changed byte is still CORRUPT before the runtime sees a
+byte; a writer arriving during the load sends it down the copying path, which decides; where the
+kernel gives no lease, the copying path runs as before. The writer is a real open for writing
+(O_NONBLOCK: refused at once while the lease stands), made from inside the runtime's load."""
 
 from __future__ import annotations
 
+import mmap
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +36,29 @@ from enginecache.service.engines.records import get_engine
 from enginecache.service.serving.runtimetypes import LoadedEngine
 from tests.conftest import corrupt_blob
 from tests.servingkit import LOAD_PATHS, ORT, Served, events, load_through, refuse, serve_mlp
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """How the runtime under test takes the engine: `entry` is the backend method an in-place load calls."""
+
+    reads_files: bool
+
+    @property
+    def entry(self) -> str:
+        return "load_file" if self.reads_files else "load"
+
+
+@pytest.fixture(
+    params=[
+        pytest.param(Runtime(reads_files=True), id="reads-files"),
+        pytest.param(Runtime(reads_files=False), id="takes-a-buffer-standing-in-for-tensorrt"),
+    ]
+)
+def runtime(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Runtime:
+    kind: Runtime = request.param
+    monkeypatch.setattr(ORT_BACKEND, "reads_files", kind.reads_files)
+    return kind
 
 
 @pytest.fixture
@@ -57,23 +90,45 @@ def _count_copies(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return copies
 
 
+def _what_the_runtime_got(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """What each call of ORT's `load` was handed from here on: "mapping" (a read-only view of a
+    file mapping), "bytes" (a verified copy), or the type's name."""
+    seen: list[str] = []
+    real = ORT_BACKEND.load
+
+    def recorded(engine: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(engine, memoryview) and isinstance(engine.obj, mmap.mmap):
+            seen.append("mapping" if engine.readonly else "writable mapping")
+        else:
+            seen.append(type(engine).__name__)
+        return real(engine, *args, **kwargs)
+
+    monkeypatch.setattr(ORT_BACKEND, "load", recorded)
+    return seen
+
+
 @pytest.mark.parametrize("path", LOAD_PATHS)
-def test_an_ort_engine_loads_in_place_with_no_copy_of_ours(
-    served: Served, monkeypatch: pytest.MonkeyPatch, path: str
+def test_an_engine_loads_in_place_with_no_copy_of_ours(
+    served: Served, runtime: Runtime, monkeypatch: pytest.MonkeyPatch, path: str
 ) -> None:
     monkeypatch.setattr(verifiedread, "read_verified", refuse("a verified copy was made"))
+    handed = _what_the_runtime_got(monkeypatch)
     with _load(served, path, monkeypatch) as loaded:
         _runs_like_the_model(served, loaded)
-        assert loaded.session.raw._model_path is None, "ORT's wrapper keeps the path of a descriptor now closed"
         assert "read_verify" in events(served.app)[-1].phases
+        if runtime.reads_files:
+            assert handed == []
+            assert loaded.session.raw._model_path is None, "ORT's wrapper keeps the path of a descriptor now closed"
+        else:
+            assert handed == ["mapping"], "the runtime was not handed the store file's read-only mapping"
 
 
 @pytest.mark.parametrize("path", LOAD_PATHS)
-def test_a_changed_byte_is_corrupt_before_onnx_runtime_reads_the_file(
-    served: Served, monkeypatch: pytest.MonkeyPatch, path: str
+def test_a_changed_byte_is_corrupt_before_the_runtime_sees_the_file(
+    served: Served, runtime: Runtime, monkeypatch: pytest.MonkeyPatch, path: str
 ) -> None:
     corrupt_blob(served.blob)
-    monkeypatch.setattr(ORT_BACKEND, "load_file", refuse("ONNX Runtime was handed an unverified file"))
+    monkeypatch.setattr(ORT_BACKEND, runtime.entry, refuse("the runtime was handed unverified bytes"))
     with pytest.raises(EngineRejectedError) as rejected:
         _load(served, path, monkeypatch)
     assert rejected.value.verdict == "CORRUPT" and "blake3" in str(rejected.value)
@@ -81,29 +136,30 @@ def test_a_changed_byte_is_corrupt_before_onnx_runtime_reads_the_file(
     assert get_engine(served.app, served.engine.id or 0).status == EngineStatus.CORRUPT
 
 
-def _writer_arrives_during_the_load(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
-    """ORT's `load_file` with a writer opening the leased file first; returns [whether the kernel
-    refused that writer], filled in once the load has run."""
+def _writer_arrives_during_the_load(served: Served, runtime: Runtime, monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """The runtime's first load with a writer opening the store file first; returns [whether the
+    kernel refused that writer], filled in once the load has run."""
     refused: list[bool] = []
-    real = ORT_BACKEND.load_file
+    real = getattr(ORT_BACKEND, runtime.entry)
 
-    def with_a_writer(file: str, *args: Any, **kwargs: Any) -> Any:
-        try:
-            os.close(os.open(file, os.O_WRONLY | os.O_NONBLOCK))
-            refused.append(False)
-        except BlockingIOError:
-            refused.append(True)
-        return real(file, *args, **kwargs)
+    def with_a_writer(engine: Any, *args: Any, **kwargs: Any) -> Any:
+        if not refused:
+            try:
+                os.close(os.open(served.blob, os.O_WRONLY | os.O_NONBLOCK))
+                refused.append(False)
+            except BlockingIOError:
+                refused.append(True)
+        return real(engine, *args, **kwargs)
 
-    monkeypatch.setattr(ORT_BACKEND, "load_file", with_a_writer)
+    monkeypatch.setattr(ORT_BACKEND, runtime.entry, with_a_writer)
     return refused
 
 
 @pytest.mark.parametrize("path", LOAD_PATHS)
 def test_a_writer_during_the_load_sends_it_to_a_verified_copy(
-    served: Served, monkeypatch: pytest.MonkeyPatch, path: str
+    served: Served, runtime: Runtime, monkeypatch: pytest.MonkeyPatch, path: str
 ) -> None:
-    refused = _writer_arrives_during_the_load(monkeypatch)
+    refused = _writer_arrives_during_the_load(served, runtime, monkeypatch)
     copies = _count_copies(monkeypatch)
     with _load(served, path, monkeypatch) as loaded:
         assert refused == [True], "the lease let the writer in"
@@ -113,10 +169,10 @@ def test_a_writer_during_the_load_sends_it_to_a_verified_copy(
 
 @pytest.mark.parametrize("path", LOAD_PATHS)
 def test_a_file_changed_once_the_lease_broke_is_corrupt(
-    served: Served, monkeypatch: pytest.MonkeyPatch, path: str
+    served: Served, runtime: Runtime, monkeypatch: pytest.MonkeyPatch, path: str
 ) -> None:
-    """The writer's change lands after ORT read the file: the copy read next catches it."""
-    _writer_arrives_during_the_load(monkeypatch)
+    """The writer's change lands after the runtime read the file: the copy read next catches it."""
+    _writer_arrives_during_the_load(served, runtime, monkeypatch)
     real = verifiedread.read_verified
 
     def changed_first(file: Any, **kwargs: Any) -> Any:
@@ -131,11 +187,12 @@ def test_a_file_changed_once_the_lease_broke_is_corrupt(
 
 @pytest.mark.parametrize("path", LOAD_PATHS)
 def test_where_the_kernel_gives_no_lease_the_copy_is_read(
-    served: Served, monkeypatch: pytest.MonkeyPatch, path: str
+    served: Served, runtime: Runtime, monkeypatch: pytest.MonkeyPatch, path: str
 ) -> None:
     """Someone holds the blob open for writing (so no read lease): the verified copy, as before."""
     copies = _count_copies(monkeypatch)
     monkeypatch.setattr(ORT_BACKEND, "load_file", refuse("ONNX Runtime read a file no lease guarded"))
+    handed = _what_the_runtime_got(monkeypatch)
     served.blob.chmod(0o600)
     writer = os.open(served.blob, os.O_WRONLY)
     try:
@@ -144,4 +201,5 @@ def test_where_the_kernel_gives_no_lease_the_copy_is_read(
         os.close(writer)
     with loaded:
         assert copies == [str(served.blob)]
+        assert handed == ["bytes"], "a runtime was handed a mapping no lease guarded"
         _runs_like_the_model(served, loaded)

@@ -1,4 +1,13 @@
-"""A whole file read into one new buffer, every byte hashed and checked before anyone sees it.
+"""A whole file handed to a runtime as memory, every byte hashed and checked before anyone sees it.
+
+Two ways, one checking (chunk digests on every core, else the whole file's BLAKE3 or sha256):
+
+- `map_verified`: a leased store file (`core.filelease`) mapped read-only and shared, hashed from the
+  mapping. No copy and no buffer of the engine's size: on a host with many cores the copy into a
+  new buffer is the read's whole cost (docs/performance.md, "16-core host"). Only under a lease,
+  which is what makes a mapping's bytes stay the hashed ones.
+- `read_verified` (and `read_verified_into`, into the caller's buffer): the file read into a new
+  buffer while it is hashed, where no lease can be had. The rest of this docstring is about it.
 
 `read_verified` reads a whole engine blob and checks it before any runtime sees it; how it got
 fast is in docs/performance.md ("Verified read"), measured by bench/bench_read.py:
@@ -54,6 +63,8 @@ if TYPE_CHECKING:
 
     from _typeshed import StrPath  # str | os.PathLike[str]: a cache hit passes `str` (core.pathtext says why)
     from typing_extensions import Buffer  # collections.abc.Buffer from Python 3.12
+
+    from enginecache.core.filelease import ReadLease
 
     class _Expected(TypedDict, total=False):
         """`read_verified`'s keyword arguments besides `as_bytes` (its overloads differ in that alone)."""
@@ -165,22 +176,13 @@ def _read_checked_chunk(
     chunks.check_digest(os.fspath(path), index, hasher.hexdigest(), end - start)
 
 
-class _ParallelReader:
-    """Fills `view` with the file's bytes by positioned reads of `ranges`, on `workers` threads
-    (the calling thread is one of them); where `chunks` is given each range is one chunk, hashed
-    piece by piece as it lands and checked, on the thread that read it. `run()` returns once every
-    range was read (and checked), or raises the error of the lowest range that failed (the others
-    stop taking ranges)."""
+class _RangeRunner:
+    """Runs `work(index, start, end)` for each of `ranges` on `workers` threads (the calling thread is
+    one of them). `run()` returns once every range was done, or raises the error of the lowest range
+    that failed (the others stop taking ranges)."""
 
-    def __init__(
-        self,
-        path: StrPath,
-        fd: int,
-        view: memoryview,
-        ranges: list[tuple[int, int]],
-        chunks: ChunkDigests | None,
-    ) -> None:
-        self._path, self._fd, self._view, self._ranges, self._chunks = path, fd, view, ranges, chunks
+    def __init__(self, ranges: list[tuple[int, int]], work: Callable[[int, int, int], None]) -> None:
+        self._ranges, self._do = ranges, work
         self._next = iter(range(len(ranges)))  # next() on a range iterator is atomic under the GIL
         self._errors: list[tuple[int, BaseException]] = []
 
@@ -190,10 +192,7 @@ class _ParallelReader:
                 return
             start, end = self._ranges[index]
             try:
-                if self._chunks is not None:
-                    _read_checked_chunk(self._path, self._fd, self._view, self._chunks, index, start, end)
-                else:
-                    pread_exactly(self._path, self._fd, self._view[start:end], start)
+                self._do(index, start, end)
             except BaseException as err:  # noqa: BLE001 - not swallowed: run() raises it in the calling thread
                 self._errors.append((index, err))
                 return
@@ -236,11 +235,23 @@ def _fill_and_verify(
     it lands where `chunks` is recorded (a mismatch names the chunk), else the whole file's BLAKE3
     (every core) or sha256 once every byte is in. A file that changed size raises IntegrityCheckError."""
     ranges = chunks.ranges(size) if chunks is not None else chunk_ranges(size, CHUNK_DIGEST_BYTES)
-    _ParallelReader(path, fd, view, ranges, chunks).run(_workers(size, len(ranges)))
+
+    def read_range(index: int, start: int, end: int) -> None:
+        if chunks is not None:
+            _read_checked_chunk(path, fd, view, chunks, index, start, end)
+        else:
+            pread_exactly(path, fd, view[start:end], start)
+
+    _RangeRunner(ranges, read_range).run(_workers(size, len(ranges)))
     if os.pread(fd, 1, size):
         raise IntegrityCheckError(f"{path}: file grew while reading (more than {size} bytes)")
-    if chunks is not None:
-        return
+    if chunks is None:
+        _check_whole(path, view, size, sha256, blake3_digest)
+
+
+def _check_whole(path: StrPath, view: memoryview, size: int, sha256: str | None, blake3_digest: str | None) -> None:
+    """Check the whole file's bytes in `view[:size]`: BLAKE3 on every core from PIPELINE_BYTES up
+    where it is recorded, else sha256 on one. A mismatch raises IntegrityCheckError naming `path`."""
     if blake3_digest is not None:
         b3 = blake3.blake3(max_threads=blake3.blake3.AUTO if size >= PIPELINE_BYTES else 1)
         got = b3.update(view[:size]).hexdigest()
@@ -338,3 +349,50 @@ def read_verified_into(
             raise ValueError(f"{path}: {size} bytes do not fit a buffer of {view.nbytes}")
         _fill_and_verify(path, stream.fileno(), view, size, sha256, blake3_digest, chunks)
     return size
+
+
+def map_verified(
+    lease: ReadLease,
+    *,
+    name: StrPath,
+    sha256: str | None = None,
+    blake3_digest: str | None = None,
+    chunk_blake3: str | None = None,
+) -> memoryview:
+    """The leased file as a read-only view of a shared mapping (the page cache's own pages: no copy,
+    no buffer of the engine's size), every byte hashed from the mapping and checked before the view
+    is returned. Checked as `read_verified` checks: each chunk on every core where `chunk_blake3` is
+    recorded (a mismatch names the chunk and its byte range), else the whole file's BLAKE3 on every
+    core, or its sha256. Hashing touches every page from every core, so the runtime that reads the
+    view next finds it mapped in, not faulted one page at a time on its own thread.
+
+    Sound only under the lease (`core.filelease`): the view shows the file as it is, so the caller
+    checks `lease.intact()` once the runtime is done with the view, as for a file the runtime reads
+    itself. A truncate of the file waits for the lease's holder up to lease-break-time (45 s); one
+    that went through while a runtime still read the view would end the process with SIGBUS (the
+    store never truncates a blob). `view.release()` unmaps it once nothing else holds it. `name` is
+    the file as errors name it. Raises IntegrityCheckError when the bytes do not match.
+    """
+    check_expected(sha256, blake3_digest)
+    chunks = _chunks_to_check(blake3_digest, chunk_blake3)
+    size = os.fstat(lease.fd).st_size
+    if size == 0:  # mmap refuses an empty mapping; an empty file is checked like any other
+        view = memoryview(b"")
+        _check_whole(name, view, 0, sha256, blake3_digest)
+        return view
+    view = memoryview(mmap.mmap(lease.fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ))
+    try:
+        if chunks is None:
+            _check_whole(name, view, size, sha256, blake3_digest)
+        else:
+            shown = os.fspath(name)
+
+            def check_chunk(index: int, start: int, end: int) -> None:
+                chunks.check(shown, index, view[start:end])
+
+            ranges = chunks.ranges(size)
+            _RangeRunner(ranges, check_chunk).run(_workers(size, len(ranges)))
+    except BaseException:
+        view.release()
+        raise
+    return view

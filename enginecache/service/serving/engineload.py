@@ -11,12 +11,13 @@ catalog records the BLAKE3 of the blob's first ENGINE_HEADER_BYTES (`header_blak
 store in the pass that hashes the whole blob), those bytes alone, read and verified, and the
 backend's validity test on them (`Backend.check_header`: TensorRT-RTX's `get_engine_validity`, the
 ORT-format identifier and version): an engine this host cannot run is INCOMPATIBLE without reading
-or hashing the rest, which may be gigabytes. Then, for a backend whose runtime reads files itself
-(`Backend.reads_files`: ONNX Runtime), the blob is hashed where it lies under a read lease and the
-runtime reads it (`_load_in_place`, `core.filelease`: no copy of ours, the memory of a load by hand);
-otherwise, or where no lease can be had or it broke, one pass that reads the blob into the buffer the
-runtime gets while hashing it (BLAKE3 where recorded, else sha256), then `Backend.load`, which
-starts with the same validity test on the verified bytes and then deserializes them. No byte
+or hashing the rest, which may be gigabytes. Then, under a read lease (`_load_in_place`,
+`core.filelease`: no copy of ours), a runtime that reads files itself (`Backend.reads_files`: ONNX
+Runtime) reads the blob once it was hashed where it lies, and any other (TensorRT) deserializes from
+a read-only mapping of it hashed on every core (`core.verifiedread.map_verified`). Where no lease
+can be had or it broke, one pass reads the blob into the buffer the runtime gets while hashing it
+(BLAKE3 where recorded, else sha256). `Backend.load` starts with the same validity test on the
+verified bytes and then deserializes them. No byte
 reaches a runtime, not even the header its validity test parses, before it matched a digest the
 catalog records: a damaged header is CORRUPT, a damaged body is CORRUPT wherever the engine could
 run (a host that refuses the header never looks at the body, and says INCOMPATIBLE). An engine
@@ -60,6 +61,7 @@ if TYPE_CHECKING:
 
     from enginecache.core.backends.base import Backend, EngineSession
     from enginecache.core.backends.loadtypes import PhaseTimer
+    from enginecache.core.filelease import ReadLease
 
     class _DigestArguments(TypedDict, total=False):
         sha256: str
@@ -332,10 +334,9 @@ def _load_here(
             backend.check_header(header, spec, timer)
         except LoadFailedError as err:
             raise _refused(facts, err) from err
-    if backend.reads_files:
-        session = _load_in_place(backend, facts, spec, timer, on_corrupt)
-        if session is not None:
-            return session
+    session = _load_in_place(backend, facts, spec, timer, on_corrupt)
+    if session is not None:
+        return session
     buffer = _read_whole(facts, timer, on_corrupt)
     try:
         return backend.load(buffer, spec, timer)
@@ -346,14 +347,16 @@ def _load_here(
 def _load_in_place(
     backend: Backend, facts: EngineFacts, spec: LoadSpec, timer: PhaseTimer, on_corrupt: Callable[[str], None]
 ) -> EngineSession | None:
-    """The runtime reads the store file itself, with the memory of a load by hand: under a read lease
-    (`core.filelease`) taken before the file is hashed where it lies (phase `read_verify`) and checked
-    once the runtime is done with it, so what it read is what was hashed. None where no lease can be
-    had here, or where someone opened the file for writing meanwhile: the caller then reads a
-    verified copy, which decides whether a byte changed. A mismatch under an intact lease calls
-    `on_corrupt` and raises EngineRejectedError (CORRUPT); a refusal raises it as `load_engine` does."""
+    """The runtime reads the store file's own bytes, with no copy of ours, under a read lease
+    (`core.filelease`) taken before they are hashed (phase `read_verify`) and checked once the runtime
+    is done with them, so what it read is what was hashed: a runtime that reads files itself
+    (`Backend.reads_files`: ONNX Runtime) opens the leased file after it was hashed where it lies; any
+    other gets the leased file mapped read-only, hashed from that mapping on every core
+    (`core.verifiedread.map_verified`; TensorRT deserializes from it). None where no lease can be had
+    here, or where someone opened the file for writing meanwhile: the caller then reads a verified
+    copy, which decides whether a byte changed. A mismatch under an intact lease calls `on_corrupt`
+    and raises EngineRejectedError (CORRUPT); a refusal raises it as `load_engine` does."""
     from enginecache.core.filelease import take_read_lease
-    from enginecache.core.hashing import verify_file
 
     try:
         lease = take_read_lease(facts.blob_file)
@@ -364,7 +367,7 @@ def _load_in_place(
     with lease:
         try:
             with timer.phase("read_verify"):
-                verify_file(lease.path, name=facts.blob_file, **facts.check_arguments)
+                mapped = _verify_leased(backend, facts, lease)
         except IntegrityCheckError as err:
             if not lease.intact():
                 return None  # it was being written: the copy's read tells a changed file from a torn one
@@ -372,11 +375,16 @@ def _load_in_place(
         except OSError as err:
             raise _corrupt(facts, err, on_corrupt) from err
         try:
-            session = backend.load_file(lease.path, spec, timer)
+            session = (
+                backend.load_file(lease.path, spec, timer) if mapped is None else backend.load(mapped, spec, timer)
+            )
         except LoadFailedError as err:
             if not lease.intact():
                 return None
             raise _refused(facts, err) from err
+        finally:
+            if mapped is not None:
+                mapped.release()  # the runtime holds its own copy now (TensorRT's engine, ORT's session)
         if lease.intact():
             return session
     session.close()
@@ -386,6 +394,19 @@ def _load_in_place(
         "%s was opened for writing while it loaded: reading a verified copy instead", facts.blob_file
     )
     return None
+
+
+def _verify_leased(backend: Backend, facts: EngineFacts, lease: ReadLease) -> memoryview | None:
+    """The leased blob checked against its row: hashed where it lies for a runtime that reads files
+    itself (None: it opens `lease.path`), else mapped and hashed from the mapping (the view it takes)."""
+    if backend.reads_files:
+        from enginecache.core.hashing import verify_file
+
+        verify_file(lease.path, name=facts.blob_file, **facts.check_arguments)
+        return None
+    from enginecache.core.verifiedread import map_verified
+
+    return map_verified(lease, name=facts.blob_file, **facts.check_arguments)
 
 
 def _refused(facts: EngineFacts, err: LoadFailedError) -> EngineRejectedError:
