@@ -204,7 +204,7 @@ def host_table(paths: list[Path] = HOST_RESULTS) -> str:
         "bench/results/verified_read_mapped_h200.json, verified_read_chunks_h200.json and verified_read_h200.json, "
         "charts by bench/gpu/h200_charts.py), against the floor issue 24 sets for a host with many cores: "
         "positioned reads on every core into a new buffer, nothing hashed (goal: at most 1.2x). Two of ours: the "
-        "leased mapping a load hands a runtime that deserializes from memory (TensorRT; `map_verified`: the store "
+        "leased mapping a load hands a runtime that deserializes from memory (TensorRT; `map_file`: the store "
         "file mapped read-only under a read lease, each chunk hashed from the mapping on every core), and "
         "`read_verified`, the chunk-verified copy a load reads where no lease can be had. Each sample a new "
         "process, interleaved with the floor, the file in the page cache.",

@@ -101,11 +101,12 @@ the read on every core, then the hash on every core; the chunk-verified read doe
 every core, so it can only beat the floor by what overlapping a memory-bound copy with a
 compute-bound hash saves. The load average beside each figure says whether both cores were free.
 
-**Rejected, measured**: hashing an `mmap` of the file and handing the mapping to the runtime
-(no copy at all) — a file truncated under it kills the process with SIGBUS instead of raising,
-and a write to the file after the check changes what the runtime reads, so the check would
-not hold; reading the whole file and then hashing with AUTO (no overlap: slower than trailing
-on two free cores); `MADV_POPULATE_WRITE` before the read (more variable, not faster).
+**The leased mapping**: hashing an `mmap` of the file and handing the mapping to the runtime (no
+copy at all) is what a load does for TensorRT, but only under a read lease (`core.filelease`):
+without one a file truncated under it kills the process with SIGBUS instead of raising, and a write
+to the file after the check changes what the runtime reads. Where no lease can be had the copy
+above is read. **Rejected, measured**: reading the whole file and then hashing with AUTO (no
+overlap: slower than trailing on two free cores); `MADV_POPULATE_WRITE` before the read (more variable, not faster).
 sha256 is one stream and uses one core: it is the recorded identity, BLAKE3 is the verify path.
 Peak RSS: ours is the floor's plus the imports (blake3, ctypes: about 2.5 MiB, which is what
 shows at 10 MiB); the sha256 path also maps OpenSSL.

@@ -289,15 +289,15 @@ def probe_figures(report: Report, states: dict[str, Path], sizes: dict[str, int]
 
 
 NOTES = """\
-How the hit gets there (docs/runtime.md, "A cache hit in a new process"): `enginecache.load_or_build` resolves
-lazily; the hit path (`service.serving.hitpath`) reads the SQLite catalog with the stdlib's `sqlite3` in one
-read transaction
+How the hit gets there (docs/runtime.md, "A cache hit in a new process"): `enginecache.load_or_build` resolves lazily;
+the hit path (`service.serving.hitpath`) reads the SQLite catalog with the stdlib's `sqlite3` in one read transaction
 (stat cache row, the memo of this request's engine, the engine row, the model's READY engines), loads through
-`service.serving.engineload` (the backend's header check; for ORT, the store file hashed where it lies under
-a read lease and
-read by ONNX Runtime itself, `core.filelease`; for TensorRT, one verified read into the `bytes` the runtime takes) and
-records the event with one INSERT; it imports no SQLAlchemy, SQLModel, Alembic or onnx. The host fingerprint reads
-/proc/cpuinfo's first block and the `.dist-info` folders directly and keeps NVML's answer on disk per boot and driver.
+`service.serving.engineload` (the backend's header check; for ORT, the store file hashed where it lies under a read
+lease and read by ONNX Runtime itself, `core.filelease`; for TensorRT, the leased file mapped read-only and hashed
+from the mapping, `core.verifiedread.map_file`, or where no lease can be had one verified read into the `bytes` the
+runtime takes) and records the event with one INSERT; it imports no SQLAlchemy, SQLModel, Alembic or onnx. The host
+fingerprint reads /proc/cpuinfo's first block and the `.dist-info` folders directly and keeps NVML's answer on disk
+per boot and driver.
 A CPU backend's hit skips NVML. `via` in the phase results says which path every sample took (the memo is keyed by the
 code too, so a source edit between samples sends one down the full path). A hit imports no `dataclasses` (its
 values are `core.valuetype` classes) and only the backend it loads with (docs/runtime.md, "The import diet").

@@ -23,7 +23,7 @@ Modes:
   with the chunk digests a catalog row records (DIGEST is `<blake3>/<chunk_blake3>`), each chunk
   checked as it lands: what a cache hit does where no read lease can be had.
 - mapped_chunks: what a load does for a runtime that deserializes from memory (TensorRT) where the
-  store file can be leased: a read lease (`core.filelease`), then `map_verified`, the file mapped
+  store file can be leased: a read lease (`core.filelease`), then `map_file` and its `verify`, the file mapped
   read-only and each chunk hashed from the mapping on every core (DIGEST as for blake3_chunks).
 - ort_byhand, ort_ours, ort_before: an ORT-format engine to an `onnxruntime.InferenceSession`
   (the options `OrtEngineSession` uses) from `f.read()`, from `read_verified(as_bytes=True)`
@@ -190,16 +190,17 @@ def main() -> None:
     elif mode == "mapped_chunks":
         sys.path.insert(0, ROOT)
         from enginecache.core.filelease import take_read_lease
-        from enginecache.core.verifiedread import map_verified
+        from enginecache.core.verifiedread import map_file
 
         whole, _, chunks = digest.partition("/")
         lease = take_read_lease(path)
         if lease is None:
             raise SystemExit(f"{path}: no read lease on this filesystem")
-        view = map_verified(lease, name=path, blake3_digest=whole, chunk_blake3=chunks or None)
-        if len(view) != size:
+        mapping = map_file(lease, name=path)
+        mapping.verify(blake3_digest=whole, chunk_blake3=chunks or None)
+        if len(mapping.view) != size:
             raise SystemExit("wrong size")
-        data = (lease, view)  # the view is the runtime's while the lease stands
+        data = (lease, mapping.view)  # the view is the runtime's while the lease stands
     elif mode in ("blake3", "blake3_bytes", "sha256"):
         sys.path.insert(0, ROOT)
         from pathlib import Path

@@ -24,7 +24,7 @@ from enginecache.core.chunkdigests import ChunkDigests, ChunkHasher, decode
 from enginecache.core.filelease import take_read_lease
 from enginecache.core.hashing import StreamHasher, hash_file, verify_file
 from enginecache.core.store import ArtifactStore
-from enginecache.core.verifiedread import map_verified, read_verified, read_verified_into
+from enginecache.core.verifiedread import map_file, read_verified, read_verified_into
 from enginecache.db.models import EngineRecord, EngineStatus
 from enginecache.errors import EngineRejectedError, IntegrityCheckError
 from enginecache.service.context import AppContext
@@ -46,19 +46,17 @@ def expected_chunks(data: bytes, chunk_bytes: int) -> str:
 
 
 def _mapped(path: Path, **expected: str) -> bytes:
-    """`map_verified` of the file under a read lease (what a load does for a runtime that
-    deserializes from memory, TensorRT), as bytes."""
+    """`map_file` and its `verify` under a read lease (what a load does for a runtime that deserializes
+    from memory, TensorRT), as bytes; the mapping is gone afterwards."""
     lease = take_read_lease(str(path))
     if lease is None:
         pytest.skip("no read lease on this host's temporary folder: a load reads a verified copy here")
-    with lease:
-        view = map_verified(lease, name=path, **expected)
-        try:
-            assert view.readonly, "a runtime could write the checked bytes"
-            assert isinstance(view.obj, mmap.mmap) or not view.nbytes, "not a mapping of the file"
-            return bytes(view)
-        finally:
-            view.release()
+    with lease, map_file(lease, name=path) as mapping:
+        view = mapping.view
+        assert view.readonly, "a runtime could write the checked bytes"
+        assert isinstance(view.obj, mmap.mmap) or not view.nbytes, "not a mapping of the file"
+        mapping.verify(**expected)
+        return bytes(view)
 
 
 def _copied(path: Path, **expected: str) -> bytes:

@@ -17,6 +17,7 @@ kernel gives no lease, the copying path runs as before. The writer is a real ope
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 from dataclasses import dataclass
@@ -172,7 +173,8 @@ def test_a_file_changed_once_the_lease_broke_is_corrupt(
     served: Served, runtime: Runtime, monkeypatch: pytest.MonkeyPatch, path: str
 ) -> None:
     """The writer's change lands after the runtime read the file: the copy read next catches it."""
-    _writer_arrives_during_the_load(served, runtime, monkeypatch)
+    refused = _writer_arrives_during_the_load(served, runtime, monkeypatch)
+    handed = _what_the_runtime_got(monkeypatch)
     real = verifiedread.read_verified
 
     def changed_first(file: Any, **kwargs: Any) -> Any:
@@ -183,6 +185,8 @@ def test_a_file_changed_once_the_lease_broke_is_corrupt(
     with pytest.raises(EngineRejectedError) as rejected:
         _load(served, path, monkeypatch)
     assert rejected.value.verdict == "CORRUPT"
+    assert refused == [True], "the load in place never ran"
+    assert handed == ([] if runtime.reads_files else ["mapping"]), "the changed copy reached the runtime"
 
 
 @pytest.mark.parametrize("path", LOAD_PATHS)
@@ -203,3 +207,75 @@ def test_where_the_kernel_gives_no_lease_the_copy_is_read(
         assert copies == [str(served.blob)]
         assert handed == ["bytes"], "a runtime was handed a mapping no lease guarded"
         _runs_like_the_model(served, loaded)
+
+
+# -- a runtime that deserializes from memory: the mapping's own life ------------------------------
+
+
+@pytest.fixture
+def buffer_runtime(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ORT's backend told it does not read files: it stands in for TensorRT, handed the mapping."""
+    monkeypatch.setattr(ORT_BACKEND, "reads_files", False)
+
+
+def _mapped_here(path: Path) -> bool:
+    """Whether this process maps the file at `path` now (/proc/self/maps names its path)."""
+    return any(line.endswith(" " + str(path)) for line in Path("/proc/self/maps").read_text().splitlines())
+
+
+@pytest.mark.usefixtures("buffer_runtime")
+@pytest.mark.parametrize("path", LOAD_PATHS)
+def test_a_mapping_standing_in_for_tensorrt_is_unmapped_before_the_lease_goes(
+    served: Served, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    mapped_during: list[bool] = []
+    real = ORT_BACKEND.load
+
+    def noted(engine: Any, *args: Any, **kwargs: Any) -> Any:
+        mapped_during.append(_mapped_here(served.blob))
+        return real(engine, *args, **kwargs)
+
+    monkeypatch.setattr(ORT_BACKEND, "load", noted)
+    with _load(served, path, monkeypatch) as loaded:
+        assert mapped_during == [True], "the runtime was not handed the mapping"
+        assert not _mapped_here(served.blob), "the blob is still mapped once its load is done"
+        _runs_like_the_model(served, loaded)
+
+
+@pytest.mark.usefixtures("buffer_runtime")
+def test_a_runtime_standing_in_for_tensorrt_that_keeps_the_mapping_is_refused(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A runtime that kept a view past its load would read the file with no lease: the load is an ERROR."""
+    kept: list[memoryview] = []
+    real = ORT_BACKEND.load
+
+    def keeping(engine: Any, *args: Any, **kwargs: Any) -> Any:
+        kept.append(memoryview(engine))
+        return real(engine, *args, **kwargs)
+
+    monkeypatch.setattr(ORT_BACKEND, "load", keeping)
+    with pytest.raises(EngineRejectedError) as rejected:
+        _load(served, "full", monkeypatch)
+    assert rejected.value.verdict == "ERROR" and "kept past its load" in str(rejected.value)
+    assert get_engine(served.app, served.engine.id or 0).status == EngineStatus.READY, "the engine is not to blame"
+    kept.clear()
+
+
+@pytest.mark.usefixtures("buffer_runtime")
+@pytest.mark.parametrize("path", LOAD_PATHS)
+def test_where_the_file_cannot_be_mapped_standing_in_for_tensorrt_the_copy_is_read(
+    served: Served, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    """A host that cannot map the blob (ENOMEM: an address-space limit) is not the blob's fault."""
+
+    def no_memory(*_args: object, **_kwargs: object) -> None:
+        raise OSError(errno.ENOMEM, os.strerror(errno.ENOMEM))
+
+    monkeypatch.setattr(verifiedread, "map_file", no_memory)
+    copies = _count_copies(monkeypatch)
+    handed = _what_the_runtime_got(monkeypatch)
+    with _load(served, path, monkeypatch) as loaded:
+        assert copies == [str(served.blob)] and handed == ["bytes"]
+        _runs_like_the_model(served, loaded)
+    assert get_engine(served.app, served.engine.id or 0).status == EngineStatus.READY

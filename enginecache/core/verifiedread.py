@@ -2,7 +2,7 @@
 
 Two ways, one checking (chunk digests on every core, else the whole file's BLAKE3 or sha256):
 
-- `map_verified`: a leased store file (`core.filelease`) mapped read-only and shared, hashed from the
+- `map_file`: a leased store file (`core.filelease`) mapped read-only and shared, hashed from the
   mapping. No copy and no buffer of the engine's size: on a host with many cores the copy into a
   new buffer is the read's whole cost (docs/performance.md, "16-core host"). Only under a lease,
   which is what makes a mapping's bytes stay the hashed ones.
@@ -54,7 +54,7 @@ import blake3
 
 from enginecache.core.chunkdigests import CHUNK_DIGEST_BYTES, ChunkDigests, chunk_ranges, decode
 from enginecache.core.hashing import PIPELINE_BYTES, check_expected, new_sha256
-from enginecache.errors import IntegrityCheckError
+from enginecache.errors import IntegrityCheckError, LoadFailedError
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy treats the name as True)
 if TYPE_CHECKING:
@@ -187,8 +187,11 @@ class _RangeRunner:
         self._errors: list[tuple[int, BaseException]] = []
 
     def _work(self) -> None:
-        for index in self._next:
-            if self._errors:
+        # Ranges are taken in order and a taken range is always done: every range below a failed one
+        # was done, so the lowest failure is the file's first bad range.
+        while not self._errors:
+            index = next(self._next, None)
+            if index is None:
                 return
             start, end = self._ranges[index]
             try:
@@ -351,48 +354,79 @@ def read_verified_into(
     return size
 
 
-def map_verified(
-    lease: ReadLease,
-    *,
-    name: StrPath,
-    sha256: str | None = None,
-    blake3_digest: str | None = None,
-    chunk_blake3: str | None = None,
-) -> memoryview:
-    """The leased file as a read-only view of a shared mapping (the page cache's own pages: no copy,
-    no buffer of the engine's size), every byte hashed from the mapping and checked before the view
-    is returned. Checked as `read_verified` checks: each chunk on every core where `chunk_blake3` is
-    recorded (a mismatch names the chunk and its byte range), else the whole file's BLAKE3 on every
-    core, or its sha256. Hashing touches every page from every core, so the runtime that reads the
-    view next finds it mapped in, not faulted one page at a time on its own thread.
+class MappedFile:
+    """A leased file mapped read-only and shared (`map_file`); `view` is the whole file. `verify`
+    checks it; `close()` (or leaving the `with` block) unmaps it, and must come before the lease is
+    given back: it raises LoadFailedError where something still holds a view of the mapping (a
+    runtime that kept the engine it was lent), which would otherwise read the file unleased."""
 
-    Sound only under the lease (`core.filelease`): the view shows the file as it is, so the caller
-    checks `lease.intact()` once the runtime is done with the view, as for a file the runtime reads
-    itself. A truncate of the file waits for the lease's holder up to lease-break-time (45 s); one
-    that went through while a runtime still read the view would end the process with SIGBUS (the
-    store never truncates a blob). `view.release()` unmaps it once nothing else holds it. `name` is
-    the file as errors name it. Raises IntegrityCheckError when the bytes do not match.
+    __slots__ = ("_mapping", "name", "view")
+
+    def __init__(self, mapping: mmap.mmap | None, view: memoryview, name: StrPath) -> None:
+        self._mapping, self.view, self.name = mapping, view, name
+
+    def verify(
+        self, *, sha256: str | None = None, blake3_digest: str | None = None, chunk_blake3: str | None = None
+    ) -> None:
+        """Hash every byte from the mapping and check it, as `read_verified` checks: each chunk on every
+        core where `chunk_blake3` is recorded (a mismatch names the chunk and its byte range), else the
+        whole file's BLAKE3 on every core, or its sha256. Hashing touches every page from every core,
+        so a runtime that reads the view next finds it mapped in, not faulted a page at a time on its
+        own thread. Raises IntegrityCheckError when the bytes do not match (naming `name`)."""
+        check_expected(sha256, blake3_digest)
+        chunks = _chunks_to_check(blake3_digest, chunk_blake3)
+        view, size = self.view, len(self.view)
+        if chunks is None:
+            _check_whole(self.name, view, size, sha256, blake3_digest)
+            return
+        shown = os.fspath(self.name)
+        ranges = chunks.ranges(size)
+
+        def check_chunk(index: int, start: int, end: int) -> None:
+            with view[start:end] as piece:  # not kept by a mismatch's traceback
+                chunks.check(shown, index, piece)
+
+        _RangeRunner(ranges, check_chunk).run(_workers(size, len(ranges)))
+
+    def close(self) -> None:
+        self.view.release()
+        mapping, self._mapping = self._mapping, None
+        if mapping is None:
+            return
+        try:
+            mapping.close()
+        except BufferError as err:
+            raise LoadFailedError(f"{self.name}: a view of the mapped engine was kept past its load") from err
+
+    def __enter__(self) -> MappedFile:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *rest: object) -> None:
+        if kind is None:
+            self.close()
+            return
+        try:
+            self.close()
+        except LoadFailedError:  # the error in flight is the one to report; this one is logged beside it
+            import logging
+
+            logging.getLogger(__name__).exception("%s: unmapping after a failed load", self.name)
+
+
+def map_file(lease: ReadLease, *, name: StrPath) -> MappedFile:
+    """The leased file (`core.filelease`) mapped read-only and shared: the page cache's own pages, no
+    copy and no buffer of the engine's size. Nothing in it is checked until `verify()`.
+
+    Sound only under the lease: the view shows the file as it is, so the caller checks
+    `lease.intact()` once the runtime is done with the view, as for a file the runtime reads itself,
+    and closes the mapping before the lease goes. A truncate of the file waits for the lease's holder
+    up to /proc/sys/fs/lease-break-time (45 s by default); one that went through while a runtime still
+    read the view, or a read error of the disk under it, would end the process with SIGBUS where a
+    read would have raised (the store never truncates a blob). `name` is the file as errors name it.
+    Raises OSError where this host cannot map it (the caller reads a verified copy instead).
     """
-    check_expected(sha256, blake3_digest)
-    chunks = _chunks_to_check(blake3_digest, chunk_blake3)
     size = os.fstat(lease.fd).st_size
     if size == 0:  # mmap refuses an empty mapping; an empty file is checked like any other
-        view = memoryview(b"")
-        _check_whole(name, view, 0, sha256, blake3_digest)
-        return view
-    view = memoryview(mmap.mmap(lease.fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ))
-    try:
-        if chunks is None:
-            _check_whole(name, view, size, sha256, blake3_digest)
-        else:
-            shown = os.fspath(name)
-
-            def check_chunk(index: int, start: int, end: int) -> None:
-                chunks.check(shown, index, view[start:end])
-
-            ranges = chunks.ranges(size)
-            _RangeRunner(ranges, check_chunk).run(_workers(size, len(ranges)))
-    except BaseException:
-        view.release()
-        raise
-    return view
+        return MappedFile(None, memoryview(b""), name)
+    mapping = mmap.mmap(lease.fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
+    return MappedFile(mapping, memoryview(mapping), name)

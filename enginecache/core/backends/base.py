@@ -6,10 +6,11 @@ that says whether a host can load one of its engines and why not, and what a wor
 build or to load one. Service and dashboard code ask the backend through this interface; they never
 switch on backend names.
 
-A session runs the bytes that were hashed: `load` makes it from the engine bytes already read (and
-verified) into memory; `load_file`, for a backend whose runtime reads files itself (`reads_files`),
-from a store file whose bytes were verified where they lie and cannot change while the runtime reads
-them (a read lease, `core.filelease`). Each load phase (validity check, deserialize, execution
+A session runs the bytes that were hashed: `load` makes it from the engine bytes already verified in
+memory (a leased store file mapped read-only, or a verified copy where no lease can be had), lent for
+the call alone; `load_file`, for a backend whose runtime reads files itself (`reads_files`), from a
+store file whose bytes were verified where they lie and cannot change while the runtime reads them (a
+read lease, `core.filelease`). Each load phase (validity check, deserialize, execution
 context, I/O allocation) is timed into a `PhaseTimer`.
 """
 
@@ -135,7 +136,8 @@ class Backend(Protocol):
     device: str  # "gpu" | "cpu": what its engines run on
     precision_family: str  # "tensorrt" | "ort": which int8/fp8 recipe its graphs need (core.precision)
     # Whether its runtime reads an engine file itself, so `load_file` costs no copy of ours (ONNX
-    # Runtime); False: its runtime deserializes from memory, and a load hands `load` the verified bytes.
+    # Runtime); False: its runtime deserializes from memory, and a load hands `load` the verified bytes
+    # (the leased store file's read-only mapping, or a verified copy).
     reads_files: bool
 
     def version(self) -> str:
@@ -254,7 +256,9 @@ class Backend(Protocol):
     ) -> EngineSession:
         """Check the engine with the backend's own validity test (phase `validity`; raises
         IncompatibleEngineError with its diagnostic), then deserialize it from the verified bytes
-        and prepare I/O for `spec.input_shapes` (phases timed into `timer`)."""
+        and prepare I/O for `spec.input_shapes` (phases timed into `timer`). `engine` is lent for the
+        call: the session keeps no view of it (a mapping is unmapped, and its lease given back, once
+        this returns; a view still held then refuses the load)."""
         ...
 
     def load_file(self, path: str, spec: LoadSpec, timer: PhaseTimer | None = None) -> EngineSession:

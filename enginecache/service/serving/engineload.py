@@ -14,7 +14,7 @@ ORT-format identifier and version): an engine this host cannot run is INCOMPATIB
 or hashing the rest, which may be gigabytes. Then, under a read lease (`_load_in_place`,
 `core.filelease`: no copy of ours), a runtime that reads files itself (`Backend.reads_files`: ONNX
 Runtime) reads the blob once it was hashed where it lies, and any other (TensorRT) deserializes from
-a read-only mapping of it hashed on every core (`core.verifiedread.map_verified`). Where no lease
+a read-only mapping of it hashed on every core (`core.verifiedread.map_file`). Where no lease
 can be had or it broke, one pass reads the blob into the buffer the runtime gets while hashing it
 (BLAKE3 where recorded, else sha256). `Backend.load` starts with the same validity test on the
 verified bytes and then deserializes them. No byte
@@ -34,6 +34,7 @@ that hold as long as the engine lives, so no disk budget evicts a loaded engine.
 
 from __future__ import annotations
 
+import contextlib  # imported by the interpreter's own start (site): free
 import os
 
 from enginecache.core.backends.loadtypes import ENGINE_HEADER_BYTES, LoadSpec
@@ -55,6 +56,7 @@ from enginecache.errors import (
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy treats the name as True)
 if TYPE_CHECKING:
+    import logging
     from collections.abc import Callable, Mapping
     from pathlib import Path
     from typing import Any, TypedDict
@@ -62,6 +64,7 @@ if TYPE_CHECKING:
     from enginecache.core.backends.base import Backend, EngineSession
     from enginecache.core.backends.loadtypes import PhaseTimer
     from enginecache.core.filelease import ReadLease
+    from enginecache.core.verifiedread import MappedFile
 
     class _DigestArguments(TypedDict, total=False):
         sha256: str
@@ -351,11 +354,12 @@ def _load_in_place(
     (`core.filelease`) taken before they are hashed (phase `read_verify`) and checked once the runtime
     is done with them, so what it read is what was hashed: a runtime that reads files itself
     (`Backend.reads_files`: ONNX Runtime) opens the leased file after it was hashed where it lies; any
-    other gets the leased file mapped read-only, hashed from that mapping on every core
-    (`core.verifiedread.map_verified`; TensorRT deserializes from it). None where no lease can be had
-    here, or where someone opened the file for writing meanwhile: the caller then reads a verified
-    copy, which decides whether a byte changed. A mismatch under an intact lease calls `on_corrupt`
-    and raises EngineRejectedError (CORRUPT); a refusal raises it as `load_engine` does."""
+    other (TensorRT) deserializes from the leased file mapped read-only, hashed from that mapping on
+    every core and unmapped before the lease goes (`core.verifiedread.map_file`). None where no lease
+    can be had here, where the file cannot be mapped here, or where someone opened the file for
+    writing meanwhile: the caller then reads a verified copy, which decides whether a byte changed. A
+    mismatch under an intact lease calls `on_corrupt` and raises EngineRejectedError (CORRUPT); a
+    refusal raises it as `load_engine` does (ERROR also where the runtime kept a view of the mapping)."""
     from enginecache.core.filelease import take_read_lease
 
     try:
@@ -365,48 +369,73 @@ def _load_in_place(
     if lease is None:
         return None
     with lease:
-        try:
-            with timer.phase("read_verify"):
-                mapped = _verify_leased(backend, facts, lease)
-        except IntegrityCheckError as err:
-            if not lease.intact():
-                return None  # it was being written: the copy's read tells a changed file from a torn one
-            raise _corrupt(facts, err, on_corrupt) from err
-        except OSError as err:
-            raise _corrupt(facts, err, on_corrupt) from err
-        try:
-            session = (
-                backend.load_file(lease.path, spec, timer) if mapped is None else backend.load(mapped, spec, timer)
-            )
-        except LoadFailedError as err:
-            if not lease.intact():
-                return None
-            raise _refused(facts, err) from err
-        finally:
-            if mapped is not None:
-                mapped.release()  # the runtime holds its own copy now (TensorRT's engine, ORT's session)
-        if lease.intact():
-            return session
-    session.close()
-    import logging  # the rare path pays for it
+        mapping: MappedFile | None = None
+        if not backend.reads_files:
+            from enginecache.core.verifiedread import map_file
 
-    logging.getLogger(__name__).warning(
-        "%s was opened for writing while it loaded: reading a verified copy instead", facts.blob_file
-    )
+            try:
+                mapping = map_file(lease, name=facts.blob_file)
+            except OSError as err:  # this host's limit (ENOMEM, a filesystem without mmap), not the file's fault
+                _log().warning("%s cannot be mapped here (%s): reading a verified copy instead", facts.blob_file, err)
+                return None
+        session: EngineSession | None = None
+        try:
+            with mapping if mapping is not None else contextlib.nullcontext():  # unmapped before the lease goes
+                session = _load_leased(backend, facts, spec, timer, on_corrupt, lease, mapping)
+        except EngineRejectedError:  # the verdict on the load itself
+            raise
+        except LoadFailedError as err:  # else only the unmapping raises it: the runtime kept a view
+            if session is not None:
+                session.close()
+            raise _refused(facts, err) from err
+        return session
+
+
+def _load_leased(
+    backend: Backend,
+    facts: EngineFacts,
+    spec: LoadSpec,
+    timer: PhaseTimer,
+    on_corrupt: Callable[[str], None],
+    lease: ReadLease,
+    mapping: MappedFile | None,
+) -> EngineSession | None:
+    """`_load_in_place` once the lease is held: the blob hashed where it lies (`mapping` None: the
+    runtime then opens `lease.path`) or from `mapping` (the runtime then gets its view), the runtime's
+    load, and the lease's check (a broken one: the session closed, None)."""
+    try:
+        with timer.phase("read_verify"):
+            if mapping is None:
+                from enginecache.core.hashing import verify_file
+
+                verify_file(lease.path, name=facts.blob_file, **facts.check_arguments)
+            else:
+                mapping.verify(**facts.check_arguments)
+    except IntegrityCheckError as err:
+        if not lease.intact():
+            return None  # it was being written: the copy's read tells a changed file from a torn one
+        raise _corrupt(facts, err, on_corrupt) from err
+    except OSError as err:
+        raise _corrupt(facts, err, on_corrupt) from err
+    try:
+        session = (
+            backend.load_file(lease.path, spec, timer) if mapping is None else backend.load(mapping.view, spec, timer)
+        )
+    except LoadFailedError as err:
+        if not lease.intact():
+            return None
+        raise _refused(facts, err) from err
+    if lease.intact():
+        return session
+    session.close()
+    _log().warning("%s was opened for writing while it loaded: reading a verified copy instead", facts.blob_file)
     return None
 
 
-def _verify_leased(backend: Backend, facts: EngineFacts, lease: ReadLease) -> memoryview | None:
-    """The leased blob checked against its row: hashed where it lies for a runtime that reads files
-    itself (None: it opens `lease.path`), else mapped and hashed from the mapping (the view it takes)."""
-    if backend.reads_files:
-        from enginecache.core.hashing import verify_file
+def _log() -> logging.Logger:
+    import logging  # the rare paths pay for it
 
-        verify_file(lease.path, name=facts.blob_file, **facts.check_arguments)
-        return None
-    from enginecache.core.verifiedread import map_verified
-
-    return map_verified(lease, name=facts.blob_file, **facts.check_arguments)
+    return logging.getLogger(__name__)
 
 
 def _refused(facts: EngineFacts, err: LoadFailedError) -> EngineRejectedError:

@@ -77,7 +77,7 @@ class TensorRTBackend:
 
     device = "gpu"
     precision_family = "tensorrt"  # strongly typed: int8/fp8 Q/DQ through NVIDIA ModelOpt's ONNX PTQ
-    reads_files = False  # `deserialize_cuda_engine` takes the bytes: a load hands `load` the verified copy
+    reads_files = False  # `deserialize_cuda_engine` takes memory: a load hands `load` the leased, verified mapping
 
     def __init__(self, name: str, declared: BackendDeclaration, label: str) -> None:
         self.name = name
@@ -399,7 +399,7 @@ class TensorRTBackend:
 
     def load_file(self, path: str, spec: LoadSpec, timer: PhaseTimer | None = None) -> EngineSession:
         """`load` of the file's bytes: TensorRT deserializes from memory (`reads_files` is False, so a
-        load through `service.serving.engineload` reads the verified copy itself and never calls this)."""
+        load through `service.serving.engineload` hands `load` the verified bytes and never calls this)."""
         with open(path, "rb") as stream:
             return self.load(stream.read(), spec, timer)
 
