@@ -151,6 +151,39 @@ def test_rtx_engine_is_incompatible_here_with_the_library_diagnostic(engines: di
     assert "deserialize" not in result.phases and "validity" in result.phases
 
 
+def _deserialize_log(plan: Path, tmp_path: Path) -> list[str]:
+    """TensorRT-RTX's own `deserialize_cuda_engine` handed the leased, verified read-only mapping of
+    `plan` (what a serving load hands it, `core.verifiedread.map_file`); what the library logged."""
+    from enginecache.core.backends.trt.trtlog import captured
+    from enginecache.core.filelease import take_read_lease
+    from enginecache.core.verifiedread import map_file
+
+    trt = RTX_BACKEND._trt()
+    copy = tmp_path / f"leased-{plan.name}"  # a file of our own: a lease is granted to the owner alone
+    shutil.copyfile(plan, copy)
+    lease = take_read_lease(str(copy))
+    if lease is None:
+        pytest.skip("no read lease on this host's temporary folder: a load reads a verified copy here")
+    with lease, map_file(lease, name=copy) as mapping:
+        mapping.verify(blake3_digest=hash_file(copy).blake3)
+        with captured(trt) as (trt_logger, sink):
+            engine = trt.Runtime(trt_logger).deserialize_cuda_engine(mapping.view)
+        assert engine is None, "an engine deserialized on a host without a GPU"
+        return list(sink)
+
+
+@pytest.mark.usefixtures("requires_no_gpu")
+def test_tensorrt_rtx_deserializes_from_the_leased_read_only_mapping(engines: dict[str, Path], tmp_path: Path) -> None:
+    """The real library takes the mapping and reads the engine from it: a real plan gets past its
+    serialization checks to the CUDA stream this host lacks, a mapping of zeros of the same size does
+    not (so the library did read the mapped bytes)."""
+    real = _deserialize_log(engines["plan"], tmp_path)
+    assert any("cudaError" in line for line in real) and not any("Serialization" in line for line in real), real
+    zeros = tmp_path / "zeros.plan"
+    zeros.write_bytes(bytes(engines["plan"].stat().st_size))
+    assert any("magicTag" in line for line in _deserialize_log(zeros, tmp_path)), "it never read the bytes"
+
+
 def test_ort_engine_from_another_ort_version_is_incompatible(engines: dict[str, Path]) -> None:
     spec = _spec(engines["ort"], engines["onnx"], backend_version="0.1.0")
     result = validate_engine(ORT_BACKEND, spec)
