@@ -13,6 +13,7 @@ for `-m "not postgres and not shared"`, which the slow tests alone take past 200
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import shutil
@@ -264,6 +265,23 @@ def clock() -> FakeClock:
 
 
 # -- artifacts --------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def leased_mapping(path: Path, **expected: str | None) -> Iterator[memoryview]:
+    """`path` mapped and checked as a serving load does for a runtime that deserializes from memory
+    (a read lease, `core.verifiedread.map_file` and its `verify` against `expected`): the view, then
+    unmapped and the lease given back. Skips where this host gives no read lease (a load reads a
+    verified copy there)."""
+    from enginecache.core.filelease import take_read_lease
+    from enginecache.core.verifiedread import map_file
+
+    lease = take_read_lease(str(path))
+    if lease is None:
+        pytest.skip("no read lease on this host's temporary folder: a load reads a verified copy here")
+    with lease, map_file(lease, name=path) as mapping:
+        mapping.verify(**expected)
+        yield mapping.view
 
 
 def corrupt_blob(path: Path, offset: int | None = None, *, mask: int = 0xFF) -> int:

@@ -21,17 +21,16 @@ from sqlmodel import select
 from enginecache.core import chunkdigests, hashing, verifiedread
 from enginecache.core.blobpaths import blob_path
 from enginecache.core.chunkdigests import ChunkDigests, ChunkHasher, decode
-from enginecache.core.filelease import take_read_lease
 from enginecache.core.hashing import StreamHasher, hash_file, verify_file
 from enginecache.core.store import ArtifactStore
-from enginecache.core.verifiedread import map_file, read_verified, read_verified_into
+from enginecache.core.verifiedread import read_verified, read_verified_into
 from enginecache.db.models import EngineRecord, EngineStatus
 from enginecache.errors import EngineRejectedError, IntegrityCheckError
 from enginecache.service.context import AppContext
 from enginecache.service.engines.records import get_engine, verify_engines
 from enginecache.service.models.register import register_model
 from enginecache.service.models.verify import verify_models
-from tests.conftest import corrupt_blob
+from tests.conftest import corrupt_blob, leased_mapping
 from tests.modelfactory import make_external_data_model
 from tests.servingkit import LOAD_PATHS, ORT, Served, load_through, serve_mlp
 
@@ -46,16 +45,11 @@ def expected_chunks(data: bytes, chunk_bytes: int) -> str:
 
 
 def _mapped(path: Path, **expected: str) -> bytes:
-    """`map_file` and its `verify` under a read lease (what a load does for a runtime that deserializes
-    from memory, TensorRT), as bytes; the mapping is gone afterwards."""
-    lease = take_read_lease(str(path))
-    if lease is None:
-        pytest.skip("no read lease on this host's temporary folder: a load reads a verified copy here")
-    with lease, map_file(lease, name=path) as mapping:
-        view = mapping.view
+    """The file checked as a load checks it for a runtime that deserializes from memory (TensorRT),
+    as bytes; the mapping is gone afterwards."""
+    with leased_mapping(path, **expected) as view:
         assert view.readonly, "a runtime could write the checked bytes"
         assert isinstance(view.obj, mmap.mmap) or not view.nbytes, "not a mapping of the file"
-        mapping.verify(**expected)
         return bytes(view)
 
 

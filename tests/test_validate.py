@@ -32,7 +32,7 @@ from enginecache.core.validate import (
     validate_engine,
 )
 from enginecache.errors import TestInputError
-from tests.conftest import corrupt_blob
+from tests.conftest import corrupt_blob, leased_mapping
 from tests.modelfactory import make_mlp
 
 IO = (TensorIO("input", "input", "float32", ("batch", 16)), TensorIO("output", "output", "float32", ("batch", 32)))
@@ -155,19 +155,13 @@ def _deserialize_log(plan: Path, tmp_path: Path) -> list[str]:
     """TensorRT-RTX's own `deserialize_cuda_engine` handed the leased, verified read-only mapping of
     `plan` (what a serving load hands it, `core.verifiedread.map_file`); what the library logged."""
     from enginecache.core.backends.trt.trtlog import captured
-    from enginecache.core.filelease import take_read_lease
-    from enginecache.core.verifiedread import map_file
 
     trt = RTX_BACKEND._trt()
     copy = tmp_path / f"leased-{plan.name}"  # a file of our own: a lease is granted to the owner alone
     shutil.copyfile(plan, copy)
-    lease = take_read_lease(str(copy))
-    if lease is None:
-        pytest.skip("no read lease on this host's temporary folder: a load reads a verified copy here")
-    with lease, map_file(lease, name=copy) as mapping:
-        mapping.verify(blake3_digest=hash_file(copy).blake3)
+    with leased_mapping(copy, blake3_digest=hash_file(copy).blake3) as view:
         with captured(trt) as (trt_logger, sink):
-            engine = trt.Runtime(trt_logger).deserialize_cuda_engine(mapping.view)
+            engine = trt.Runtime(trt_logger).deserialize_cuda_engine(view)
         assert engine is None, "an engine deserialized on a host without a GPU"
         return list(sink)
 

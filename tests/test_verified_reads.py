@@ -11,6 +11,7 @@ import hashlib
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from enginecache.core.backends.base import BuildSpec
 from enginecache.core.backends.ort.backend import ORT_BACKEND
 from enginecache.core.blobpaths import blob_path, model_file
 from enginecache.core.filelease import take_read_lease
-from enginecache.db.models import EngineStatus, ModelStatus
+from enginecache.db.models import EngineRecord, EngineStatus, ModelStatus
 from enginecache.errors import BuildFailedError, EngineRejectedError
 from enginecache.service.access import audit
 from enginecache.service.builds.plan import BuildRequest, build_engine
@@ -75,21 +76,34 @@ def test_a_build_reads_the_stored_files_linked_into_its_work_folder_not_a_copy(
 ) -> None:
     stored = _register(app_ctx, tmp_path, maker)
     genuine = _digests(stored.parent)
-    inodes = {p.name: p.stat().st_ino for p in stored.parent.iterdir()}
-    real_build = ORT_BACKEND.build
-    seen: list[tuple[Path, dict[str, int]]] = []
-
-    def build_reading_links(spec: BuildSpec, *args: Any, **kwargs: Any) -> Any:
-        seen.append((spec.onnx_path, {p.name: p.stat().st_ino for p in spec.onnx_path.parent.iterdir()}))
-        return real_build(spec, *args, **kwargs)
-
-    monkeypatch.setattr(ORT_BACKEND, "build", build_reading_links)
-    built = build_engine(app_ctx, BuildRequest(model="m", backend="ort")).engine
-    [(read_from, read_inodes)] = seen
+    inodes = _inodes(stored.parent)
+    read_from, read_inodes, built = _build_watching_its_input(app_ctx, monkeypatch, _inodes)
     assert stored.parent not in read_from.parents, "the backend reads the build's work folder"
     assert read_inodes == inodes, "the stored files themselves, linked there: no copy of the model"
     assert built.status == EngineStatus.READY and _digests(stored.parent) == genuine
     assert not read_from.exists() and stored.is_file(), "the links went with the work folder, the store kept its files"
+
+
+def _inodes(folder: Path) -> dict[str, int]:
+    return {p.name: p.stat().st_ino for p in folder.iterdir()}
+
+
+def _build_watching_its_input(
+    app: AppContext, monkeypatch: pytest.MonkeyPatch, look: Callable[[Path], Any]
+) -> tuple[Path, Any, EngineRecord]:
+    """Build model "m" on ORT with `look(folder)` run on the folder the backend reads its input from,
+    as it is about to read it; returns that input's path, what `look` saw, and the built engine."""
+    real_build = ORT_BACKEND.build
+    seen: list[tuple[Path, Any]] = []
+
+    def build_looking(spec: BuildSpec, *args: Any, **kwargs: Any) -> Any:
+        seen.append((spec.onnx_path, look(spec.onnx_path.parent)))
+        return real_build(spec, *args, **kwargs)
+
+    monkeypatch.setattr(ORT_BACKEND, "build", build_looking)
+    engine = build_engine(app, BuildRequest(model="m", backend="ort")).engine
+    [(read_from, looked)] = seen
+    return read_from, looked, engine
 
 
 def _break_lease(target: Path, writers: list[subprocess.Popen[bytes]]) -> None:
@@ -167,20 +181,15 @@ def test_without_a_lease_a_build_reads_a_verified_copy_even_when_the_store_chang
     stored = _register(app_ctx, tmp_path, maker)
     genuine = _digests(stored.parent)
     decoy = make_conv(tmp_path / "decoy" / "conv.onnx").read_bytes()
-    seen: list[tuple[Path, dict[str, str]]] = []
-    real_build = ORT_BACKEND.build
 
-    def tamper_then_build(spec: BuildSpec, *args: Any, **kwargs: Any) -> Any:
+    def tamper_then_look(folder: Path) -> dict[str, str]:
         # After the check, before the backend reads: someone replaces every stored file.
         for path in stored.parent.iterdir():
             path.chmod(0o644)
             path.write_bytes(decoy)
-        seen.append((spec.onnx_path, _digests(spec.onnx_path.parent)))
-        return real_build(spec, *args, **kwargs)
+        return _digests(folder)
 
-    monkeypatch.setattr(ORT_BACKEND, "build", tamper_then_build)
-    engine = build_engine(app_ctx, BuildRequest(model="m", backend="ort")).engine
-    [(read_from, read_digests)] = seen
+    read_from, read_digests, engine = _build_watching_its_input(app_ctx, monkeypatch, tamper_then_look)
     assert stored.parent not in read_from.parents, "the backend read a private copy, not the store"
     assert read_digests == genuine, "the copy holds the bytes that hashed to the digest"
     assert engine.status == EngineStatus.READY

@@ -4,7 +4,8 @@ it, while we held it.
 A runtime that reads an engine file itself (ONNX Runtime) loads it with the memory of a load by
 hand, one copy fewer than handing it our verified buffer; one that deserializes from memory
 (TensorRT) can be handed a read-only mapping of the file (`core.verifiedread.map_file`). Either is
-sound only if the bytes it reads are the bytes we hashed. Linux gives that guarantee with `fcntl(F_SETLEASE, F_RDLCK)`:
+sound only if the bytes it reads are the bytes we hashed. Linux gives that guarantee with
+`fcntl(F_SETLEASE, F_RDLCK)`:
 
 - The lease is granted only while no one has the file open for writing (a writable shared
   mapping included), and only to the file's owner (or CAP_LEASE).
